@@ -1,0 +1,3 @@
+from mcp_infra.cli import main
+
+raise SystemExit(main())

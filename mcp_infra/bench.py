@@ -1,0 +1,161 @@
+"""OpenAI-compatible measurement: the same code measures the baseline and every candidate.
+
+Timing requests are streamed at temperature 0 and timed on the client (mlx_lm.server reports no
+timings). Greedy outputs for the equality gate come from a non-streaming request with
+``logprobs`` so the token ids are compared, not just the text.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx2 as httpx
+
+from mcp_infra.contracts import Sample
+
+
+def _chat_body(messages: Sequence[dict[str, Any]], max_tokens: int, stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": list(messages),
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body["logprobs"] = True
+    return body
+
+
+def _short_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def stream_chat(
+    base_url: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    max_tokens: int,
+    timeout: float,
+    candidate: str,
+    prompt_id: str,
+    repeat: int,
+    order: int = 0,
+    phase: str = "measure",
+) -> Sample:
+    """Send one streamed chat request and time it: TTFT, decode tok/s, end-to-end tok/s."""
+    fields: dict[str, Any] = {"candidate": candidate, "prompt_id": prompt_id, "repeat": repeat,
+                              "order": order, "phase": phase}
+    text_parts: list[str] = []
+    first = last = None
+    usage: dict[str, Any] = {}
+    finish = None
+    start = time.perf_counter()
+    try:
+        with httpx.stream("POST", f"{base_url}/v1/chat/completions",
+                          json=_chat_body(messages, max_tokens, True),
+                          timeout=httpx.Timeout(timeout, connect=5.0)) as response:
+            if response.status_code != 200:
+                response.read()
+                return Sample(**fields, error=f"HTTP {response.status_code}: "
+                                              f"{response.text[:200]}")
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                chunk = json.loads(payload)
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                for choice in chunk.get("choices", []):
+                    delta = choice.get("delta") or {}
+                    piece = (delta.get("content") or "") + (delta.get("reasoning") or "")
+                    if piece:
+                        now = time.perf_counter()
+                        first = first if first is not None else now
+                        last = now
+                        text_parts.append(piece)
+                    if choice.get("finish_reason"):
+                        finish = choice["finish_reason"]
+    except (httpx.HTTPError, json.JSONDecodeError, OSError) as exc:
+        return Sample(**fields, text="".join(text_parts), error=_short_error(exc))
+    end = time.perf_counter()
+    completion = usage.get("completion_tokens")
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if first is None or not completion:
+        return Sample(**fields, error="no tokens streamed", finish_reason=finish)
+    decode_s = (last or first) - first
+    decode_tps = (completion - 1) / decode_s if completion > 1 and decode_s > 0 else None
+    return Sample(
+        **fields,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=completion,
+        cached_tokens=cached,
+        ttft_s=first - start,
+        decode_s=decode_s,
+        decode_tps=decode_tps,
+        e2e_s=end - start,
+        e2e_tps=completion / (end - start) if end > start else None,
+        finish_reason=finish,
+        text="".join(text_parts),
+    )
+
+
+def greedy_chat(
+    base_url: str,
+    messages: Sequence[dict[str, Any]],
+    *,
+    max_tokens: int,
+    timeout: float,
+    candidate: str,
+    prompt_id: str,
+    phase: str = "measure",
+) -> Sample:
+    """One non-streamed greedy request returning the output token ids (for the equality gate)."""
+    fields: dict[str, Any] = {"candidate": candidate, "prompt_id": prompt_id, "repeat": 0,
+                              "phase": phase}
+    start = time.perf_counter()
+    try:
+        response = httpx.post(f"{base_url}/v1/chat/completions",
+                              json=_chat_body(messages, max_tokens, False),
+                              timeout=httpx.Timeout(timeout, connect=5.0))
+    except httpx.HTTPError as exc:
+        return Sample(**fields, error=_short_error(exc))
+    end = time.perf_counter()
+    if response.status_code != 200:
+        return Sample(**fields, error=f"HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        body = response.json()
+        choice = body["choices"][0]
+        text = (choice.get("message") or {}).get("content") or ""
+        ids = [int(item["id"]) for item in ((choice.get("logprobs") or {}).get("content") or [])]
+        usage = body.get("usage") or {}
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        return Sample(**fields, error=f"unexpected response: {_short_error(exc)}")
+    return Sample(
+        **fields,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+        e2e_s=end - start,
+        finish_reason=choice.get("finish_reason"),
+        text=text,
+        token_ids=ids or None,
+    )
+
+
+def measurement_order(prompt_ids: Sequence[str], repeats: int, seed: int) -> list[tuple[int, str]]:
+    """(repeat, prompt id) pairs: each repeat visits every prompt, in a seeded shuffled order."""
+    rng = random.Random(seed)
+    order: list[tuple[int, str]] = []
+    for repeat in range(repeats):
+        ids = list(prompt_ids)
+        rng.shuffle(ids)
+        order.extend((repeat, pid) for pid in ids)
+    return order

@@ -1,0 +1,279 @@
+"""`mcp-infra`: the same functions as the MCP tools, for people at a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from mcp_infra import app, evidence
+from mcp_infra.store import ENV_HOME, CorruptFile, Home, LockHeld
+
+
+def _print(data: Any, as_json: bool, text: str | None = None) -> None:
+    if as_json:
+        payload = data.model_dump(mode="json") if isinstance(data, BaseModel) else data
+        print(json.dumps(payload, indent=2, default=str))
+    else:
+        print(text if text is not None else data)
+
+
+def _status_text(view: app.StatusView) -> str:
+    if not view.configured:
+        return f"home {view.home}: not configured. " + " ".join(view.problems)
+    lines = [f"home        {view.home}"]
+    if view.service:
+        s = view.service
+        health = "healthy" if s.healthy else "NOT answering"
+        since = f"; pid {s.pid} since {s.since:%Y-%m-%d %H:%M:%S}Z" if s.pid and s.since else ""
+        lines.append(f"service     {s.endpoint} {health}; recipe {s.active_recipe} "
+                     f"({app.knobs_text(s.knobs)}){since}")
+    sup = f"running (pid {view.supervisor_pid})" if view.supervisor_running else "not running"
+    lines.append(f"supervisor  {sup}")
+    if view.cycle:
+        c = view.cycle
+        extra = f" — {c.candidate} ({c.index}/{c.total})" if c.candidate else ""
+        lines.append(f"cycle       {c.cycle_id}: {c.state}{extra}: {c.message}")
+    lines.append(f"queue       {', '.join(view.queue) or 'empty'}")
+    if view.last_cycle:
+        lc = view.last_cycle
+        lines.append(f"last cycle  {lc.cycle_id}: {lc.outcome.value}"
+                     + (f", selected {lc.selected}" if lc.selected else "")
+                     + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else ""))
+    lines.append(f"policy      {view.policy}; window {view.window}")
+    if view.needs_operator:
+        lines.append(f"NEEDS OPERATOR: {view.needs_operator} — run `mcp-infra recover`")
+    lines += [f"problem     {p}" for p in view.problems]
+    return "\n".join(lines)
+
+
+def _registry_text(view: app.RegistryView) -> str:
+    lines = []
+    for c in view.candidates:
+        verdict = "ok" if c.preflight_passed else "FAILS PREFLIGHT"
+        lines.append(f"{c.id:32} {c.candidate_class:20} {c.semantics:9} {verdict}")
+        lines.append(f"    knobs: {app.knobs_text(c.knobs)}")
+        for check in c.checks:
+            mark = "pass" if check.passed else "FAIL"
+            if not check.passed:
+                lines.append(f"    {mark} {check.name}: {check.detail}")
+        for item in c.learned[-2:]:
+            lines.append(f"    learned in {item.cycle_id}: {item.decision}"
+                         + (f" — {item.reasons[0]}" if item.reasons else ""))
+    return "\n".join(lines) or "no candidates"
+
+
+def verdict_table(view: app.EvidenceView) -> str:
+    """Per candidate: decode tok/s, speedup with interval, gates, decision."""
+    verdict = view.verdict
+    lines = []
+    if view.summary:
+        s = view.summary
+        lines.append(f"cycle {s.cycle_id}: {s.outcome.value}"
+                     + (f", selected {s.selected}" if s.selected else "") + f" — {s.reason}")
+    if verdict is None:
+        return "\n".join(lines)
+    lines.append(f"{'candidate':26} {'decode tok/s':>13} {'speedup':>9} {'95% interval':>17} "
+                 f"{'worst prompt':>13}  {'gates':24} decision")
+    for c in verdict.candidates:
+        tps = f"{c.candidate_tps:.1f}" if c.candidate_tps else "-"
+        base = f"{c.baseline_tps:.1f}→" if c.baseline_tps else ""
+        speed = f"{(c.speedup_estimate - 1) * 100:+.1f}%" if c.speedup_estimate else "-"
+        ci = (f"[{(c.ci_low - 1) * 100:+.1f}, {(c.ci_high - 1) * 100:+.1f}]%"
+              if c.ci_low is not None and c.ci_high is not None else "-")
+        worst = (f"{(c.worst_speedup - 1) * 100:+.1f}%" if c.worst_speedup else "-")
+        gates = ",".join(f"{g.gate}:{'ok' if g.passed else 'FAIL'}" for g in c.gates) or "-"
+        lines.append(f"{c.candidate:26} {base + tps:>13} {speed:>9} {ci:>17} {worst:>13}  "
+                     f"{gates:24} {c.decision.value}")
+        for reason in c.reasons[:3]:
+            lines.append(f"    {reason}")
+    if view.table:
+        lines.append("per prompt:")
+        for row in view.table:
+            lines.append(f"    {row['candidate']:26} {row['prompt']:16} {row['baseline_tps']:8.1f} "
+                         f"→ {row['candidate_tps']:8.1f} tok/s  x{row['speedup']:.3f}")
+    return "\n".join(lines)
+
+
+def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
+    words = list(args.words)
+    action = "list"
+    if words and words[0] in {"list", "show", "verify"}:
+        action = words.pop(0)
+    elif words:
+        action = "show"
+    if action == "list":
+        view = app.evidence_view(home)
+        text = "\n".join(f"{c.cycle_id}  {c.outcome.value:20} {c.selected or '-':28} {c.reason}"
+                         for c in view.cycles or []) or "no sealed cycles"
+        _print(view, args.json, text)
+        return 0
+    if not words:
+        print("evidence show|verify needs a cycle id or a bundle path", file=sys.stderr)
+        return 2
+    ref = words[0]
+    if action == "verify":
+        try:
+            bundle = evidence.bundle_path(home, ref)
+        except FileNotFoundError as exc:
+            print(str(exc), file=sys.stderr)
+            return 2
+        result = evidence.verify(bundle)
+        text = (f"{bundle}: hashes {'ok' if result.hashes_ok else 'MISMATCH'}; verdict "
+                f"{'recomputed identically' if result.verdict_ok else 'DIFFERS'}"
+                + "".join(f"\n  - {p}" for p in result.problems))
+        _print(result.model_dump() | {"ok": result.ok}, args.json, text)
+        return 0 if result.ok else 1
+    try:
+        view = app.evidence_view(home, ref, args.section)
+    except FileNotFoundError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    _print(view, args.json, verdict_table(view) if args.section in (None, "summary", "table",
+                                                                     "verdict") else None)
+    if not args.json and args.section not in (None, "summary", "table", "verdict"):
+        print(json.dumps(view.model_dump(mode="json", exclude_none=True), indent=2, default=str))
+    return 0
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from mcp_infra import gates
+
+    if args.gate_action == "list":
+        tasks = gates.list_tasks()
+        _print([t.model_dump() for t in tasks], args.json,
+               "\n".join(f"{t.id:12} {t.prompt}\n{'':12} checks: {t.checks}" for t in tasks))
+        return 0
+    text = args.text if args.text is not None else sys.stdin.read()
+    result = gates.check_task(args.task, text)
+    _print(result.model_dump(), args.json,
+           f"{result.task}: {'PASS' if result.passed else 'FAIL'} — {result.detail}")
+    return 0 if result.passed else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcp-infra", description=__doc__)
+    parser.add_argument("--home", help=f"home directory (default: ${ENV_HOME} or the per-user "
+                        "data directory; the demo uses <default>/demo)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="build tiny models, serve them, run one cycle over MCP")
+    demo.add_argument("--json", action="store_true")
+    demo.add_argument("--keep-serving", action="store_true")
+
+    serve = sub.add_parser("serve", help="the MCP server (stdio by default)")
+    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default="propose")
+    serve.add_argument("--transport", choices=["stdio"], default="stdio")
+
+    sub.add_parser("supervise", help="recover, run every queued plan, exit when the queue is empty")
+    sub.add_parser("recover", help="finish or undo an interrupted cycle; clear needs-operator")
+
+    for name in ("status", "registry"):
+        p = sub.add_parser(name)
+        p.add_argument("--json", action="store_true")
+        if name == "registry":
+            p.add_argument("candidate", nargs="?")
+
+    ev = sub.add_parser("evidence", help="evidence [list] | [show] ID | verify ID|PATH")
+    ev.add_argument("words", nargs="*")
+    ev.add_argument("--section", choices=["summary", "table", "gates", "verdict", "journal",
+                                          "plan"])
+    ev.add_argument("--json", action="store_true")
+
+    prop = sub.add_parser("propose", help="propose a plan from a JSON file (or - for stdin)")
+    prop.add_argument("file")
+    prop.add_argument("--dry-run", action="store_true")
+    prop.add_argument("--json", action="store_true")
+    prop.add_argument("--no-supervisor", action="store_true",
+                      help="queue only; run `mcp-infra supervise` yourself")
+
+    svc = sub.add_parser("service", help="start or stop the live service with the active recipe")
+    svc.add_argument("action", choices=["start", "stop"])
+
+    gate = sub.add_parser("gate", help="see how the quality checkers judge a text")
+    gsub = gate.add_subparsers(dest="gate_action", required=True)
+    gl = gsub.add_parser("list")
+    gl.add_argument("--json", action="store_true")
+    gc = gsub.add_parser("check")
+    gc.add_argument("--task", required=True)
+    gc.add_argument("--text", help="the text to judge (default: stdin)")
+    gc.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        from mcp_infra.demo import run_demo
+
+        return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving)
+    home = Home(args.home)
+    try:
+        return _dispatch(home, args)
+    except CorruptFile as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    except LockHeld as exc:
+        print(f"another supervisor is running: {exc}", file=sys.stderr)
+        return 4
+
+
+def _dispatch(home: Home, args: argparse.Namespace) -> int:
+    command = args.command
+    if command == "serve":
+        from mcp_infra.server import build_server
+
+        build_server(home, mode=args.mode).run()
+        return 0
+    if command == "supervise":
+        from mcp_infra.cycle import supervise
+
+        for summary in supervise(home):
+            print(f"{summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
+        return 0
+    if command == "recover":
+        from mcp_infra.cycle import operator_recover
+
+        for note in operator_recover(home):
+            print(note)
+        return 0
+    if command == "status":
+        view = app.status(home)
+        _print(view, args.json, _status_text(view))
+        return 0
+    if command == "registry":
+        view = app.registry_view(home, args.candidate)
+        _print(view, args.json, _registry_text(view))
+        return 0 if view.candidates else 2
+    if command == "evidence":
+        return cmd_evidence(home, args)
+    if command == "propose":
+        raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        view = app.propose(home, raw, proposed_by="cli", dry_run=args.dry_run,
+                           start_supervisor=not args.no_supervisor)
+        text = (f"{'accepted' if view.accepted else 'refused'}: {view.message}"
+                + (f"\nplan {view.plan_id}: {', '.join(view.candidates)}" if view.plan_id else "")
+                + "".join(f"\n  change: {c.field} {c.action}: {c.reason}" for c in view.changes)
+                + "".join(f"\n  refused: {r.id}: {r.reason}" for r in view.refused)
+                + "".join(f"\n  problem: {p}" for p in view.problems))
+        _print(view, args.json, text)
+        return 0 if view.accepted else 1
+    if command == "service":
+        from mcp_infra.service import active_recipe, ensure_serving, load_config, stop_service
+
+        if args.action == "start":
+            print(ensure_serving(home, active_recipe(home), load_config(home)))
+        else:
+            print(stop_service(home))
+        return 0
+    if command == "gate":
+        return cmd_gate(args)
+    raise AssertionError(command)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,580 @@
+"""Every data contract of mcp-infra: pydantic models that forbid unknown fields.
+
+Each file the project writes is one of these models (see ``store.write_model``); each carries a
+``schema_version`` so that a reader can refuse what it does not understand instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+CANDIDATE_ID_PATTERN = r"^(baseline|[a-z0-9][a-z0-9._-]{0,63}:[a-z0-9][a-z0-9._-]{0,63})$"
+REVISION_PATTERN = r"^[0-9a-f]{40}$"
+REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
+BASELINE_ID = "baseline"
+
+
+class Contract(BaseModel):
+    """Base of every contract: unknown fields are an error, never silently kept."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+
+class Part(BaseModel):
+    """Base of nested parts (no version of their own; the enclosing contract has one)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Registry manifests
+# --------------------------------------------------------------------------------------------
+
+
+class CandidateClass(StrEnum):
+    ACCELERATION_PLUGIN = "acceleration_plugin"
+    SERVER_TUNING = "server_tuning"
+    KV_CACHE = "kv_cache"
+    QUANTIZATION = "quantization"
+    RUNTIME_UPGRADE = "runtime_upgrade"
+    MODEL_CHANGE = "model_change"
+
+
+class Semantics(StrEnum):
+    LOSSLESS = "lossless"
+    LOSSY = "lossy"
+
+
+TemplateName = Literal["mlx_lm_server", "mlx_vlm_server"]
+
+
+class Knobs(Part):
+    """Typed launch knobs. Launch templates turn these, and nothing else, into argv."""
+
+    draft: bool = Field(False, description="serve with the manifest's draft artifact")
+    num_draft_tokens: int | None = Field(None, ge=1, le=16)
+    draft_kind: Literal["dflash", "eagle3", "mtp"] | None = None
+    draft_block_size: int | None = Field(None, ge=1, le=32)
+    kv_bits: Literal[2, 3, 4, 6, 8] | None = None
+    kv_group_size: Literal[32, 64, 128] | None = None
+    quantized_kv_start: int | None = Field(None, ge=0, le=1_000_000)
+    prefill_step_size: int | None = Field(None, ge=16, le=65_536)
+    prompt_cache_size: int | None = Field(None, ge=0, le=1024)
+    max_kv_size: int | None = Field(None, ge=256, le=1_048_576)
+
+    def cost_key(self) -> tuple[int, int]:
+        """Ordering used to prefer the cheaper of two tied candidates."""
+        drafted = (self.num_draft_tokens or 0) + (self.draft_block_size or 0)
+        return (1 if self.draft else 0, drafted)
+
+
+class ArtifactRef(Part):
+    """A model artifact: pinned on the hub (repo + 40-hex revision) or built by `mcp-infra demo`."""
+
+    role: Literal["target", "draft"]
+    repo: Annotated[str, Field(pattern=REPO_PATTERN)] | None = None
+    revision: Annotated[str, Field(pattern=REVISION_PATTERN)] | None = None
+    demo: Literal["target", "draft"] | None = Field(
+        None, description="name of a model that `mcp-infra demo` builds into the home directory"
+    )
+    size_gb: float | None = Field(None, ge=0, le=2048)
+    license: str | None = Field(None, max_length=64)
+    files: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ArtifactRef:
+        hub = self.repo is not None or self.revision is not None
+        if hub and self.demo is not None:
+            raise ValueError("an artifact is either pinned on the hub or a demo model, not both")
+        if hub and (self.repo is None or self.revision is None):
+            raise ValueError("a hub artifact needs both repo and a 40-hex revision")
+        if not hub and self.demo is None:
+            raise ValueError("an artifact needs repo + revision or demo")
+        for name in self.files:
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ValueError("artifact file patterns must be relative, without '..'")
+        return self
+
+
+class RuntimeSpec(Part):
+    template: TemplateName
+    min_versions: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")], str] = Field(
+        default_factory=dict
+    )
+    platforms: list[Literal["linux-x86_64", "linux-aarch64", "darwin-arm64"]] = Field(min_length=1)
+    trust_remote_code: bool = False
+
+    @field_validator("min_versions")
+    @classmethod
+    def _versions(cls, value: dict[str, str]) -> dict[str, str]:
+        for pkg, ver in value.items():
+            if not re.fullmatch(r"\d+(\.\d+){0,3}", ver):
+                raise ValueError(f"minimum version for {pkg} must look like 1.2.3")
+        return value
+
+
+class Resources(Part):
+    memory_gb: float = Field(0, ge=0, le=4096)
+    disk_gb: float = Field(0, ge=0, le=8192)
+
+
+class Variant(Part):
+    """One configuration worth measuring. It may override the manifest's class and semantics
+    (a KV-cache variant of a drafter manifest is lossy and of class kv_cache)."""
+
+    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    title: str = Field("", max_length=200)
+    knobs: Knobs = Field(default_factory=Knobs)
+    candidate_class: CandidateClass | None = Field(None, alias="class")
+    semantics: Semantics | None = None
+
+
+class Manifest(Contract):
+    """One registry entry: a target, how to serve it, and the variants worth measuring."""
+
+    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    title: str = Field(max_length=200)
+    candidate_class: CandidateClass = Field(alias="class")
+    semantics: Semantics
+    description: str = Field("", max_length=2000)
+    license_reviewed: bool = False
+    runtime: RuntimeSpec
+    target: ArtifactRef
+    artifacts: list[ArtifactRef] = Field(default_factory=list, max_length=8)
+    resources: Resources = Field(default_factory=Resources)
+    max_peak_memory_gb: float | None = Field(None, gt=0, le=4096)
+    min_speedup_pct: float | None = Field(None, ge=0, le=1000)
+    variants: list[Variant] = Field(min_length=1, max_length=32)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        if self.target.role != "target":
+            raise ValueError("target artifact must have role 'target'")
+        ids = [v.id for v in self.variants]
+        if len(set(ids)) != len(ids):
+            raise ValueError("variant ids must be unique")
+        has_draft = any(a.role == "draft" for a in self.artifacts)
+        for variant in self.variants:
+            if variant.knobs.draft and not has_draft:
+                raise ValueError(f"variant {variant.id} asks for a draft but none is listed")
+        return self
+
+    def draft_artifact(self) -> ArtifactRef | None:
+        return next((a for a in self.artifacts if a.role == "draft"), None)
+
+    def variant(self, variant_id: str) -> Variant | None:
+        return next((v for v in self.variants if v.id == variant_id), None)
+
+    def class_of(self, variant: Variant) -> CandidateClass:
+        return variant.candidate_class or self.candidate_class
+
+    def semantics_of(self, variant: Variant) -> Semantics:
+        return variant.semantics or self.semantics
+
+
+# --------------------------------------------------------------------------------------------
+# Policy
+# --------------------------------------------------------------------------------------------
+
+
+class Bounded(Part):
+    """A threshold: its default and the range a plan may move it within."""
+
+    default: float
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Bounded:
+        if not (self.low <= self.default <= self.high):
+            raise ValueError("need low <= default <= high")
+        return self
+
+
+class Thresholds(Part):
+    min_speedup_pct: Bounded
+    max_peak_memory_gb: Bounded
+    max_error_rate: float = Field(0.0, ge=0, le=1)
+    worst_prompt_tolerance_pct: float = Field(
+        10.0, ge=0, le=100, description="largest per-prompt slowdown a qualified candidate may show"
+    )
+    tie_tolerance_pct: float = Field(2.0, ge=0, le=50)
+    lossy_min_identical_fraction: float = Field(0.5, ge=0, le=1)
+
+
+class Protocol(Part):
+    suite: Annotated[str, Field(pattern=ID_PATTERN)] = "demo-speed"
+    quality_suite: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
+    repeats: int = Field(3, ge=1, le=50)
+    warmup: int = Field(1, ge=0, le=10)
+    max_tokens: int = Field(64, ge=2, le=8192)
+    seed: int = 20261129
+    bootstrap_resamples: int = Field(2000, ge=100, le=100_000)
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    drift_check: bool = False
+    drift_tolerance_pct: float = Field(10.0, ge=0, le=100)
+    request_timeout_s: float = Field(120.0, gt=0, le=3600)
+    ready_timeout_s: float = Field(120.0, gt=0, le=3600)
+
+
+class Window(Part):
+    mode: Literal["always", "window", "never"] = "always"
+    start: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")] = "00:00"
+    end: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")] = "00:00"
+    timezone: str = Field("UTC", max_length=64)
+
+
+class Budgets(Part):
+    cycle_minutes: float = Field(30, gt=0, le=24 * 60)
+    download_gb: float = Field(50, ge=0)
+    disk_gb: float = Field(100, ge=0)
+    retries: int = Field(1, ge=0, le=10)
+
+
+class Policy(Contract):
+    name: Annotated[str, Field(pattern=ID_PATTERN)]
+    trusted_namespaces: list[str] = Field(default_factory=list)
+    allowed_classes: list[CandidateClass]
+    allowed_templates: list[TemplateName]
+    thresholds: Thresholds
+    protocol: Protocol = Field(default_factory=Protocol)
+    auto_promote: dict[CandidateClass, bool]
+    window: Window = Field(default_factory=Window)
+    budgets: Budgets = Field(default_factory=Budgets)
+
+
+# --------------------------------------------------------------------------------------------
+# Plans
+# --------------------------------------------------------------------------------------------
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+class Acceptance(Part):
+    min_speedup_pct: float | None = Field(None, ge=-100, le=10_000)
+    max_peak_memory_gb: float | None = Field(None, gt=0, le=100_000)
+
+    _check_finite = field_validator("min_speedup_pct", "max_peak_memory_gb")(_finite)
+
+
+class Plan(Part):
+    """What an agent may send. Nothing else is accepted."""
+
+    hypothesis: str = Field(min_length=1, max_length=300)
+    candidates: list[Annotated[str, Field(min_length=1, max_length=130)]] = Field(
+        min_length=1, max_length=3
+    )
+    acceptance: Acceptance | None = None
+    notes: str = Field("", max_length=2000)
+
+    @field_validator("hypothesis")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\n" in value or "\r" in value:
+            raise ValueError("hypothesis must be one line")
+        return value
+
+
+class PlanChange(Part):
+    field: str
+    action: Literal["added", "removed", "clamped", "tightened", "kept", "defaulted", "refused"]
+    value: Any = None
+    reason: str
+
+
+class RefusedCandidate(Part):
+    id: str
+    reason: str
+
+
+class EffectiveThresholds(Part):
+    min_speedup_pct: float
+    max_peak_memory_gb: float
+    max_error_rate: float
+    worst_prompt_tolerance_pct: float
+    tie_tolerance_pct: float
+    lossy_min_identical_fraction: float
+
+
+class FrozenPlan(Contract):
+    """A sanitized plan, frozen on disk before the service is touched."""
+
+    plan_id: str
+    created_at: datetime
+    proposed_by: str = Field(max_length=200)
+    proposed: Plan
+    candidates: list[str]
+    thresholds: EffectiveThresholds
+    protocol: Protocol
+    auto_promote: dict[CandidateClass, bool]
+    changes: list[PlanChange]
+    refused: list[RefusedCandidate]
+    registry_hash: str
+    policy_hash: str
+    content_hash: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes, processes, service config
+# --------------------------------------------------------------------------------------------
+
+
+class Recipe(Contract):
+    """Exactly what runs on a port: template, knobs and resolved artifact paths with hashes."""
+
+    candidate_id: str
+    template: TemplateName
+    model_path: str
+    draft_path: str | None = None
+    knobs: Knobs = Field(default_factory=Knobs)
+    artifact_hashes: dict[str, str] = Field(default_factory=dict)
+    semantics: Semantics = Semantics.LOSSLESS
+    candidate_class: CandidateClass | None = None
+    manifest_hash: str | None = None
+
+    def key(self) -> str:
+        """Identity of a recipe for comparisons (ignores the hashes' order)."""
+        return self.model_dump_json(include={"template", "model_path", "draft_path", "knobs"})
+
+
+class ProcessRecord(Contract):
+    """A server the project started: enough to find it again and never confuse it with a stranger."""
+
+    role: Literal["stable", "candidate"]
+    pid: int
+    pgid: int
+    create_time: float = Field(description="process start time (epoch seconds, from the OS)")
+    argv: list[str]
+    host: str
+    port: int
+    log_path: str
+    candidate_id: str
+    cycle_id: str | None = None
+    started_at: datetime
+
+
+class ServiceConfig(Contract):
+    """config.yaml: the managed service."""
+
+    host: Literal["127.0.0.1"] = "127.0.0.1"
+    port: int = Field(8080, ge=1024, le=65535)
+    scratch_port: int = Field(8090, ge=1024, le=65535)
+    policy: Annotated[str, Field(pattern=ID_PATTERN)] = "default"
+    baseline: Recipe
+
+
+class SupervisorRecord(Contract):
+    pid: int
+    create_time: float
+    started_at: datetime
+    cycle_id: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Measurements, gates, verdicts
+# --------------------------------------------------------------------------------------------
+
+
+class Sample(Contract):
+    """One measured request."""
+
+    candidate: str
+    phase: Literal["warmup", "measure", "verify", "drift", "quality"] = "measure"
+    prompt_id: str
+    repeat: int
+    order: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    decode_tps: float | None = None
+    e2e_s: float | None = None
+    e2e_tps: float | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    token_ids: list[int] | None = None
+    error: str | None = None
+
+
+class Comparison(Part):
+    """Greedy output of one prompt compared with the baseline's."""
+
+    prompt_id: str
+    identical: bool
+    compared: Literal["token_ids", "text"]
+    first_divergence: int | None = None
+    baseline_context: str = ""
+    candidate_context: str = ""
+
+
+class GateResult(Part):
+    gate: str
+    passed: bool
+    detail: str
+    comparisons: list[Comparison] = Field(default_factory=list)
+
+
+class PromptStat(Part):
+    prompt_id: str
+    baseline_tps: float
+    candidate_tps: float
+    speedup: float
+
+
+class Decision(StrEnum):
+    QUALIFIED = "qualified"
+    REJECTED = "rejected"
+    INCONCLUSIVE = "inconclusive"
+
+
+class CandidateVerdict(Part):
+    candidate: str
+    decision: Decision
+    reasons: list[str]
+    per_prompt: list[PromptStat] = Field(default_factory=list)
+    speedup_estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    worst_prompt: str | None = None
+    worst_speedup: float | None = None
+    mean_speedup: float | None = None
+    median_speedup: float | None = None
+    token_weighted_speedup: float | None = None
+    baseline_tps: float | None = None
+    candidate_tps: float | None = None
+    peak_memory_gb: float | None = None
+    gates: list[GateResult] = Field(default_factory=list)
+    auto_promote: bool = True
+    repeats_to_decide: int | None = None
+
+
+class Verdict(Contract):
+    candidates: list[CandidateVerdict]
+    selected: str | None
+    reason: str
+
+
+class CandidateRun(Contract):
+    """Everything measured for one candidate: the input to selection, kept raw in evidence."""
+
+    candidate: str
+    candidate_class: CandidateClass | None = None
+    semantics: Semantics = Semantics.LOSSLESS
+    knobs: Knobs = Field(default_factory=Knobs)
+    started: bool = True
+    start_error: str | None = None
+    peak_memory_gb: float | None = None
+    memory_source: str | None = None
+    samples: list[Sample] = Field(default_factory=list)
+    greedy: list[Sample] = Field(default_factory=list)
+    cache_note: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# Cycle, journal, evidence
+# --------------------------------------------------------------------------------------------
+
+
+class CycleState(StrEnum):
+    QUEUED = "QUEUED"
+    PREFLIGHT = "PREFLIGHT"
+    PREPARE = "PREPARE"
+    BASELINE = "BASELINE"
+    MAINTENANCE = "MAINTENANCE"
+    EXPERIMENT = "EXPERIMENT"
+    SELECT = "SELECT"
+    PROMOTE = "PROMOTE"
+    VERIFY = "VERIFY"
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    RECOVER = "RECOVER"
+    SEALED = "SEALED"
+
+
+class Outcome(StrEnum):
+    PROMOTED = "promoted"
+    KEPT_BASELINE = "kept_baseline"
+    ROLLED_BACK = "rolled_back"
+    REFUSED = "refused"
+    RESTORED_AFTER_ERROR = "restored_after_error"
+    NEEDS_OPERATOR = "needs_operator"
+
+
+class Event(Contract):
+    """One journal line."""
+
+    ts: datetime
+    cycle_id: str
+    state: CycleState
+    message: str
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvironmentFingerprint(Contract):
+    platform: str
+    machine: str
+    cpu: str
+    cpu_count: int
+    memory_gb: float
+    python: str
+    packages: dict[str, str]
+    blas: str = ""
+    models: dict[str, str] = Field(default_factory=dict)
+
+    def key(self) -> str:
+        """What must stay equal for a remembered outcome to still apply."""
+        return self.model_dump_json(include={"platform", "machine", "cpu", "packages", "models"})
+
+
+class CycleSummary(Contract):
+    """evidence/<id>/summary.json: the cycle's headline, for listings and `status`."""
+
+    cycle_id: str
+    plan_id: str
+    started_at: datetime
+    ended_at: datetime
+    outcome: Outcome
+    selected: str | None = None
+    speedup_pct: float | None = None
+    reason: str
+    active_recipe: str
+    interrupted: bool = False
+    recovery: str | None = None
+
+
+class EvidenceManifest(Contract):
+    """evidence/<id>/MANIFEST.json: sha256 of every other file of the bundle."""
+
+    cycle_id: str
+    files: dict[str, str]
+
+
+class QueueEntry(Contract):
+    plan_id: str
+    queued_at: datetime
+    path: str
+
+
+class AuditRecord(Contract):
+    ts: datetime
+    client: str
+    plan_hash: str
+    accepted: bool
+    plan_id: str | None = None
+    detail: str = ""

@@ -1,0 +1,558 @@
+"""The supervisor: one optimization cycle, read top to bottom.
+
+QUEUED → PREFLIGHT → PREPARE → BASELINE → MAINTENANCE → EXPERIMENT(each) → SELECT → PROMOTE →
+VERIFY → COMMIT | ROLLBACK → SEALED. Each state is journaled (fsync) before its side effect, so
+``recovery.decide`` can always tell what a killed cycle had done. Decisions are made by the pure
+core (policy, selector, recovery); this module only sequences I/O around them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from mcp_infra import bench, evidence
+from mcp_infra.contracts import (
+    BASELINE_ID,
+    CandidateRun,
+    CycleState,
+    CycleSummary,
+    EnvironmentFingerprint,
+    Event,
+    FrozenPlan,
+    Outcome,
+    Recipe,
+    Sample,
+    SupervisorRecord,
+    Verdict,
+)
+from mcp_infra.demo_models import model_fingerprint
+from mcp_infra.gates import compare_greedy, smoke_failures
+from mcp_infra.policy import load_policy
+from mcp_infra.recovery import Action, decide
+from mcp_infra.registry import (
+    find_candidate,
+    host_facts,
+    installed_version,
+    load_registry,
+    preflight,
+    resolve_recipe,
+)
+from mcp_infra.runtime import MemorySampler, PortBusy, ServerStartError
+from mcp_infra.selector import select
+from mcp_infra.service import (
+    ServiceError,
+    active_recipe,
+    ensure_serving,
+    load_config,
+    service_record,
+    stable_port_held_by_stranger,
+    start_candidate,
+    start_service,
+    stop_candidate,
+    stop_stray_candidates,
+)
+from mcp_infra.store import (
+    Home,
+    LockHeld,
+    read_model,
+    read_optional,
+    utcnow,
+    write_model,
+)
+from mcp_infra.suites import load_suite
+
+PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
+
+
+class NeedsOperator(RuntimeError):
+    """The service could not be restored; no cycle runs until a person (or `recover`) acts."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Journal
+# ---------------------------------------------------------------------------------------------
+
+
+class Journal:
+    def __init__(self, home: Home, cycle_id: str) -> None:
+        self.home = home
+        self.cycle_id = cycle_id
+
+    def __call__(self, state: CycleState, message: str, **fields: Any) -> None:
+        """Append the event (fsynced) first; then, if asked to, pause here for fault injection."""
+        self.home.append_event(Event(ts=utcnow(), cycle_id=self.cycle_id, state=state,
+                                     message=message, fields=fields))
+        write_model(self.home.state / "supervisor.json", _supervisor_record(self.cycle_id))
+        current = {"cycle_id": self.cycle_id, "state": state.value, "message": message,
+                   **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}}}
+        (self.home.state / "current.json").write_text(_json(current))
+        if fields.get("step", "enter") == "enter" and os.environ.get(PAUSE_ENV) == state.value:
+            marker = self.home.state / f"paused-at-{state.value}"
+            marker.write_text(f"{os.getpid()}\n")
+            while True:  # a seam for tests and operators: wait here until killed
+                time.sleep(3600)
+
+
+def _json(data: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(data, default=str)
+
+
+def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
+    import psutil
+
+    return SupervisorRecord(pid=os.getpid(), create_time=psutil.Process().create_time(),
+                            started_at=utcnow(), cycle_id=cycle_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement (the same for baseline and candidates)
+# ---------------------------------------------------------------------------------------------
+
+
+def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None) -> CandidateRun:
+    """Warm-up, shuffled repeats of the speed suite, then one greedy request per prompt."""
+    protocol = plan.protocol
+    suite = load_suite(protocol.suite)
+    prompts = {p.id: p for p in suite.prompts}
+    samples: list[Sample] = []
+    greedy: list[Sample] = []
+    quality: list[Sample] = []
+    sampler = MemorySampler(pid) if pid else None
+    if sampler:
+        sampler.__enter__()
+    try:
+        for round_ in range(protocol.warmup):
+            for pid_, prompt in prompts.items():
+                samples.append(bench.stream_chat(
+                    base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
+                    timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=pid_,
+                    repeat=round_, phase="warmup"))
+        for order, (repeat, pid_) in enumerate(
+                bench.measurement_order(list(prompts), protocol.repeats, protocol.seed)):
+            prompt = prompts[pid_]
+            samples.append(bench.stream_chat(
+                base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
+                timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=pid_,
+                repeat=repeat, order=order))
+        for pid_, prompt in prompts.items():
+            greedy.append(bench.greedy_chat(
+                base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
+                timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=pid_))
+        if protocol.quality_suite:
+            for task in load_suite(protocol.quality_suite).prompts:
+                quality.append(bench.greedy_chat(
+                    base_url, _messages(task), max_tokens=_max_tokens(task, protocol),
+                    timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=task.id,
+                    phase="quality"))
+    finally:
+        if sampler:
+            sampler.__exit__(None, None, None)
+    return CandidateRun(candidate=candidate, samples=samples + quality, greedy=greedy,
+                        peak_memory_gb=sampler.peak_gb if sampler else None,
+                        memory_source=sampler.source if sampler else None)
+
+
+def _messages(prompt: Any) -> list[dict[str, Any]]:
+    return [m.model_dump() if hasattr(m, "model_dump") else dict(m) for m in prompt.messages]
+
+
+def _max_tokens(prompt: Any, protocol: Any) -> int:
+    return min(getattr(prompt, "max_tokens", None) or protocol.max_tokens, protocol.max_tokens)
+
+
+def cache_note(recipe: Recipe) -> str:
+    if recipe.knobs.prompt_cache_size == 0:
+        return "prompt cache off (--prompt-cache-size 0): no request can hit a cached prefix"
+    return ("server's default prompt cache, measured as it will be served; cached prompt tokens "
+            "of each request are recorded in cached_tokens")
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------------
+
+
+def environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
+    import psutil
+
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    packages = {name: v for name in ("mlx", "mlx-lm", "mlx-vlm", "mcp", "pydantic", "mcp-infra",
+                                     "huggingface_hub") if (v := installed_version(name))}
+    models: dict[str, str] = {}
+    for recipe in recipes:
+        models.update({f"{recipe.candidate_id}:{k}": v for k, v in recipe.artifact_hashes.items()})
+    return EnvironmentFingerprint(
+        platform=platform.platform(), machine=platform.machine(), cpu=cpu,
+        cpu_count=os.cpu_count() or 0, memory_gb=round(psutil.virtual_memory().total / 2**30, 2),
+        python=platform.python_version(), packages=packages,
+        blas=os.environ.get("LD_PRELOAD", "") or "bundled (no LD_PRELOAD)", models=models)
+
+
+def _fingerprint(path: Path) -> str:
+    return model_fingerprint(path) if path.is_dir() else "missing"
+
+
+# ---------------------------------------------------------------------------------------------
+# The cycle
+# ---------------------------------------------------------------------------------------------
+
+
+def new_cycle_id(plan: FrozenPlan) -> str:
+    return f"c-{utcnow().strftime('%Y%m%d-%H%M%S')}-{plan.content_hash[:6]}"
+
+
+def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
+    """Run one frozen plan to a sealed evidence bundle. Never leaves the service unrestored."""
+    cycle_id = new_cycle_id(plan)
+    cdir = home.cycle_dir(cycle_id)
+    cdir.mkdir(parents=True, exist_ok=True)
+    write_model(cdir / "plan.json", plan)
+    journal = Journal(home, cycle_id)
+    started = utcnow()
+    journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
+    try:
+        outcome, selected, reason, speedup = _run(home, plan, cycle_id, journal)
+    except NeedsOperator as exc:
+        outcome, selected, reason, speedup = Outcome.NEEDS_OPERATOR, None, str(exc), None
+    except Exception as exc:  # any unexpected failure: restore, then account for it
+        reason = f"cycle failed: {type(exc).__name__}: {str(exc)[:300]}"
+        journal(CycleState.ROLLBACK, "unexpected error; restoring the live recipe", step="enter",
+                error=reason)
+        outcome, selected, speedup = _restore(home, journal, reason), None, None
+    return _seal(home, plan, cycle_id, journal, started, outcome, selected, reason, speedup)
+
+
+def _run(home: Home, plan: FrozenPlan, cycle_id: str,
+         journal: Journal) -> tuple[Outcome, str | None, str, float | None]:
+    deadline = time.monotonic() + load_policy(load_config(home).policy).budgets.cycle_minutes * 60
+    config = load_config(home)
+    policy = load_policy(config.policy)
+    journal(CycleState.PREFLIGHT, "checking candidates and the live service")
+    if stable_port_held_by_stranger(home, config):
+        return (Outcome.REFUSED, None, f"port {config.port} is held by a process mcp-infra did "
+                "not start; refusing to touch it", None)
+    manifests = load_registry()
+    facts = host_facts(home.root, home.models, home.hf_cache)
+    live = active_recipe(home)
+    try:
+        ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
+    except (ServerStartError, PortBusy) as exc:
+        raise NeedsOperator(f"the live recipe could not be started: {exc}") from exc
+    runs: dict[str, CandidateRun] = {}
+    recipes: dict[str, Recipe] = {}
+    for candidate in plan.candidates[1:]:
+        found = find_candidate(manifests, candidate)
+        if found is None:
+            runs[candidate] = CandidateRun(candidate=candidate, started=False,
+                                           start_error="no longer in the registry")
+            continue
+        manifest, variant = found
+        check = preflight(manifest, variant, policy, facts)
+        recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
+                                fingerprint=_fingerprint)
+        recipes[candidate] = recipe
+        if not check.passed:
+            runs[candidate] = CandidateRun(candidate=candidate, started=False,
+                                           candidate_class=recipe.candidate_class,
+                                           semantics=recipe.semantics, knobs=recipe.knobs,
+                                           start_error="preflight: " + "; ".join(check.failures()))
+    journal(CycleState.PREPARE, "artifacts resolved",
+            recipes={c: r.model_dump(mode="json") for c, r in recipes.items()})
+    for candidate, recipe in recipes.items():
+        missing = [p for p in (recipe.model_path, recipe.draft_path) if p and not Path(p).exists()]
+        if missing and candidate not in runs:
+            runs[candidate] = CandidateRun(candidate=candidate, started=False,
+                                           candidate_class=recipe.candidate_class,
+                                           semantics=recipe.semantics, knobs=recipe.knobs,
+                                           start_error=f"artifact missing: {', '.join(missing)}")
+
+    journal(CycleState.BASELINE, "measuring the live service", recipe=live.candidate_id)
+    record = service_record(home)
+    base_url = f"http://{config.host}:{config.port}"
+    baseline = measure(base_url, BASELINE_ID, plan, record.pid if record else None)
+    baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
+                                           "cache_note": cache_note(live)})
+    write_model(home.cycle_dir(cycle_id) / "runs" / "baseline.json", baseline)
+    write_model(home.cycle_dir(cycle_id) / "environment.json",
+                environment([live, *recipes.values()]))
+
+    journal(CycleState.MAINTENANCE, "experiments run on the scratch port; the live service keeps "
+            "serving", expected_downtime_s=0, scratch_port=config.scratch_port)
+    todo = [c for c in plan.candidates[1:] if c not in runs]
+    for index, candidate in enumerate(todo, start=1):
+        recipe = recipes[candidate]
+        if time.monotonic() > deadline:
+            runs[candidate] = _not_started(candidate, recipe, "the cycle's time budget ran out "
+                                           "before this candidate could be measured")
+            continue
+        journal(CycleState.EXPERIMENT, f"measuring {candidate}", candidate=candidate,
+                index=index, total=len(todo))
+        runs[candidate] = _experiment(home, config, plan, cycle_id, recipe)
+        write_model(home.cycle_dir(cycle_id) / "runs" / f"{_safe(candidate)}.json",
+                    runs[candidate])
+    for candidate, run in runs.items():  # record candidates that never started, too
+        path = home.cycle_dir(cycle_id) / "runs" / f"{_safe(candidate)}.json"
+        if not path.exists():
+            write_model(path, run)
+
+    journal(CycleState.SELECT, "selecting by the frozen thresholds")
+    ordered = [runs[c] for c in plan.candidates[1:] if c in runs]
+    verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
+    write_model(home.cycle_dir(cycle_id) / "verdict.json", verdict)
+    if verdict.selected is None:
+        return Outcome.KEPT_BASELINE, None, verdict.reason, None
+    winner = recipes[verdict.selected]
+    speedup = _speedup_pct(verdict, verdict.selected)
+    return _promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
+                    verdict)
+
+
+def _safe(candidate: str) -> str:
+    return candidate.replace(":", "__")
+
+
+def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
+    return CandidateRun(candidate=candidate, started=False, start_error=why,
+                        candidate_class=recipe.candidate_class, semantics=recipe.semantics,
+                        knobs=recipe.knobs)
+
+
+def _experiment(home: Home, config: Any, plan: FrozenPlan, cycle_id: str,
+                recipe: Recipe) -> CandidateRun:
+    """Start the candidate on the scratch port, measure it as it will be served, stop it."""
+    try:
+        record = start_candidate(home, recipe, config, cycle_id=cycle_id,
+                                 timeout=plan.protocol.ready_timeout_s)
+    except (ServerStartError, PortBusy, ValueError) as exc:
+        return _not_started(recipe.candidate_id, recipe, f"server did not start: {exc}")
+    try:
+        run = measure(f"http://{config.host}:{config.scratch_port}", recipe.candidate_id, plan,
+                      record.pid)
+    finally:
+        stop_candidate(home, record)
+    return run.model_copy(update={"candidate_class": recipe.candidate_class,
+                                  "semantics": recipe.semantics, "knobs": recipe.knobs,
+                                  "cache_note": cache_note(recipe)})
+
+
+def _speedup_pct(verdict: Verdict, candidate: str) -> float | None:
+    for item in verdict.candidates:
+        if item.candidate == candidate and item.speedup_estimate is not None:
+            return round((item.speedup_estimate - 1) * 100, 2)
+    return None
+
+
+def _promote(home: Home, config: Any, plan: FrozenPlan, journal: Journal, live: Recipe,
+             winner: Recipe, run: CandidateRun, speedup: float | None,
+             verdict: Verdict) -> tuple[Outcome, str | None, str, float | None]:
+    journal(CycleState.PROMOTE, f"restarting the stable port with {winner.candidate_id}",
+            step="enter", recipe=winner.model_dump(mode="json"), previous=live.candidate_id)
+    if stable_port_held_by_stranger(home, config):
+        reason = (f"port {config.port} is held by a process mcp-infra did not start; "
+                  "promotion refused, nothing was touched")
+        journal(CycleState.ROLLBACK, reason, step="enter")
+        return _restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason, None
+    try:
+        start_service(home, winner, config, cycle_id=journal.cycle_id,
+                      timeout=plan.protocol.ready_timeout_s)
+    except (ServerStartError, PortBusy) as exc:
+        reason = f"the winner did not start on the stable port: {str(exc)[:300]}"
+        journal(CycleState.ROLLBACK, reason, step="enter")
+        return _restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason, None
+    journal(CycleState.VERIFY, "checking the promoted service online", step="enter")
+    failure = verify_online(home, config, plan, winner, run)
+    if failure:
+        journal(CycleState.VERIFY, failure, step="failed")
+        journal(CycleState.ROLLBACK, "verification failed; restoring the previous recipe",
+                step="enter")
+        return _restore(home, journal, failure, outcome=Outcome.ROLLED_BACK), None, failure, None
+    journal(CycleState.VERIFY, "the stable port reproduces the measured greedy outputs",
+            step="passed")
+    journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe")
+    commit(home, live, winner)
+    return Outcome.PROMOTED, winner.candidate_id, verdict.reason, speedup
+
+
+def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
+    write_model(home.state / "previous.json", previous)
+    write_model(home.state / "active.json", winner)
+
+
+def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
+                  run: CandidateRun) -> str | None:
+    """Gates again on the stable port: the same greedy outputs as measured, no smoke failure."""
+    base_url = f"http://{config.host}:{config.port}"
+    suite = load_suite(plan.protocol.suite)
+    online = [bench.greedy_chat(base_url, _messages(p), max_tokens=_max_tokens(p, plan.protocol),
+                                timeout=plan.protocol.request_timeout_s,
+                                candidate=winner.candidate_id, prompt_id=p.id, phase="verify")
+              for p in suite.prompts]
+    errors = [s for s in online if s.error]
+    if errors:
+        return f"verification request failed: {errors[0].error}"
+    gate = compare_greedy(run.greedy, online)
+    if not gate.passed:
+        return f"online greedy output differs from the measured one: {gate.detail}"
+    measured = {s.prompt_id: s for s in run.greedy}
+    for sample in online:
+        new = [f for f in smoke_failures(sample.text)
+               if f not in smoke_failures(measured[sample.prompt_id].text)]
+        if new:
+            return f"smoke check failed online on {sample.prompt_id}: {new[0]}"
+    return None
+
+
+def _restore(home: Home, journal: Journal, reason: str,
+             outcome: Outcome = Outcome.RESTORED_AFTER_ERROR) -> Outcome:
+    """Stop stray candidates and bring the stable port back to the active recipe."""
+    stopped = stop_stray_candidates(home)
+    config = load_config(home)
+    recipe = active_recipe(home)
+    try:
+        done = ensure_serving(home, recipe, config)
+    except (ServerStartError, PortBusy, ServiceError) as exc:
+        message = f"restoring {recipe.candidate_id} failed: {str(exc)[:300]}"
+        journal(CycleState.ROLLBACK, message, step="failed", stopped=stopped)
+        mark_needs_operator(home, journal.cycle_id, f"{reason}; {message}")
+        return Outcome.NEEDS_OPERATOR
+    journal(CycleState.ROLLBACK, f"{recipe.candidate_id} serves again ({done})", step="done",
+            stopped=stopped)
+    return outcome
+
+
+def mark_needs_operator(home: Home, cycle_id: str, reason: str) -> None:
+    (home.state / "needs_operator.json").write_text(_json({"cycle_id": cycle_id, "reason": reason,
+                                                           "ts": utcnow().isoformat()}))
+
+
+def _seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started: datetime,
+          outcome: Outcome, selected: str | None, reason: str, speedup: float | None,
+          *, interrupted: bool = False, recovery: str | None = None) -> CycleSummary:
+    journal(CycleState.SEALED, f"outcome: {outcome.value}", step="enter", outcome=outcome.value,
+            selected=selected, reason=reason, speedup_pct=speedup)
+    summary = CycleSummary(
+        cycle_id=cycle_id, plan_id=plan.plan_id, started_at=started, ended_at=utcnow(),
+        outcome=outcome, selected=selected, speedup_pct=speedup, reason=reason,
+        active_recipe=active_recipe(home).candidate_id, interrupted=interrupted,
+        recovery=recovery)
+    evidence.seal(home, cycle_id, summary)
+    journal(CycleState.SEALED, "evidence sealed", step="done")
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Supervisor
+# ---------------------------------------------------------------------------------------------
+
+
+def recover(home: Home) -> list[str]:
+    """Finish or undo every unfinished cycle, by ``recovery.decide`` on its journal."""
+    notes: list[str] = []
+    if not home.cycles.is_dir():
+        return notes
+    for cdir in sorted(p for p in home.cycles.iterdir() if p.is_dir()):
+        cycle_id = cdir.name
+        if (home.evidence / cycle_id / "MANIFEST.json").exists():
+            continue
+        events, problems = home.read_journal(cycle_id)
+        decision = decide(events)
+        if decision.action == Action.NOTHING and not events:
+            continue
+        journal = Journal(home, cycle_id)
+        plan = read_optional(cdir / "plan.json", FrozenPlan)
+        journal(CycleState.RECOVER, decision.reason, action=decision.action.value,
+                last_state=decision.last_state.value if decision.last_state else None,
+                journal_problems=problems)
+        outcome = decision.outcome or Outcome.RESTORED_AFTER_ERROR
+        selected = None
+        if decision.action == Action.KEEP_PROMOTION and decision.promoted_recipe:
+            winner = Recipe.model_validate(decision.promoted_recipe)
+            live = active_recipe(home)
+            if live.key() != winner.key():
+                commit(home, live, winner)
+            selected = winner.candidate_id
+            outcome = _restore(home, journal, decision.reason, outcome=Outcome.PROMOTED)
+        elif decision.action in (Action.RESTORE_PREVIOUS, Action.FINISH_SEALING):
+            outcome = _restore(home, journal, decision.reason, outcome=outcome)
+        if plan is None:
+            notes.append(f"{cycle_id}: no readable plan; journal kept as is")
+            continue
+        _seal(home, plan, cycle_id, journal, events[0].ts if events else utcnow(), outcome,
+              selected, f"interrupted in {decision.last_state.value if decision.last_state else '?'}"
+              f": {decision.reason}", None, interrupted=True, recovery=decision.action.value)
+        notes.append(f"{cycle_id}: {decision.action.value} → {outcome.value}")
+    return notes
+
+
+@contextmanager
+def supervising(home: Home) -> Iterator[None]:
+    with home.supervisor_lock():
+        write_model(home.state / "supervisor.json", _supervisor_record(None))
+        try:
+            yield
+        finally:
+            (home.state / "supervisor.json").unlink(missing_ok=True)
+            (home.state / "current.json").unlink(missing_ok=True)
+
+
+def supervise(home: Home) -> list[CycleSummary]:
+    """Recover, then run every queued plan in order; return when the queue is empty."""
+    home.ensure()
+    summaries: list[CycleSummary] = []
+    try:
+        with supervising(home):
+            recover(home)
+            while True:
+                if (home.state / "needs_operator.json").exists():
+                    break
+                queued = home.queued()
+                if not queued:
+                    break
+                entry = queued[0]
+                plan = read_model(entry, FrozenPlan)
+                try:
+                    summaries.append(run_cycle(home, plan))
+                finally:
+                    done = home.plans / "done"
+                    done.mkdir(parents=True, exist_ok=True)
+                    entry.replace(done / entry.name)
+    except LockHeld:
+        raise
+    return summaries
+
+
+def operator_recover(home: Home) -> list[str]:
+    """`mcp-infra recover`: recover unfinished cycles, then clear needs-operator if the live
+    recipe can be served again."""
+    home.ensure()
+    notes: list[str] = []
+    with supervising(home):
+        notes += recover(home)
+        marker = home.state / "needs_operator.json"
+        if marker.exists():
+            stopped = stop_stray_candidates(home)
+            notes += [f"stopped stray candidate {s}" for s in stopped]
+            try:
+                done = ensure_serving(home, active_recipe(home), load_config(home))
+            except (ServerStartError, PortBusy, ServiceError) as exc:
+                notes.append(f"still needs an operator: {exc}")
+                return notes
+            marker.unlink()
+            notes.append(f"live recipe {active_recipe(home).candidate_id} serves ({done}); "
+                         "needs-operator cleared")
+    return notes or ["nothing to recover"]

@@ -1,0 +1,136 @@
+"""`mcp-infra demo`: the whole loop on the embedded default, through a real MCP client.
+
+It builds the tiny models, serves the baseline on the stable port, starts `mcp-infra serve` as a
+subprocess and talks to it over stdio exactly as an IDE agent would: reads the registry, proposes
+a plan, follows `status` until the cycle is sealed, and prints the evidence. Nothing about the
+result is decided here: the detached supervisor measures and the selector decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from mcp_infra.contracts import Recipe, ServiceConfig
+from mcp_infra.demo_models import build_demo_models
+from mcp_infra.runtime import free_port, port_open
+from mcp_infra.service import ensure_serving, stop_service
+from mcp_infra.store import Home, default_home, write_model
+
+DEMO_CANDIDATES = ["demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:draft-k4-cache"]
+DEMO_HYPOTHESIS = "A same-tokenizer drafter speeds up greedy decoding without changing outputs."
+FOLLOW_TIMEOUT_S = 900
+
+
+def demo_home(root: str | Path | None) -> Home:
+    """The demo never touches a real service's home: by default it lives in <home>/demo."""
+    return Home(root) if root else Home(default_home() / "demo")
+
+
+def prepare(home: Home) -> ServiceConfig:
+    """Build the models and write a config whose baseline is the plain target (reset each run)."""
+    home.ensure()
+    paths = build_demo_models(home.models)
+    if (home.state / "service.json").exists():
+        stop_service(home)
+    for name in ("active.json", "previous.json", "needs_operator.json"):
+        (home.state / name).unlink(missing_ok=True)
+    port = 18080 if not port_open(18080) else free_port()
+    scratch = 18090 if not port_open(18090) and port != 18090 else free_port()
+    config = ServiceConfig(
+        port=port, scratch_port=scratch, policy="demo",
+        baseline=Recipe(candidate_id="demo-tiny:target", template="mlx_lm_server",
+                        model_path=str(paths["target"])))
+    write_model(home.config, config)
+    return config
+
+
+def _server_params(home: Home) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_infra", "--home", str(home.root), "serve"],
+        env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""),
+             "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+    )
+
+
+async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
+    """Talk to `mcp-infra serve` over stdio like any MCP client; return the sealed evidence."""
+    async with Client(_server_params(home)) as client:
+        registry = await client.call_tool("registry", {})
+        runnable = [c["id"] for c in registry.structured_content["candidates"]
+                    if c["preflight_passed"]]
+        log(f"registry: {len(runnable)} candidates pass preflight on this machine")
+        plan = {"hypothesis": DEMO_HYPOTHESIS, "candidates": candidates,
+                "notes": "proposed by `mcp-infra demo`"}
+        result = await client.call_tool("propose_plan", {"plan": plan})
+        proposal = result.structured_content
+        if result.is_error or not proposal or not proposal.get("accepted"):
+            text = result.content[0].text if result.content else "no answer"
+            raise RuntimeError(f"plan refused: {proposal.get('message') if proposal else text}")
+        log(f"plan {proposal['plan_id']} queued: {', '.join(proposal['candidates'])}")
+        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            status = (await client.call_tool("status", {})).structured_content
+            cycle = status.get("cycle") or {}
+            line = f"{cycle.get('state', '')} {cycle.get('candidate') or ''}".strip()
+            if line and line != last:
+                log(f"  cycle {cycle.get('cycle_id')}: {line}")
+                last = line
+            sealed = status.get("last_cycle") or {}
+            if (sealed.get("plan_id") == proposal["plan_id"] and not status["queue"]
+                    and not status.get("supervisor_running")):
+                break
+            await anyio.sleep(1.0)
+        else:
+            raise RuntimeError(f"the cycle did not seal within {FOLLOW_TIMEOUT_S} s")
+        cycle_id = sealed["cycle_id"]
+        ev = await client.call_tool("evidence", {"cycle_id": cycle_id})
+        return ev.structured_content
+
+
+def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = False) -> int:
+    from mcp_infra.app import EvidenceView
+    from mcp_infra.cli import verdict_table
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    home = demo_home(root)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr if as_json else sys.stdout, flush=True)
+
+    started = time.monotonic()
+    log(f"home: {home.root}")
+    config = prepare(home)
+    log(f"demo models built in {home.models}")
+    log(f"starting the live service (baseline: plain target) on 127.0.0.1:{config.port}")
+    ensure_serving(home, config.baseline, config)
+    try:
+        evidence = anyio.run(drive, home, DEMO_CANDIDATES, log)
+    finally:
+        if not keep_serving:
+            stop_service(home)
+    view = EvidenceView.model_validate(evidence)
+    log("")
+    log(verdict_table(view))
+    summary = view.summary
+    assert summary is not None
+    log(f"\nevidence: {view.path}  (verify: mcp-infra --home {home.root} evidence verify "
+        f"{summary.cycle_id})")
+    log(f"demo took {time.monotonic() - started:.0f} s"
+        + (f"; still serving {summary.active_recipe} on 127.0.0.1:{config.port}"
+           if keep_serving else "; service stopped"))
+    if as_json:
+        print(json.dumps({"cycle_id": summary.cycle_id, "outcome": summary.outcome.value,
+                          "selected": summary.selected, "speedup_pct": summary.speedup_pct,
+                          "evidence_path": view.path, "home": str(home.root)}))
+    return 0

@@ -1,0 +1,524 @@
+"""Quality and equality gates: pure checks of what a server answered.
+
+Task checkers parse the whole reply (a number, a JSON document, a word, a Python module); they never
+search for a substring, so "not 391, it is 390" cannot pass for "391". Smoke checks catch broken
+output (empty, U+FFFD, runaway loops) and are judged relative to the baseline, because tiny demo
+models loop by themselves and a candidate cannot be blamed for the baseline's own failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from mcp_infra.contracts import Comparison, GateResult, Sample
+
+# --------------------------------------------------------------------------------------------
+# Smoke checks
+# --------------------------------------------------------------------------------------------
+
+# Thresholds for runaway repetition. Degenerate decoding repeats a unit until max_tokens, so real
+# loops are long; legitimate text rarely repeats the same unit back to back more than a few times.
+# Word loops: a block of 1..64 words repeated back to back, at least 4 copies covering >= 32
+# words ("very very very" or a sentence said twice is fine; the same sentence 4+ times is not).
+WORD_MAX_PERIOD = 64
+WORD_MIN_COPIES = 4
+WORD_MIN_SPAN = 32
+# Character loops catch what has no spaces ("ingingingin…", "!!!!…", CJK): a unit of 1..16
+# characters with >= 8 copies covering >= 100 characters. 100 is above the usual 72–80 column
+# rulers ("=" * 80) that code and Markdown legitimately contain.
+CHAR_MAX_PERIOD = 16
+CHAR_MIN_COPIES = 8
+CHAR_MIN_SPAN = 100
+# Whitespace-only loops ("\n\n\n…") need a longer run: indentation and blank lines are normal.
+WHITESPACE_MIN_SPAN = 200
+
+SMOKE_CHECKS = ("empty", "replacement_char", "repetition")
+
+
+def _periodic_runs(seq: Sequence[str], period: int) -> Iterable[tuple[int, int]]:
+    """(start, length) of every maximal span of ``seq`` that repeats with ``period``."""
+    start = None
+    n = len(seq)
+    for i in range(n - period + 1):
+        same = i + period < n and seq[i] == seq[i + period]
+        if same and start is None:
+            start = i
+        elif not same and start is not None:
+            yield start, i - start + period
+            start = None
+
+
+def _find_loop(
+    seq: Sequence[str],
+    max_period: int,
+    min_copies: int,
+    min_span: int,
+    accept: Callable[[int, int], bool] = lambda start, period: True,
+) -> tuple[int, int, int] | None:
+    """Longest back-to-back repetition (start, period, span) meeting the thresholds, if any.
+
+    ``accept(start, period)`` can refuse a unit. Ties go to the earliest start, then the shortest
+    period, so the answer is deterministic.
+    """
+    best: tuple[int, int, int] | None = None
+    for period in range(1, min(max_period, len(seq) // 2) + 1):
+        for start, span in _periodic_runs(seq, period):
+            if span // period < min_copies or span < min_span or not accept(start, period):
+                continue
+            if best is None or (span, -start, -period) > (best[2], -best[0], -best[1]):
+                best = (start, period, span)
+    return best
+
+
+def _preview(unit: str, limit: int = 40) -> str:
+    return repr(unit if len(unit) <= limit else unit[:limit] + "…")
+
+
+def repetition_failure(text: str) -> str | None:
+    """Describe a runaway loop anywhere in ``text`` (also one that starts late), or None."""
+    words = text.split()
+    loop = _find_loop(words, WORD_MAX_PERIOD, WORD_MIN_COPIES, WORD_MIN_SPAN)
+    if loop:
+        start, period, span = loop
+        unit = " ".join(words[start : start + period])
+        return (
+            f"runaway repetition: {_preview(unit)} ({period} word(s)) repeated "
+            f"{span // period} times from word {start}"
+        )
+    # Whitespace-only units are left to the blank-run rule below (indentation is normal).
+    loop = _find_loop(
+        text,
+        CHAR_MAX_PERIOD,
+        CHAR_MIN_COPIES,
+        CHAR_MIN_SPAN,
+        accept=lambda start, period: bool(text[start : start + period].strip()),
+    )
+    if loop:
+        start, period, span = loop
+        return (
+            f"runaway repetition: {_preview(text[start : start + period])} repeated "
+            f"{span // period} times from character {start}"
+        )
+    blank = max((len(m.group()) for m in re.finditer(r"\s+", text)), default=0)
+    if blank >= WHITESPACE_MIN_SPAN:
+        return f"runaway repetition: a run of {blank} whitespace characters"
+    return None
+
+
+def smoke_checks(text: str) -> dict[str, str]:
+    """Failed smoke checks keyed by check name (see SMOKE_CHECKS), each with its description."""
+    if not text.strip():
+        return {"empty": "empty output"}
+    failed = {}
+    bad = text.count("\ufffd")
+    if bad:
+        failed["replacement_char"] = (
+            f"contains {bad} U+FFFD replacement character(s) (undecodable output)"
+        )
+    loop = repetition_failure(text)
+    if loop:
+        failed["repetition"] = loop
+    return failed
+
+
+def smoke_failures(text: str) -> list[str]:
+    """Broken-output checks: empty, U+FFFD (undecodable bytes), runaway repetition."""
+    return list(smoke_checks(text).values())
+
+
+def smoke_gate(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> GateResult:
+    """Smoke checks on the candidate's outputs, excused where the baseline fails the same check.
+
+    Outputs are grouped by prompt id; a check fails for a prompt if any output of that prompt
+    fails it. Samples with a request error are left to the error-rate rule.
+    """
+    base = _kinds_by_prompt(baseline)
+    cand = _kinds_by_prompt(candidate)
+    blamed: list[str] = []
+    excused: list[str] = []
+    for pid in sorted(cand):
+        for kind, failure in sorted(cand[pid].items()):
+            if kind in base.get(pid, {}):
+                excused.append(f"{pid}: {kind} excused because the baseline fails it too")
+            else:
+                blamed.append(f"{pid}: {failure}")
+    if not cand:
+        return GateResult(gate="smoke", passed=True, detail="no outputs to check")
+    parts = []
+    if blamed:
+        parts.append("failed on " + "; ".join(blamed))
+    else:
+        parts.append(f"all {len(cand)} prompt(s) pass where the baseline passes")
+    if excused:
+        parts.append("excused: " + "; ".join(excused))
+    return GateResult(gate="smoke", passed=not blamed, detail=". ".join(parts))
+
+
+def _kinds_by_prompt(samples: Sequence[Sample]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for s in sorted(samples, key=lambda s: (s.prompt_id, s.phase, s.repeat, s.order)):
+        if s.error is not None:
+            continue
+        kinds = out.setdefault(s.prompt_id, {})
+        for kind, failure in smoke_checks(s.text).items():
+            kinds.setdefault(kind, failure)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Task checkers (quality suite "smoke")
+# --------------------------------------------------------------------------------------------
+
+
+class TaskCheck(BaseModel):
+    """Outcome of one task checker."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str
+    passed: bool
+    detail: str
+
+
+class TaskSpec(BaseModel):
+    """A quality task: its exact prompt and what its checker requires."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    prompt: str
+    checks: str
+
+
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+
+
+def strip_think(text: str) -> str | None:
+    """The answer after a leading ``<think>…</think>`` block; None if the block never closes.
+
+    Some chat templates put ``<think>`` in the prompt, so a reply may start inside the block and
+    only show ``</think>``; everything up to it is reasoning, not answer.
+    """
+    body = text.lstrip()
+    if body.startswith(_THINK_OPEN):
+        end = body.find(_THINK_CLOSE)
+        return None if end < 0 else body[end + len(_THINK_CLOSE) :]
+    end = text.find(_THINK_CLOSE)
+    if end >= 0 and _THINK_OPEN not in text[:end]:
+        return text[end + len(_THINK_CLOSE) :]
+    return text
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def _check_arithmetic(reply: str) -> tuple[bool, str]:
+    answer = reply.strip()
+    if answer.endswith("."):
+        answer = answer[:-1].rstrip()
+    if not re.fullmatch(r"[+-]?\d+", answer):
+        return False, f"reply is not just a number: {_short(reply.strip())}"
+    value = int(answer)
+    return (value == 391, "391" if value == 391 else f"expected 391, got {value}")
+
+
+def _check_json_object(reply: str) -> tuple[bool, str]:
+    try:
+        data = json.loads(reply.strip())
+    except ValueError as exc:
+        return False, f"reply is not a JSON document ({exc.msg}): {_short(reply.strip())}"
+    if not isinstance(data, dict):
+        return False, f"reply is JSON but not an object: {type(data).__name__}"
+    if set(data) != {"city", "country"}:
+        return False, f"expected exactly the keys city and country, got {sorted(data)}"
+    want = {"city": "paris", "country": "france"}
+    for key, expected in want.items():
+        value = data[key]
+        if not isinstance(value, str) or value.strip().casefold() != expected:
+            return False, f"{key} is {value!r}, expected {expected.title()}"
+    return True, "city Paris, country France"
+
+
+def _check_one_word(reply: str) -> tuple[bool, str]:
+    answer = reply.strip()
+    if not re.fullmatch(r"[a-z]+", answer):
+        return False, f"reply is not exactly one lowercase word: {_short(answer)}"
+    return (answer == "blue", "blue" if answer == "blue" else f"expected blue, got {answer!r}")
+
+
+_FENCE = re.compile(r"```python[ \t]*\n(?P<body>.*?)\n?```", re.DOTALL)
+
+
+def _check_python_add(reply: str) -> tuple[bool, str]:
+    block = _FENCE.fullmatch(reply.strip())
+    if block is None or "```" in block.group("body"):
+        return False, f"reply is not exactly one ```python block: {_short(reply.strip())}"
+    try:
+        module = ast.parse(block.group("body"))
+    except SyntaxError as exc:
+        return False, f"code does not parse: {exc.msg} (line {exc.lineno})"
+    defs = [node for node in module.body if not isinstance(node, ast.Import | ast.ImportFrom)]
+    defs = [node for node in defs if not _is_docstring(node)]
+    if len(defs) != 1 or not isinstance(defs[0], ast.FunctionDef) or defs[0].name != "add":
+        return False, "the block must define exactly one top-level function named add"
+    func = defs[0]
+    args = func.args
+    params = [a.arg for a in args.posonlyargs + args.args]
+    if len(params) != 2 or args.vararg or args.kwarg or args.kwonlyargs:
+        return False, f"add must take exactly two positional parameters, got {params}"
+    if func.decorator_list:
+        return False, "add must not be decorated"
+    body = [node for node in func.body if not _is_docstring(node)]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return False, "add must consist of a single return statement"
+    expr = body[0].value
+    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add)):
+        return False, f"add returns {ast.unparse(expr)!r}, not the sum of its parameters"
+    operands = [expr.left, expr.right]
+    names = [o.id for o in operands if isinstance(o, ast.Name)]
+    if sorted(names) != sorted(params):
+        wanted = f"{params[0]} + {params[1]}"
+        return False, f"add returns {ast.unparse(expr)!r}, not {wanted!r} of its parameters"
+    return True, f"def add({', '.join(params)}): return {ast.unparse(expr)}"
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+_TASKS: dict[str, tuple[TaskSpec, Callable[[str], tuple[bool, str]]]] = {
+    spec.id: (spec, fn)
+    for spec, fn in [
+        (
+            TaskSpec(
+                id="arithmetic",
+                prompt="What is 17 multiplied by 23? Reply with just the number.",
+                checks="the whole reply is the integer 391 (surrounding whitespace and one "
+                "trailing period tolerated)",
+            ),
+            _check_arithmetic,
+        ),
+        (
+            TaskSpec(
+                id="json_object",
+                prompt="Return only a JSON object, no prose and no code fence, with exactly the "
+                'keys "city" and "country" for the capital of France.',
+                checks="the whole reply parses as a JSON object with exactly the keys city and "
+                "country, city Paris and country France (case-insensitive)",
+            ),
+            _check_json_object,
+        ),
+        (
+            TaskSpec(
+                id="one_word",
+                prompt="Answer with exactly one lowercase word and no punctuation: what colour "
+                "is a clear midday sky?",
+                checks="the whole reply is exactly blue (surrounding whitespace tolerated)",
+            ),
+            _check_one_word,
+        ),
+        (
+            TaskSpec(
+                id="python_add",
+                prompt="Write a Python function named add that returns the sum of two "
+                "arguments. Reply with only a python code block.",
+                checks="the reply is exactly one ```python block that parses (never runs) and "
+                "defines add(x, y) returning x + y of its two positional parameters",
+            ),
+            _check_python_add,
+        ),
+    ]
+}
+
+
+def list_tasks() -> list[TaskSpec]:
+    """Every quality task with its exact prompt and what its checker requires."""
+    return [spec for spec, _ in _TASKS.values()]
+
+
+def check_task(task_id: str, text: str) -> TaskCheck:
+    """Check one reply against its task, after removing a leading reasoning block."""
+    if task_id not in _TASKS:
+        return TaskCheck(task=task_id, passed=False, detail=f"unknown task {task_id!r}")
+    reply = strip_think(text)
+    if reply is None:
+        return TaskCheck(task=task_id, passed=False, detail="reasoning block never closed")
+    passed, detail = _TASKS[task_id][1](reply)
+    return TaskCheck(task=task_id, passed=passed, detail=detail)
+
+
+def quality_gate(samples: Sequence[Sample]) -> GateResult:
+    """Every ``quality`` sample (prompt id = task id) must pass its task checker."""
+    rows = sorted(
+        (s for s in samples if s.phase == "quality"), key=lambda s: (s.prompt_id, s.repeat, s.order)
+    )
+    if not rows:
+        return GateResult(gate="quality", passed=False, detail="no quality outputs to check")
+    failed = []
+    for s in rows:
+        if s.error is not None:
+            failed.append(f"{s.prompt_id}: request failed ({s.error})")
+            continue
+        check = check_task(s.prompt_id, s.text)
+        if not check.passed:
+            failed.append(f"{s.prompt_id}: {check.detail}")
+    if failed:
+        detail = f"{len(rows) - len(failed)} of {len(rows)} task(s) passed; failed " + "; ".join(
+            failed
+        )
+    else:
+        detail = f"all {len(rows)} task(s) passed"
+    return GateResult(gate="quality", passed=not failed, detail=detail)
+
+
+# --------------------------------------------------------------------------------------------
+# Greedy comparison (lossless) and agreement (lossy)
+# --------------------------------------------------------------------------------------------
+
+CONTEXT_TOKENS = 3
+CONTEXT_CHARS = 20
+
+
+def _first_difference(a: Sequence, b: Sequence) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _token_context(ids: Sequence[int], at: int) -> str:
+    before = " ".join(str(t) for t in ids[max(0, at - CONTEXT_TOKENS) : at])
+    here = f"[{ids[at]}]" if at < len(ids) else "[end]"
+    after = " ".join(str(t) for t in ids[at + 1 : at + 1 + CONTEXT_TOKENS])
+    return " ".join(part for part in (before, here, after) if part)
+
+
+def _text_context(text: str, at: int) -> str:
+    before = text[max(0, at - CONTEXT_CHARS) : at]
+    here = f"[{text[at]}]" if at < len(text) else "[end]"
+    after = text[at + 1 : at + 1 + CONTEXT_CHARS]
+    return repr(before + here + after)
+
+
+def compare_outputs(prompt_id: str, baseline: Sample, candidate: Sample) -> Comparison:
+    """Compare two greedy outputs: token ids when both have them, else text."""
+    if baseline.token_ids is not None and candidate.token_ids is not None:
+        at = _first_difference(baseline.token_ids, candidate.token_ids)
+        if at is None:
+            return Comparison(prompt_id=prompt_id, identical=True, compared="token_ids")
+        return Comparison(
+            prompt_id=prompt_id,
+            identical=False,
+            compared="token_ids",
+            first_divergence=at,
+            baseline_context=_token_context(baseline.token_ids, at),
+            candidate_context=_token_context(candidate.token_ids, at),
+        )
+    at = _first_difference(baseline.text, candidate.text)
+    if at is None:
+        return Comparison(prompt_id=prompt_id, identical=True, compared="text")
+    return Comparison(
+        prompt_id=prompt_id,
+        identical=False,
+        compared="text",
+        first_divergence=at,
+        baseline_context=_text_context(baseline.text, at),
+        candidate_context=_text_context(candidate.text, at),
+    )
+
+
+def _greedy_by_prompt(samples: Sequence[Sample]) -> dict[str, Sample]:
+    """One greedy output per prompt: the first by (repeat, order) when there are several."""
+    out: dict[str, Sample] = {}
+    for s in sorted(samples, key=lambda s: (s.prompt_id, s.repeat, s.order)):
+        out.setdefault(s.prompt_id, s)
+    return out
+
+
+def _pair_greedy(
+    baseline: Sequence[Sample], candidate: Sequence[Sample]
+) -> tuple[list[Comparison], list[str]]:
+    """Comparisons for prompts both sides answered, and problems (missing or failed outputs)."""
+    base = _greedy_by_prompt(baseline)
+    cand = _greedy_by_prompt(candidate)
+    comparisons: list[Comparison] = []
+    problems: list[str] = []
+    for pid in sorted(set(base) | set(cand)):
+        if pid not in cand:
+            problems.append(f"{pid}: missing from the candidate")
+        elif pid not in base:
+            problems.append(f"{pid}: missing from the baseline")
+        elif base[pid].error is not None:
+            problems.append(f"{pid}: baseline request failed ({base[pid].error})")
+        elif cand[pid].error is not None:
+            problems.append(f"{pid}: candidate request failed ({cand[pid].error})")
+        else:
+            comparisons.append(compare_outputs(pid, base[pid], cand[pid]))
+    return comparisons, problems
+
+
+def _divergences(comparisons: Sequence[Comparison]) -> list[str]:
+    return [
+        f"{c.prompt_id} diverges at {'token' if c.compared == 'token_ids' else 'character'} "
+        f"{c.first_divergence} (baseline {c.baseline_context} vs candidate {c.candidate_context})"
+        for c in comparisons
+        if not c.identical
+    ]
+
+
+def compare_greedy(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> GateResult:
+    """Lossless gate: every prompt's greedy output must equal the baseline's exactly."""
+    comparisons, problems = _pair_greedy(baseline, candidate)
+    total = len(comparisons) + len(problems)
+    identical = sum(1 for c in comparisons if c.identical)
+    if total == 0:
+        return GateResult(gate="lossless", passed=False, detail="no greedy outputs to compare")
+    detail = f"{identical} of {total} prompt(s) identical"
+    issues = _divergences(comparisons) + problems
+    if issues:
+        detail += "; " + "; ".join(issues)
+    return GateResult(
+        gate="lossless", passed=identical == total, detail=detail, comparisons=comparisons
+    )
+
+
+def lossy_agreement(
+    baseline: Sequence[Sample], candidate: Sequence[Sample], min_identical_fraction: float
+) -> GateResult:
+    """Lossy gate: enough prompts must still match the baseline's greedy output exactly.
+
+    A prompt missing or failed on either side counts as not identical. The mean first-divergence
+    position is over the prompts that diverge (how early the outputs part ways).
+    """
+    comparisons, problems = _pair_greedy(baseline, candidate)
+    total = len(comparisons) + len(problems)
+    if total == 0:
+        return GateResult(gate="agreement", passed=False, detail="no greedy outputs to compare")
+    identical = sum(1 for c in comparisons if c.identical)
+    fraction = identical / total
+    positions = [c.first_divergence for c in comparisons if c.first_divergence is not None]
+    detail = (
+        f"{identical} of {total} prompt(s) identical ({fraction:.0%}; at least "
+        f"{min_identical_fraction:.0%} required)"
+    )
+    if positions:
+        detail += f"; mean first divergence at position {sum(positions) / len(positions):.1f}"
+    if problems:
+        detail += "; " + "; ".join(problems)
+    return GateResult(
+        gate="agreement",
+        passed=fraction >= min_identical_fraction and not problems,
+        detail=detail,
+        comparisons=comparisons,
+    )

@@ -1,0 +1,337 @@
+"""Launch templates and server processes.
+
+A template turns a typed ``Recipe`` into an argv list — no shell, no free text from a plan. Servers
+run in their own session (so one signal reaches the whole group), bound to 127.0.0.1, and are
+recorded by pid, process group, start time and command line so that a later process can find them
+again and never mistake a stranger that reused the pid for one of ours.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import psutil
+
+from mcp_infra.contracts import ProcessRecord, Recipe
+from mcp_infra.store import utcnow
+
+LOOPBACK = "127.0.0.1"
+
+
+class ServerStartError(RuntimeError):
+    """A server did not become ready; the message says why (exit code, timeout, log tail)."""
+
+
+class PortBusy(RuntimeError):
+    """A process the project did not start holds the port: refused, never killed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch templates (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def _opt(flag: str, value: object | None) -> list[str]:
+    return [] if value is None else [flag, str(value)]
+
+
+def mlx_lm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
+    knobs = recipe.knobs
+    argv = [python, "-m", "mlx_lm", "server", "--model", recipe.model_path,
+            "--host", host, "--port", str(port)]
+    if knobs.draft:
+        if not recipe.draft_path:
+            raise ValueError("recipe asks for a draft but has no draft path")
+        argv += ["--draft-model", recipe.draft_path]
+        argv += _opt("--num-draft-tokens", knobs.num_draft_tokens)
+    argv += _opt("--kv-bits", knobs.kv_bits)
+    argv += _opt("--kv-group-size", knobs.kv_group_size)
+    argv += _opt("--quantized-kv-start", knobs.quantized_kv_start)
+    argv += _opt("--prefill-step-size", knobs.prefill_step_size)
+    argv += _opt("--prompt-cache-size", knobs.prompt_cache_size)
+    if knobs.draft_kind or knobs.draft_block_size or knobs.max_kv_size:
+        raise ValueError("mlx_lm_server supports no draft_kind, draft_block_size or max_kv_size")
+    return argv
+
+
+def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
+    knobs = recipe.knobs
+    argv = [python, "-m", "mlx_vlm.server", "--model", recipe.model_path,
+            "--host", host, "--port", str(port)]
+    if knobs.draft:
+        if not recipe.draft_path:
+            raise ValueError("recipe asks for a draft but has no draft path")
+        argv += ["--draft-model", recipe.draft_path]
+        argv += _opt("--draft-kind", knobs.draft_kind)
+        argv += _opt("--draft-block-size", knobs.draft_block_size)
+    argv += _opt("--kv-bits", knobs.kv_bits)
+    argv += _opt("--kv-group-size", knobs.kv_group_size)
+    argv += _opt("--quantized-kv-start", knobs.quantized_kv_start)
+    argv += _opt("--max-kv-size", knobs.max_kv_size)
+    argv += _opt("--prefill-step-size", knobs.prefill_step_size)
+    if knobs.num_draft_tokens or knobs.prompt_cache_size is not None:
+        raise ValueError("mlx_vlm_server supports no num_draft_tokens or prompt_cache_size")
+    return argv
+
+
+TEMPLATES = {"mlx_lm_server": mlx_lm_server_argv, "mlx_vlm_server": mlx_vlm_server_argv}
+
+
+def build_argv(recipe: Recipe, port: int, host: str = LOOPBACK, python: str | None = None) -> list[str]:
+    """The one way a recipe becomes a command line."""
+    if host != LOOPBACK:
+        raise ValueError("servers are bound to 127.0.0.1 only")
+    if not 1024 <= port <= 65535:
+        raise ValueError("port out of range")
+    return TEMPLATES[recipe.template](recipe, host, port, python or sys.executable)
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+# ---------------------------------------------------------------------------------------------
+
+
+def port_open(port: int, host: str = LOOPBACK) -> bool:
+    """True if something accepts connections on the port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def is_running(record: ProcessRecord) -> bool:
+    """The recorded process is alive and is the same process (same start time), not a zombie."""
+    try:
+        proc = psutil.Process(record.pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(proc.create_time() - record.create_time) < 0.05
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def port_owner_is(record: ProcessRecord | None, port: int) -> bool:
+    """Is the listener on ``port`` the recorded process (or one of its group)?"""
+    if record is None or not is_running(record):
+        return False
+    try:
+        procs = [psutil.Process(record.pid), *psutil.Process(record.pid).children(recursive=True)]
+        for proc in procs:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                    return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return False
+
+
+def server_env(hf_cache: Path | None) -> dict[str, str]:
+    """Environment for servers: offline-safe hub cache, unbuffered logs."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    if hf_cache is not None:
+        hf_cache.mkdir(parents=True, exist_ok=True)
+        env.setdefault("HF_HUB_CACHE", str(hf_cache))
+    return env
+
+
+def start_server(
+    recipe: Recipe,
+    *,
+    port: int,
+    role: str,
+    log_path: Path,
+    cycle_id: str | None = None,
+    hf_cache: Path | None = None,
+    python: str | None = None,
+    argv: list[str] | None = None,
+) -> tuple[ProcessRecord, subprocess.Popen[bytes]]:
+    """Start a server in its own session. Refuses a busy port (never kills what holds it)."""
+    if port_open(port):
+        raise PortBusy(f"port {port} is already in use by a process mcp-infra did not start here")
+    command = argv or build_argv(recipe, port, python=python)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(  # argv list, never a shell
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=server_env(hf_cache),
+        )
+    created = _create_time(proc.pid) or time.time()
+    record = ProcessRecord(
+        role=role,  # type: ignore[arg-type]
+        pid=proc.pid,
+        pgid=proc.pid,
+        create_time=created,
+        argv=command,
+        host=LOOPBACK,
+        port=port,
+        log_path=str(log_path),
+        candidate_id=recipe.candidate_id,
+        cycle_id=cycle_id,
+        started_at=utcnow(),
+    )
+    return record, proc
+
+
+def log_tail(path: str | Path, limit: int = 1500) -> str:
+    try:
+        data = Path(path).read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def probe_completion(base_url: str, timeout: float = 30.0) -> bool:
+    """One-token chat completion: the only honest readiness signal (``/health`` answers early)."""
+    try:
+        response = httpx.post(
+            f"{base_url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                  "temperature": 0.0},
+            timeout=timeout,
+        )
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def wait_ready(record: ProcessRecord, timeout: float, poll: float = 0.25) -> float:
+    """Wait until the server answers a 1-token completion; return seconds waited."""
+    start = time.monotonic()
+    base = f"http://{record.host}:{record.port}"
+    while True:
+        if not is_running(record):
+            raise ServerStartError(
+                f"server for {record.candidate_id} exited before it was ready; log tail: "
+                f"{log_tail(record.log_path, 600)}"
+            )
+        if port_owner_is(record, record.port) and probe_completion(base):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise ServerStartError(
+                f"server for {record.candidate_id} not ready after {timeout:.0f} s; log tail: "
+                f"{log_tail(record.log_path, 600)}"
+            )
+        time.sleep(poll)
+
+
+def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
+    """TERM the recorded process group, wait, then KILL it. Only ever a process we recorded."""
+    if not is_running(record):
+        return "not running"
+    try:
+        os.killpg(record.pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return "not running"
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not is_running(record):
+            _reap(record.pid)
+            return "stopped (TERM)"
+        time.sleep(0.1)
+    try:
+        os.killpg(record.pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return "stopped (TERM)"
+    for _ in range(50):
+        if not is_running(record):
+            break
+        time.sleep(0.1)
+    _reap(record.pid)
+    return "killed (ignored TERM)"
+
+
+def _reap(pid: int) -> None:
+    """Collect our own child's exit status so it does not linger as a zombie."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+class MemorySampler:
+    """Samples the resident memory of a server's process tree while it is measured.
+
+    On Linux the kernel's high-water mark (VmHWM) of each process is also read, which catches
+    peaks between samples; the source is recorded with the figure.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._sample()
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _sample(self) -> None:
+        total = 0
+        for proc in self._tree():
+            try:
+                total += max(proc.memory_info().rss, _vm_hwm(proc.pid))
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        self.peak_bytes = max(self.peak_bytes, total)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    @property
+    def peak_gb(self) -> float:
+        return self.peak_bytes / 2**30
+
+    @property
+    def source(self) -> str:
+        if Path("/proc/self/status").exists():
+            return "process tree: max(sampled RSS, kernel VmHWM), sampled every 0.2 s"
+        return "process tree: sampled RSS every 0.2 s"
+
+
+def _vm_hwm(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0

@@ -1,0 +1,273 @@
+"""The home directory: the only shared truth between the MCP front, the CLI and the supervisor.
+
+Every file is a contract written atomically (temp file, fsync, rename, fsync of the folder), the
+journal is append-only and fsynced per line, and one lock decides which supervisor owns the
+service. Readers never trust a file blindly: a corrupt one raises ``CorruptFile`` with its path.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from mcp_infra.contracts import AuditRecord, Event, FrozenPlan
+
+M = TypeVar("M", bound=BaseModel)
+
+ENV_HOME = "MCP_INFRA_HOME"
+
+
+class CorruptFile(RuntimeError):
+    """A state file exists but does not parse as its contract: report it, never trust it."""
+
+
+class LockHeld(RuntimeError):
+    """Another supervisor owns the service."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_home() -> Path:
+    """``MCP_INFRA_HOME`` or the per-user data directory (XDG on Linux, Application Support on macOS)."""
+    env = os.environ.get(ENV_HOME)
+    if env:
+        return Path(env).expanduser()
+    if os.uname().sysname == "Darwin":
+        return Path.home() / "Library" / "Application Support" / "mcp-infra"
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "mcp-infra"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def canonical_json(data: object) -> bytes:
+    """Stable bytes for hashing: sorted keys, no whitespace variation."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_model(path: Path, model: BaseModel) -> None:
+    """Write a contract as JSON (``.json``) or YAML (``.yaml``), atomically."""
+    data = model.model_dump(mode="json", by_alias=True)
+    if path.suffix in {".yaml", ".yml"}:
+        payload = yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode()
+    else:
+        payload = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
+    write_bytes_atomic(path, payload)
+
+
+def read_model(path: Path, cls: type[M]) -> M:
+    """Read a contract; a file that exists but does not validate raises ``CorruptFile``."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    try:
+        data = yaml.safe_load(raw) if path.suffix in {".yaml", ".yml"} else json.loads(raw)
+        return cls.model_validate(data)
+    except (ValueError, yaml.YAMLError, ValidationError) as exc:
+        raise CorruptFile(f"{path} is not a valid {cls.__name__}: {str(exc)[:300]}") from exc
+
+
+def read_optional(path: Path, cls: type[M]) -> M | None:
+    try:
+        return read_model(path, cls)
+    except FileNotFoundError:
+        return None
+
+
+class Home:
+    """Paths of the home directory, and the few operations that must be done one way only."""
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root).expanduser().resolve() if root else default_home().resolve()
+
+    # layout ---------------------------------------------------------------------------------
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def plans(self) -> Path:
+        return self.root / "plans"
+
+    @property
+    def queue(self) -> Path:
+        return self.plans / "queue"
+
+    @property
+    def cycles(self) -> Path:
+        return self.root / "cycles"
+
+    @property
+    def evidence(self) -> Path:
+        return self.root / "evidence"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def memory(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "audit.ndjson"
+
+    @property
+    def hf_cache(self) -> Path:
+        return self.root / "hf-cache"
+
+    def cycle_dir(self, cycle_id: str) -> Path:
+        return self.cycles / cycle_id
+
+    def journal(self, cycle_id: str) -> Path:
+        return self.cycle_dir(cycle_id) / "journal.ndjson"
+
+    def ensure(self) -> Home:
+        for path in (self.plans, self.queue, self.cycles, self.evidence, self.state, self.models,
+                     self.logs, self.memory, self.hf_cache):
+            path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    # plans and queue ------------------------------------------------------------------------
+    def plan_path(self, plan_id: str) -> Path:
+        return self.plans / f"{plan_id}.json"
+
+    def enqueue(self, plan: FrozenPlan) -> Path:
+        """Freeze the plan on disk, then add it to the queue (ordered by name = time + id)."""
+        self.ensure()
+        write_model(self.plan_path(plan.plan_id), plan)
+        stamp = plan.created_at.strftime("%Y%m%dT%H%M%S%f")
+        entry = self.queue / f"{stamp}-{plan.plan_id}.json"
+        write_model(entry, plan)
+        return entry
+
+    def queued(self) -> list[Path]:
+        if not self.queue.is_dir():
+            return []
+        return sorted(p for p in self.queue.glob("*.json") if not p.name.startswith("."))
+
+    # journal --------------------------------------------------------------------------------
+    def append_event(self, event: Event) -> None:
+        """Append one line and fsync it before the caller performs the side effect it announces."""
+        path = self.journal(event.cycle_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = event.model_dump_json() + "\n"
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_journal(self, cycle_id: str) -> tuple[list[Event], list[str]]:
+        """Events of a cycle, and a list of problems (a torn last line is reported, not fatal)."""
+        return read_journal_file(self.journal(cycle_id))
+
+    def append_audit(self, record: AuditRecord) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self.audit_log.open("a", encoding="utf-8") as handle:
+            handle.write(record.model_dump_json() + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    # lock -----------------------------------------------------------------------------------
+    @contextmanager
+    def supervisor_lock(self) -> Iterator[IO[str]]:
+        """Hold the supervisor lock (an flock that dies with the process, so no stale locks)."""
+        self.ensure()
+        path = self.state / "supervisor.lock"
+        handle = path.open("a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            handle.close()
+            raise LockHeld(f"another supervisor holds {path}") from exc
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            handle.close()
+
+    def lock_is_held(self) -> bool:
+        path = self.state / "supervisor.lock"
+        if not path.exists():
+            return False
+        with path.open("a+") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return False
+
+
+def read_journal_file(path: Path) -> tuple[list[Event], list[str]]:
+    events: list[Event] = []
+    problems: list[str] = []
+    if not path.exists():
+        return events, problems
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(Event.model_validate_json(line))
+        except ValidationError:
+            problems.append(f"{path.name} line {number} is not a valid event (torn write?)")
+    return events, problems

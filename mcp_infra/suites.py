@@ -1,0 +1,92 @@
+"""Prompt suites are data: YAML files under ``policy/suites``, validated by a strict model.
+
+A speed suite says what the benchmark sends; a quality suite's prompt ids are task ids of
+``gates.check_task`` and its prompts must be exactly the checker's prompts, so a checker can never
+be paired with a question it was not written for.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import Field, model_validator
+
+from mcp_infra.contracts import ID_PATTERN, Contract, Part
+from mcp_infra.gates import list_tasks
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "policy" / "suites"
+
+PromptClass = Literal["code", "reasoning", "prose", "long_context", "multi_turn"]
+
+
+class Message(Part):
+    """One OpenAI chat message."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(min_length=1, max_length=200_000)
+
+
+class SuitePrompt(Part):
+    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    prompt_class: PromptClass = Field(alias="class")
+    messages: list[Message] = Field(min_length=1, max_length=64)
+    max_tokens: int = Field(ge=1, le=8192)
+
+    @model_validator(mode="after")
+    def _ends_with_user(self) -> SuitePrompt:
+        if self.messages[-1].role != "user":
+            raise ValueError(f"prompt {self.id}: the last message must come from the user")
+        return self
+
+
+class Suite(Contract):
+    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    kind: Literal["speed", "quality"]
+    description: str = Field("", max_length=2000)
+    prompts: list[SuitePrompt] = Field(min_length=1, max_length=256)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Suite:
+        ids = [p.id for p in self.prompts]
+        if len(set(ids)) != len(ids):
+            raise ValueError("prompt ids must be unique within a suite")
+        if self.kind == "quality":
+            tasks = {t.id: t.prompt for t in list_tasks()}
+            for prompt in self.prompts:
+                if prompt.id not in tasks:
+                    raise ValueError(f"quality prompt {prompt.id} is not a known task")
+                if prompt.messages[-1].content != tasks[prompt.id]:
+                    raise ValueError(f"quality prompt {prompt.id} differs from its task's prompt")
+        return self
+
+    def prompt(self, prompt_id: str) -> SuitePrompt | None:
+        return next((p for p in self.prompts if p.id == prompt_id), None)
+
+
+def list_suites(suites_dir: Path | None = None) -> list[str]:
+    """Names of the suites in ``suites_dir`` (default: the repository's policy/suites)."""
+    folder = Path(suites_dir) if suites_dir is not None else SUITES_DIR
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def load_suite(name: str, suites_dir: Path | None = None) -> Suite:
+    """Load and validate ``<suites_dir>/<name>.yaml``; its ``id`` must equal ``name``.
+
+    The name is checked against the id pattern first, so it can never address a path outside
+    the suites folder.
+    """
+    if not re.fullmatch(ID_PATTERN, name):
+        raise ValueError(f"invalid suite name {name!r}")
+    folder = Path(suites_dir) if suites_dir is not None else SUITES_DIR
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(list_suites(folder)) or "none"
+        raise FileNotFoundError(f"no suite {name!r} in {folder} (known: {known})")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    suite = Suite.model_validate(data)
+    if suite.id != name:
+        raise ValueError(f"{path} declares id {suite.id!r}, expected {name!r}")
+    return suite

@@ -1,0 +1,384 @@
+"""The selector: every decision path, tie-breaking, auto-promotion by class, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_infra.contracts import (
+    CandidateClass,
+    CandidateRun,
+    Decision,
+    EffectiveThresholds,
+    Knobs,
+    Protocol,
+    Sample,
+    Semantics,
+)
+from mcp_infra.selector import select
+
+PROMPTS = ("p1", "p2", "p3")
+TOKENS = [11, 12, 13, 14, 15, 16]
+GOOD_TEXT = "A clear and ordinary answer that does not repeat itself."
+
+THRESHOLDS = EffectiveThresholds(
+    min_speedup_pct=5.0,
+    max_peak_memory_gb=16.0,
+    max_error_rate=0.0,
+    worst_prompt_tolerance_pct=10.0,
+    tie_tolerance_pct=2.0,
+    lossy_min_identical_fraction=0.5,
+)
+PROTOCOL = Protocol(bootstrap_resamples=400)
+ALL = {c: True for c in CandidateClass}
+
+
+def measure(cid: str, tps: dict[str, list[float]], errors: int = 0) -> list[Sample]:
+    rows = [
+        Sample(candidate=cid, prompt_id=pid, repeat=i, decode_tps=v, completion_tokens=64)
+        for pid, values in tps.items()
+        for i, v in enumerate(values)
+    ]
+    rows += [
+        Sample(candidate=cid, prompt_id=PROMPTS[0], repeat=100 + i, error="HTTP 500")
+        for i in range(errors)
+    ]
+    return rows
+
+
+def make_run(
+    cid: str,
+    factor: float | dict[str, float] = 1.0,
+    *,
+    noise: tuple[float, ...] = (0.99, 1.0, 1.01),
+    greedy_ids: dict[str, list[int]] | None = None,
+    texts: dict[str, str] | None = None,
+    klass: CandidateClass | None = CandidateClass.SERVER_TUNING,
+    semantics: Semantics = Semantics.LOSSLESS,
+    **fields,
+) -> CandidateRun:
+    factors = factor if isinstance(factor, dict) else dict.fromkeys(PROMPTS, factor)
+    tps = {p: [100.0 * factors[p] * n for n in noise] for p in PROMPTS}
+    greedy = [
+        Sample(
+            candidate=cid,
+            prompt_id=p,
+            repeat=0,
+            text=(texts or {}).get(p, GOOD_TEXT),
+            token_ids=(greedy_ids or {}).get(p, TOKENS),
+        )
+        for p in PROMPTS
+    ]
+    errors = fields.pop("errors", 0)
+    return CandidateRun(
+        candidate=cid,
+        candidate_class=klass,
+        semantics=semantics,
+        samples=measure(cid, tps, errors),
+        greedy=greedy,
+        **fields,
+    )
+
+
+BASELINE = make_run("baseline", klass=None)
+
+
+def decide(runs, thresholds=THRESHOLDS, auto=ALL, quality=None, baseline=BASELINE):
+    return select(baseline, runs, thresholds, PROTOCOL, auto, quality)
+
+
+def only(verdict):
+    [cv] = verdict.candidates
+    return cv
+
+
+# ------------------------------------------------------------------ decision paths
+
+
+def test_clear_speedup_qualifies_and_is_selected():
+    verdict = decide([make_run("m:fast", 1.5, peak_memory_gb=8.0)])
+    cv = only(verdict)
+    assert cv.decision == Decision.QUALIFIED
+    assert verdict.selected == "m:fast"
+    assert cv.speedup_estimate == pytest.approx(1.5)
+    assert 1.05 <= cv.ci_low <= cv.speedup_estimate <= cv.ci_high
+    assert [p.prompt_id for p in cv.per_prompt] == list(PROMPTS)
+    assert cv.worst_speedup == pytest.approx(1.5)
+    assert cv.baseline_tps == pytest.approx(100.0) and cv.candidate_tps == pytest.approx(150.0)
+    assert {g.gate for g in cv.gates} == {"lossless", "smoke", "memory"}
+    assert all(g.passed for g in cv.gates)
+    assert cv.reasons[0].startswith("Qualified: speedup 1.500x")
+    assert "Selected." in cv.reasons
+    assert verdict.reason.startswith("selected m:fast: speedup 1.500x")
+
+
+def test_too_slow_is_rejected():
+    cv = only(decide([make_run("m:slow", 0.6)]))
+    assert cv.decision == Decision.REJECTED
+    assert cv.reasons[0].startswith("Too slow: speedup 0.600x")
+    assert "whole interval is below" in cv.reasons[0]
+
+
+def test_small_gain_below_threshold_with_tight_interval_is_rejected():
+    cv = only(decide([make_run("m:meh", 1.02, noise=(1.0, 1.0, 1.0))]))
+    assert cv.decision == Decision.REJECTED
+    assert cv.speedup_estimate == pytest.approx(1.02)
+    assert cv.ci_high == pytest.approx(102 / 99)  # the baseline's fastest repeat bounds it
+    assert cv.ci_high < 1.05
+
+
+def test_noisy_candidate_is_inconclusive_with_repeats_estimate():
+    noisy = make_run("m:noisy", 1.1, noise=(0.75, 1.0, 1.25))
+    verdict = decide([noisy])
+    cv = only(verdict)
+    assert cv.decision == Decision.INCONCLUSIVE
+    assert cv.ci_low < 1.05 <= cv.ci_high
+    assert cv.repeats_to_decide is not None and cv.repeats_to_decide > 3
+    assert f"about {cv.repeats_to_decide} repeats per prompt (now 3)" in cv.reasons[0]
+    assert verdict.selected is None
+    assert verdict.reason == "no candidate qualified (inconclusive: m:noisy), baseline kept"
+
+
+def test_regressing_prompt_blocks_qualification():
+    run = make_run("m:uneven", {"p1": 1.6, "p2": 1.6, "p3": 0.8}, noise=(1.0, 1.0, 1.0))
+    cv = only(decide([run]))
+    assert cv.ci_low >= 1.05  # overall it is clearly faster...
+    assert cv.decision == Decision.INCONCLUSIVE  # ...but one prompt got 20% slower
+    assert cv.worst_prompt == "p3" and cv.worst_speedup == pytest.approx(0.8)
+    assert any("prompt p3 ran at 0.800x" in r and "0.900x" in r for r in cv.reasons)
+
+
+def test_regression_within_tolerance_still_qualifies():
+    run = make_run("m:ok", {"p1": 1.6, "p2": 1.6, "p3": 0.95}, noise=(1.0, 1.0, 1.0))
+    assert only(decide([run])).decision == Decision.QUALIFIED
+
+
+def test_start_failure_is_rejected_with_the_error():
+    run = CandidateRun(candidate="m:broken", started=False, start_error="port 8090 in use")
+    verdict = decide([run])
+    cv = only(verdict)
+    assert cv.decision == Decision.REJECTED
+    assert cv.reasons == ["The candidate did not start: port 8090 in use."]
+    assert verdict.selected is None
+    assert verdict.reason == "no candidate qualified, baseline kept"
+
+
+def test_error_rate_above_limit_is_rejected():
+    cv = only(decide([make_run("m:flaky", 1.5, errors=1)]))
+    assert cv.decision == Decision.REJECTED
+    assert cv.reasons[0] == (
+        "1 of 10 measured requests failed (10%), above the 0% allowed; first error: HTTP 500."
+    )
+
+
+def test_error_rate_within_limit_is_tolerated():
+    lenient = THRESHOLDS.model_copy(update={"max_error_rate": 0.2})
+    assert only(decide([make_run("m:flaky", 1.5, errors=1)], lenient)).decision == "qualified"
+
+
+def test_no_measurement_is_rejected():
+    run = make_run("m:empty", 1.5).model_copy(update={"samples": []})
+    cv = only(decide([run]))
+    assert cv.decision == Decision.REJECTED and "no measured requests" in cv.reasons[0]
+
+
+def test_missing_prompt_measurement_is_rejected():
+    run = make_run("m:partial", 1.5)
+    run = run.model_copy(update={"samples": [s for s in run.samples if s.prompt_id != "p2"]})
+    cv = only(decide([run]))
+    assert cv.decision == Decision.REJECTED
+    assert any("No successful measurement of prompt(s) p2" in r for r in cv.reasons)
+
+
+def test_baseline_without_measurements_rejects_everything():
+    empty = BASELINE.model_copy(update={"samples": []})
+    cv = only(decide([make_run("m:fast", 1.5)], baseline=empty))
+    assert cv.decision == Decision.REJECTED
+    assert any("baseline has no successful measurement" in r for r in cv.reasons)
+
+
+def test_memory_cap():
+    over = only(decide([make_run("m:big", 1.5, peak_memory_gb=20.0)]))
+    assert over.decision == Decision.REJECTED
+    assert any("peak memory 20.00 GB is above the 16 GB cap" in r for r in over.reasons)
+    unknown = only(decide([make_run("m:unknown", 1.5)]))
+    assert unknown.decision == Decision.QUALIFIED
+    memory = next(g for g in unknown.gates if g.gate == "memory")
+    assert memory.passed and "unknown" in memory.detail
+
+
+def test_lossless_divergence_is_rejected_even_when_fast():
+    ids = {"p2": [11, 12, 99, 14, 15, 16]}
+    cv = only(decide([make_run("m:wrong", 2.0, greedy_ids=ids)]))
+    assert cv.decision == Decision.REJECTED
+    assert any(
+        r.startswith("The lossless gate failed: 2 of 3 prompt(s) identical; p2 diverges at token 2")
+        for r in cv.reasons
+    )
+    assert cv.speedup_estimate == pytest.approx(2.0)  # the figures are still reported
+    assert any(r.startswith("Measured speedup 2.000x") for r in cv.reasons)
+
+
+def test_smoke_failure_only_counts_where_the_baseline_is_clean():
+    loop = "again and again and again " * 10
+    bad = only(decide([make_run("m:loopy", 1.5, texts={"p1": loop})]))
+    assert bad.decision == Decision.REJECTED
+    assert any("smoke gate failed" in r and "p1" in r for r in bad.reasons)
+    # The same loop on a prompt where the baseline loops too is excused; lossless still holds.
+    looping_base = make_run("baseline", klass=None, texts={"p1": loop})
+    ok = only(decide([make_run("m:loopy", 1.5, texts={"p1": loop})], baseline=looping_base))
+    assert ok.decision == Decision.QUALIFIED
+    smoke = next(g for g in ok.gates if g.gate == "smoke")
+    assert "excused because the baseline fails it too" in smoke.detail
+
+
+# ------------------------------------------------------------------ lossy candidates
+
+
+def quality_samples(cid: str, python_ok: bool = True) -> list[Sample]:
+    answers = {
+        "arithmetic": "391",
+        "json_object": '{"city": "Paris", "country": "France"}',
+        "one_word": "blue",
+        "python_add": "```python\ndef add(a, b):\n    return a "
+        + ("+" if python_ok else "-")
+        + " b\n```",
+    }
+    return [
+        Sample(candidate=cid, phase="quality", prompt_id=t, repeat=0, text=a)
+        for t, a in answers.items()
+    ]
+
+
+def lossy(cid: str, diverging: int, factor: float = 1.5) -> CandidateRun:
+    ids = {p: [11, 99, 99] for p in PROMPTS[:diverging]}
+    return make_run(
+        cid,
+        factor,
+        greedy_ids=ids,
+        klass=CandidateClass.KV_CACHE,
+        semantics=Semantics.LOSSY,
+    )
+
+
+def test_lossy_candidate_with_agreement_and_quality_qualifies():
+    run = lossy("m:kv4", diverging=1)
+    verdict = decide([run], quality={"m:kv4": quality_samples("m:kv4")})
+    cv = only(verdict)
+    assert cv.decision == Decision.QUALIFIED, cv.reasons
+    assert [g.gate for g in cv.gates] == ["agreement", "quality", "smoke", "memory"]
+    assert verdict.selected == "m:kv4"
+
+
+def test_lossy_candidate_without_quality_suite_is_judged_on_agreement():
+    cv = only(decide([lossy("m:kv4", diverging=1)]))
+    assert cv.decision == Decision.QUALIFIED
+    assert "quality" not in {g.gate for g in cv.gates}
+
+
+def test_lossy_candidate_failing_a_task_is_rejected():
+    quality = {"m:kv4": quality_samples("m:kv4", python_ok=False)}
+    cv = only(decide([lossy("m:kv4", diverging=1)], quality=quality))
+    assert cv.decision == Decision.REJECTED
+    assert any("quality gate failed" in r and "python_add" in r for r in cv.reasons)
+
+
+def test_lossy_candidate_without_quality_outputs_is_rejected_when_suite_ran():
+    cv = only(decide([lossy("m:kv4", diverging=1)], quality={"baseline": []}))
+    assert cv.decision == Decision.REJECTED
+    assert any("no quality outputs" in r for r in cv.reasons)
+
+
+def test_lossy_candidate_with_low_agreement_is_rejected():
+    cv = only(decide([lossy("m:kv2", diverging=2)], quality={"m:kv2": quality_samples("m:kv2")}))
+    assert cv.decision == Decision.REJECTED
+    assert any("agreement gate failed: 1 of 3" in r for r in cv.reasons)
+
+
+# ------------------------------------------------------------------ selection and promotion
+
+
+def test_fastest_wins_outside_the_tie_tolerance():
+    verdict = decide([make_run("m:a", 1.3), make_run("m:b", 1.6)])
+    assert verdict.selected == "m:b"
+    loser = next(v for v in verdict.candidates if v.candidate == "m:a")
+    assert any(r.startswith("Not selected: m:b is faster") for r in loser.reasons)
+
+
+def test_tie_prefers_the_cheaper_knobs():
+    drafted = make_run("m:a-draft", 1.51, knobs=Knobs(draft=True, num_draft_tokens=4))
+    plain = make_run("m:z-plain", 1.50, knobs=Knobs(prefill_step_size=1024))
+    verdict = decide([drafted, plain])
+    assert verdict.selected == "m:z-plain"
+    assert "preferred over 1 tied candidate(s)" in verdict.reason
+    other = next(v for v in verdict.candidates if v.candidate == "m:a-draft")
+    assert any("within 2% of the best estimate" in r for r in other.reasons)
+
+
+def test_tie_with_equal_cost_prefers_lower_memory_then_id():
+    a = make_run("m:a", 1.50, peak_memory_gb=12.0)
+    b = make_run("m:b", 1.51, peak_memory_gb=9.0)
+    assert decide([a, b]).selected == "m:b"
+    c = make_run("m:c", 1.51, peak_memory_gb=12.0)
+    assert decide([c, a]).selected == "m:a"  # same cost, same memory: the id decides
+    unknown = make_run("m:0", 1.51)  # unknown memory sorts after known
+    assert decide([unknown, a]).selected == "m:a"
+
+
+def test_fewer_draft_tokens_is_cheaper():
+    four = make_run("m:d4", 1.50, knobs=Knobs(draft=True, num_draft_tokens=4))
+    two = make_run("m:d2", 1.50, knobs=Knobs(draft=True, num_draft_tokens=2))
+    assert decide([four, two]).selected == "m:d2"
+
+
+def test_class_that_may_not_auto_promote_awaits_approval():
+    auto = {**ALL, CandidateClass.QUANTIZATION: False}
+    quant = make_run("m:q4", 1.8, klass=CandidateClass.QUANTIZATION)
+    tuned = make_run("m:tuned", 1.3)
+    verdict = decide([quant, tuned], auto=auto)
+    assert verdict.selected == "m:tuned"
+    q = next(v for v in verdict.candidates if v.candidate == "m:q4")
+    assert q.decision == Decision.QUALIFIED and q.auto_promote is False
+    assert any(r.startswith("Qualified, awaiting approval: class quantization") for r in q.reasons)
+
+    alone = decide([quant], auto=auto)
+    assert alone.selected is None
+    assert alone.reason == (
+        "no candidate may auto-promote; qualified, awaiting approval: m:q4; baseline kept"
+    )
+
+
+def test_missing_or_unknown_class_does_not_auto_promote():
+    assert decide([make_run("m:x", 1.5)], auto={}).selected is None
+    assert decide([make_run("m:x", 1.5, klass=None)]).selected is None
+
+
+def test_no_candidates_and_baseline_run_is_skipped():
+    assert decide([]).reason == "no candidate was measured, baseline kept"
+    verdict = decide([BASELINE, make_run("m:fast", 1.5)])
+    assert [v.candidate for v in verdict.candidates] == ["m:fast"]
+
+
+def test_select_is_deterministic_and_order_independent_in_choice():
+    runs = [make_run("m:a", 1.5, noise=(0.9, 1.0, 1.1)), make_run("m:b", 1.2)]
+    one = decide(runs)
+    two = decide(runs)
+    assert one.model_dump_json() == two.model_dump_json()
+    flipped = decide(list(reversed(runs)))
+    assert flipped.selected == one.selected
+    by_id = {v.candidate: v for v in flipped.candidates}
+    for v in one.candidates:
+        assert by_id[v.candidate].ci_low == v.ci_low  # seed depends on the id, not the position
+
+
+def test_seed_comes_from_the_protocol():
+    run = make_run("m:a", 1.1, noise=(0.7, 1.0, 1.3))
+    first = decide([run])
+    other = select(
+        BASELINE,
+        [run],
+        THRESHOLDS,
+        PROTOCOL.model_copy(update={"seed": 1}),
+        ALL,
+    )
+    assert only(first).speedup_estimate == only(other).speedup_estimate
+    assert (only(first).ci_low, only(first).ci_high) != (only(other).ci_low, only(other).ci_high)
