@@ -122,7 +122,7 @@ def status(home: Home) -> StatusView:
             problems.append("state/current.json is unreadable")
     needs = home.state / "needs_operator.json"
     cycles = evidence_mod.list_cycles(home)
-    policy = load_policy(config.policy)
+    policy = load_policy(config.policy, extra=home.user_policy)
     return StatusView(
         configured=True, home=str(home.root), service=service,
         supervisor_pid=sup.pid if sup and sup_running else None, supervisor_running=sup_running,
@@ -180,8 +180,9 @@ def _learned(home: Home) -> dict[str, list[LearnedView]]:
 
 
 def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
-    manifests = load_registry()
-    policy = load_policy(load_config(home).policy if home.config.exists() else "default")
+    manifests = load_registry(extra=home.user_registry)
+    policy = load_policy(load_config(home).policy if home.config.exists() else "default",
+                         extra=home.user_policy)
     facts = host_facts(home.root, home.models, home.hf_cache)
     learned = _learned(home)
     views = []
@@ -262,8 +263,8 @@ def _freeze(home: Home, plan: Any, proposed_by: str) -> FrozenPlan:
     if not home.config.exists():
         raise PlanRefused("plan refused: no managed service is configured (config.yaml missing)")
     config = load_config(home)
-    policy = load_policy(config.policy)
-    manifests = load_registry()
+    policy = load_policy(config.policy, extra=home.user_policy)
+    manifests = load_registry(extra=home.user_registry)
     facts = host_facts(home.root, home.models, home.hf_cache)
     checks, recipes = {}, {}
     for manifest in manifests.values():

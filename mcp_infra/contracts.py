@@ -353,7 +353,7 @@ class Recipe(Contract):
 
 
 class ProcessRecord(Contract):
-    """A server the project started: enough to find it again and never confuse it with a stranger."""
+    """A server the project started: enough to find it again, never confused with a stranger."""
 
     role: Literal["stable", "candidate"]
     pid: int

@@ -149,8 +149,8 @@ def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None) ->
                 timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=pid_))
         if protocol.quality_suite:
             for task in load_suite(protocol.quality_suite).prompts:
-                quality.append(bench.greedy_chat(
-                    base_url, _messages(task), max_tokens=_max_tokens(task, protocol),
+                quality.append(bench.greedy_chat(  # a task's own budget: a reasoning model
+                    base_url, _messages(task), max_tokens=task.max_tokens,  # must reach its answer
                     timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=task.id,
                     phase="quality"))
     finally:
@@ -239,14 +239,14 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
 
 def _run(home: Home, plan: FrozenPlan, cycle_id: str,
          journal: Journal) -> tuple[Outcome, str | None, str, float | None]:
-    deadline = time.monotonic() + load_policy(load_config(home).policy).budgets.cycle_minutes * 60
     config = load_config(home)
-    policy = load_policy(config.policy)
+    policy = load_policy(config.policy, extra=home.user_policy)
+    deadline = time.monotonic() + policy.budgets.cycle_minutes * 60
     journal(CycleState.PREFLIGHT, "checking candidates and the live service")
     if stable_port_held_by_stranger(home, config):
         return (Outcome.REFUSED, None, f"port {config.port} is held by a process mcp-infra did "
                 "not start; refusing to touch it", None)
-    manifests = load_registry()
+    manifests = load_registry(extra=home.user_registry)
     facts = host_facts(home.root, home.models, home.hf_cache)
     live = active_recipe(home)
     try:
@@ -492,9 +492,10 @@ def recover(home: Home) -> list[str]:
         if plan is None:
             notes.append(f"{cycle_id}: no readable plan; journal kept as is")
             continue
+        where = decision.last_state.value if decision.last_state else "?"
         _seal(home, plan, cycle_id, journal, events[0].ts if events else utcnow(), outcome,
-              selected, f"interrupted in {decision.last_state.value if decision.last_state else '?'}"
-              f": {decision.reason}", None, interrupted=True, recovery=decision.action.value)
+              selected, f"interrupted in {where}: {decision.reason}", None, interrupted=True,
+              recovery=decision.action.value)
         notes.append(f"{cycle_id}: {decision.action.value} → {outcome.value}")
     return notes
 

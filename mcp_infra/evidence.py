@@ -20,7 +20,14 @@ from mcp_infra.contracts import (
     Part,
     Verdict,
 )
-from mcp_infra.store import CorruptFile, Home, read_journal_file, read_model, sha256_file, write_model
+from mcp_infra.store import (
+    CorruptFile,
+    Home,
+    read_journal_file,
+    read_model,
+    sha256_file,
+    write_model,
+)
 
 BUNDLE_FILES = ("plan.json", "environment.json", "verdict.json", "journal.ndjson")
 

@@ -47,8 +47,12 @@ def policy_dir() -> Path:
     return REPO_ROOT / "policy"
 
 
-def load_policy(name: str = "default", directory: Path | None = None) -> Policy:
+def load_policy(name: str = "default", directory: Path | None = None,
+                extra: Path | None = None) -> Policy:
+    """A policy by name: the home's ``policy/`` folder first (a person's own), then the shipped."""
     path = (directory or policy_dir()) / f"{name}.yaml"
+    if extra is not None and (extra / f"{name}.yaml").is_file():
+        path = extra / f"{name}.yaml"
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     return Policy.model_validate(data)
 
@@ -226,11 +230,13 @@ def _thresholds(
         if value != asked.min_speedup_pct:
             changes.append(PlanChange(field="acceptance.min_speedup_pct", action="clamped",
                                       value=value, reason="clamped to the policy's range "
-                                      f"[{bounds.min_speedup_pct.low}, {bounds.min_speedup_pct.high}]"))
+                                      f"[{bounds.min_speedup_pct.low}, "
+                                      f"{bounds.min_speedup_pct.high}]"))
         if value >= speed:
             if value > speed:
                 changes.append(PlanChange(field="acceptance.min_speedup_pct", action="tightened",
-                                          value=value, reason="the plan asks for a stricter speedup"))
+                                          value=value,
+                                          reason="the plan asks for a stricter speedup"))
             speed = value
         else:
             changes.append(PlanChange(field="acceptance.min_speedup_pct", action="kept",

@@ -83,13 +83,21 @@ def load_manifest(path: Path) -> Manifest:
     return manifest
 
 
-def load_registry(directory: Path | None = None) -> dict[str, Manifest]:
-    """All manifests of a folder by id. A broken file raises: a registry is trusted code."""
-    folder = directory or registry_dir()
+def load_registry(directory: Path | None = None, extra: Path | None = None) -> dict[str, Manifest]:
+    """All manifests by id: the shipped registry plus the home's own ``registry/`` folder.
+
+    A broken file raises (a registry is trusted configuration, not agent input), and a home
+    manifest may add candidates but never shadow a shipped one.
+    """
     manifests: dict[str, Manifest] = {}
-    for path in sorted(folder.glob("*.yaml")):
-        manifest = load_manifest(path)
-        manifests[manifest.id] = manifest
+    for folder in (directory or registry_dir(), extra):
+        if folder is None or not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.yaml")):
+            manifest = load_manifest(path)
+            if manifest.id in manifests:
+                raise RegistryError(f"{path}: manifest id {manifest.id!r} is already defined")
+            manifests[manifest.id] = manifest
     return manifests
 
 
@@ -230,7 +238,8 @@ def preflight(
           f"{facts.memory_gb:.1f} GB >= {manifest.resources.memory_gb:.1f} GB required",
           f"this machine has {facts.memory_gb:.1f} GB; the manifest needs "
           f"{manifest.resources.memory_gb:.1f} GB")
-    missing = [artifact_key(a) for a in artifacts if artifact_key(a) not in facts.available_artifacts]
+    have = set(facts.available_artifacts)
+    missing = [artifact_key(a) for a in artifacts if artifact_key(a) not in have]
     download_gb = sum(a.size_gb or 0 for a in artifacts
                       if artifact_key(a) not in facts.available_artifacts)
     check("disk", facts.free_disk_gb >= download_gb,

@@ -8,6 +8,7 @@ again and never mistake a stranger that reused the pid for one of ours.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -85,7 +86,9 @@ def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> li
 TEMPLATES = {"mlx_lm_server": mlx_lm_server_argv, "mlx_vlm_server": mlx_vlm_server_argv}
 
 
-def build_argv(recipe: Recipe, port: int, host: str = LOOPBACK, python: str | None = None) -> list[str]:
+def build_argv(
+    recipe: Recipe, port: int, host: str = LOOPBACK, python: str | None = None
+) -> list[str]:
     """The one way a recipe becomes a command line."""
     if host != LOOPBACK:
         raise ValueError("servers are bound to 127.0.0.1 only")
@@ -267,10 +270,8 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
 
 def _reap(pid: int) -> None:
     """Collect our own child's exit status so it does not linger as a zombie."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 class MemorySampler:

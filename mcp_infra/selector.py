@@ -43,8 +43,14 @@ def run_gates(
     run: CandidateRun,
     thresholds: EffectiveThresholds,
     quality: dict[str, list[Sample]] | None,
+    quality_suite: str | None = None,
 ) -> list[GateResult]:
-    """Every gate that applies to ``run``, in a fixed order."""
+    """Every gate that applies to ``run``, in a fixed order.
+
+    A lossy candidate gets the quality gate when a quality suite was run: the protocol names
+    one, ``quality`` was given, or the run carries ``quality`` samples. A suite that ran but left
+    no output for the candidate fails the gate rather than being skipped.
+    """
     gates: list[GateResult] = []
     if run.semantics == Semantics.LOSSLESS:
         gates.append(compare_greedy(baseline.greedy, run.greedy))
@@ -52,11 +58,27 @@ def run_gates(
         gates.append(
             lossy_agreement(baseline.greedy, run.greedy, thresholds.lossy_min_identical_fraction)
         )
-        if quality is not None:
-            gates.append(quality_gate(quality.get(run.candidate, [])))
+        outputs = _quality_outputs(run, quality)
+        if outputs is not None or quality_suite is not None:
+            gates.append(quality_gate(outputs or []))
     gates.append(smoke_gate(_smoke_outputs(baseline), _smoke_outputs(run)))
     gates.append(_memory_gate(run, thresholds.max_peak_memory_gb))
     return gates
+
+
+def _quality_outputs(
+    run: CandidateRun, quality: dict[str, list[Sample]] | None
+) -> list[Sample] | None:
+    """The run's quality-suite samples: ``quality[candidate]`` if given, else the run's own.
+
+    Returns None when there is no sign that a quality suite ran.
+    """
+    if quality is not None and run.candidate in quality:
+        return list(quality[run.candidate])
+    own = [s for s in run.samples if s.phase == "quality"]
+    if own or quality is not None:
+        return own
+    return None
 
 
 def _smoke_outputs(run: CandidateRun) -> list[Sample]:
@@ -115,7 +137,7 @@ def judge(
         )
         return verdict
 
-    verdict.gates = run_gates(baseline, run, thresholds, quality)
+    verdict.gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
     hard_failures = [
         f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed
     ]

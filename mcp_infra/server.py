@@ -72,7 +72,9 @@ PlanArgument = Annotated[
 class RejectUnknownArguments:
     """Refuse a tools/call whose arguments name a parameter the tool does not have."""
 
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
         if ctx.method == "tools/call" and isinstance(ctx.params, dict):
             name = ctx.params.get("name")
             args = ctx.params.get("arguments") or {}
@@ -130,7 +132,7 @@ def build_server(home: Home, mode: Literal["read-only", "propose", "autonomous"]
     def evidence(
         cycle_id: Annotated[str | None, Field(max_length=80, pattern=r"^[A-Za-z0-9_.-]+$",
                             description="a cycle id; omit to list recent cycles")] = None,
-        section: Annotated[Literal["summary", "table", "gates", "verdict", "journal", "plan"] | None,
+        section: Annotated[app.Section | None,
                            Field(description="which part of one cycle's evidence")] = None,
         page: Annotated[int, Field(ge=1, le=10_000, description="page of the journal")] = 1,
     ) -> app.EvidenceView:

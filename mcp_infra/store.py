@@ -41,7 +41,7 @@ def utcnow() -> datetime:
 
 
 def default_home() -> Path:
-    """``MCP_INFRA_HOME`` or the per-user data directory (XDG on Linux, Application Support on macOS)."""
+    """``MCP_INFRA_HOME``, else the per-user data directory (XDG; Application Support on macOS)."""
     env = os.environ.get(ENV_HOME)
     if env:
         return Path(env).expanduser()
@@ -169,6 +169,14 @@ class Home:
     @property
     def audit_log(self) -> Path:
         return self.root / "audit.ndjson"
+
+    @property
+    def user_registry(self) -> Path:
+        return self.root / "registry"
+
+    @property
+    def user_policy(self) -> Path:
+        return self.root / "policy"
 
     @property
     def hf_cache(self) -> Path:

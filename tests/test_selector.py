@@ -294,6 +294,37 @@ def test_lossy_candidate_with_low_agreement_is_rejected():
     assert any("agreement gate failed: 1 of 3" in r for r in cv.reasons)
 
 
+def test_quality_samples_carried_in_the_run_are_checked():
+    run = lossy("m:kv4", diverging=1)
+    good = run.model_copy(update={"samples": run.samples + quality_samples("m:kv4")})
+    cv = only(decide([good]))
+    assert cv.decision == Decision.QUALIFIED
+    assert next(g for g in cv.gates if g.gate == "quality").detail == "all 4 task(s) passed"
+    bad_samples = run.samples + quality_samples("m:kv4", python_ok=False)
+    bad = only(decide([run.model_copy(update={"samples": bad_samples})]))
+    assert bad.decision == Decision.REJECTED
+    # Quality requests are neither speed measurements nor counted as measured errors.
+    assert bad.speedup_estimate == pytest.approx(1.5)
+
+
+def test_explicit_quality_outputs_take_precedence_over_the_runs_own():
+    run = lossy("m:kv4", diverging=1)
+    run = run.model_copy(update={"samples": run.samples + quality_samples("m:kv4", False)})
+    cv = only(decide([run], quality={"m:kv4": quality_samples("m:kv4")}))
+    assert cv.decision == Decision.QUALIFIED
+
+
+def test_protocol_quality_suite_without_outputs_fails_the_gate():
+    with_suite = PROTOCOL.model_copy(update={"quality_suite": "smoke"})
+    verdict = select(BASELINE, [lossy("m:kv4", diverging=1)], THRESHOLDS, with_suite, ALL)
+    cv = only(verdict)
+    assert cv.decision == Decision.REJECTED
+    assert any("quality gate failed: no quality outputs" in r for r in cv.reasons)
+    # Lossless candidates are held to greedy equality instead of the quality suite.
+    lossless = only(select(BASELINE, [make_run("m:fast", 1.5)], THRESHOLDS, with_suite, ALL))
+    assert lossless.decision == Decision.QUALIFIED
+
+
 # ------------------------------------------------------------------ selection and promotion
 
 
