@@ -64,6 +64,7 @@ from mcp_infra.store import (
     read_model,
     read_optional,
     utcnow,
+    write_bytes_atomic,
     write_model,
 )
 from mcp_infra.suites import load_suite
@@ -92,7 +93,7 @@ class Journal:
         write_model(self.home.state / "supervisor.json", _supervisor_record(self.cycle_id))
         current = {"cycle_id": self.cycle_id, "state": state.value, "message": message,
                    **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}}}
-        (self.home.state / "current.json").write_text(_json(current))
+        write_bytes_atomic(self.home.state / "current.json", _json(current).encode())
         if fields.get("step", "enter") == "enter" and os.environ.get(PAUSE_ENV) == state.value:
             marker = self.home.state / f"paused-at-{state.value}"
             marker.write_text(f"{os.getpid()}\n")

@@ -204,7 +204,8 @@ def preflight(
         checks.append(Check(name=name, passed=passed, detail=ok if passed else bad))
 
     candidate_class = manifest.class_of(variant)
-    artifacts = [manifest.target, *manifest.artifacts]
+    used = [a for a in manifest.artifacts if a.role != "draft" or variant.knobs.draft]
+    artifacts = [manifest.target, *used]  # only what this variant runs with
     hub = [a for a in artifacts if a.repo]
     untrusted = [a.repo for a in hub if a.repo.split("/")[0] not in policy.trusted_namespaces]
     check("trusted_namespace", not untrusted, "every hub artifact is from a trusted namespace",

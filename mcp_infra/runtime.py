@@ -208,8 +208,21 @@ def log_tail(path: str | Path, limit: int = 1500) -> str:
     return data.decode("utf-8", errors="replace").strip()
 
 
-def probe_completion(base_url: str, timeout: float = 30.0) -> bool:
-    """One-token chat completion: the only honest readiness signal (``/health`` answers early)."""
+class Probe:
+    """Outcome of one readiness probe: ready, still starting, or answered with an error."""
+
+    def __init__(self, ready: bool, error: str | None = None) -> None:
+        self.ready = ready
+        self.error = error
+
+
+def probe(base_url: str, timeout: float = 30.0) -> Probe:
+    """One-token chat completion: the only honest readiness signal (``/health`` answers early).
+
+    A connection failure means "not yet"; an HTTP error answer means the server is up but cannot
+    serve this model (mlx_lm.server answers 404 for a model path it cannot load), which no amount
+    of waiting fixes.
+    """
     try:
         response = httpx.post(
             f"{base_url}/v1/chat/completions",
@@ -218,8 +231,14 @@ def probe_completion(base_url: str, timeout: float = 30.0) -> bool:
             timeout=timeout,
         )
     except httpx.HTTPError:
-        return False
-    return response.status_code == 200
+        return Probe(False)
+    if response.status_code == 200:
+        return Probe(True)
+    return Probe(False, f"HTTP {response.status_code}: {response.text[:300]}")
+
+
+def probe_completion(base_url: str, timeout: float = 30.0) -> bool:
+    return probe(base_url, timeout).ready
 
 
 def wait_ready(record: ProcessRecord, timeout: float, poll: float = 0.25) -> float:
@@ -232,8 +251,15 @@ def wait_ready(record: ProcessRecord, timeout: float, poll: float = 0.25) -> flo
                 f"server for {record.candidate_id} exited before it was ready; log tail: "
                 f"{log_tail(record.log_path, 600)}"
             )
-        if port_owner_is(record, record.port) and probe_completion(base):
-            return time.monotonic() - start
+        if port_owner_is(record, record.port):
+            result = probe(base)
+            if result.ready:
+                return time.monotonic() - start
+            if result.error:
+                raise ServerStartError(
+                    f"server for {record.candidate_id} cannot serve: {result.error}; log tail: "
+                    f"{log_tail(record.log_path, 400)}"
+                )
         if time.monotonic() - start > timeout:
             raise ServerStartError(
                 f"server for {record.candidate_id} not ready after {timeout:.0f} s; log tail: "
@@ -254,7 +280,9 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
     while time.monotonic() < deadline:
         if not is_running(record):
             _reap(record.pid)
-            return "stopped (TERM)"
+            if _wait_group_gone(record.pgid, 2.0):
+                return "stopped (TERM)"
+            break
         time.sleep(0.1)
     try:
         os.killpg(record.pgid, signal.SIGKILL)
@@ -265,7 +293,33 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
             break
         time.sleep(0.1)
     _reap(record.pid)
+    _wait_group_gone(record.pgid, 5.0)
     return "killed (ignored TERM)"
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until no live member of the process group is left (children may hold the port)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pgid]
+        if all(_is_zombie(p) for p in members):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _is_zombie(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _reap(pid: int) -> None:

@@ -8,6 +8,7 @@ nothing else: a process on a port without our record is refused, never killed.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from mcp_infra.contracts import ProcessRecord, Recipe, ServiceConfig
@@ -74,6 +75,7 @@ def start_service(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id
     if record is not None:
         stop_server(record, grace=grace)
         (home.state / "service.json").unlink(missing_ok=True)
+        _wait_port_free(config.port, 5.0)  # the kernel may close our old socket a moment later
     if port_open(config.port):
         raise PortBusy(f"port {config.port} is held by a process mcp-infra did not start; "
                        "refusing to touch it")
@@ -88,6 +90,12 @@ def start_service(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id
         (home.state / "service.json").unlink(missing_ok=True)
         raise
     return new
+
+
+def _wait_port_free(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while port_open(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def ensure_serving(home: Home, recipe: Recipe, config: ServiceConfig, **kwargs: object) -> str:
