@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from mcp_infra import app, evidence
+from mcp_infra.cycle import SealFailed
 from mcp_infra.store import ENV_HOME, CorruptFile, Home, LockHeld
 
 
@@ -155,6 +156,81 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra import window
+    from mcp_infra.cycle import supervise
+
+    if args.watch:
+        from mcp_infra.watch import watch
+
+        watch(home, interval_s=args.interval, max_cycles=args.max_cycles,
+              ignore_window=args.ignore_window)
+        return 0
+    for summary in supervise(home, ignore_window=args.ignore_window):
+        print(f"{summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
+    if home.queued() and not args.ignore_window:
+        state = window.for_home(home)
+        if not state.may_start:
+            print(f"{len(home.queued())} plan(s) wait in the queue: {state.reason}")
+    return 0
+
+
+def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra import hub
+
+    try:
+        result = hub.prepare_candidate(home, args.candidate, offline=args.offline or None,
+                                       cache=Path(args.cache) if args.cache else None,
+                                       progress=not args.json)
+    except hub.HubError as exc:
+        print(f"prepare: {exc}", file=sys.stderr)
+        return 2
+    lines = [f"{args.candidate}: prepared in {result.cache}"
+             + (" (offline: from the cache)" if result.offline else "")]
+    for a in result.artifacts:
+        lines.append(f"  {a.role:6} {a.repo}@{a.revision[:12]}: {a.files} files, "
+                     f"{a.bytes / 1e9:.2f} GB ({a.downloaded_bytes / 1e9:.2f} GB downloaded); "
+                     f"sha256 inventory {a.inventory}")
+    if args.init_service:
+        lines.append(_init_service(home, args.candidate, args.port))
+    _print(result, args.json, "\n".join(lines))
+    return 0
+
+
+def _init_service(home: Home, candidate: str, port: int) -> str:
+    from mcp_infra.contracts import Recipe, ServiceConfig
+    from mcp_infra.registry import artifact_path, find_candidate, load_registry, manifest_hash
+    from mcp_infra.store import write_model
+
+    if home.config.exists():
+        return f"config.yaml exists in {home.root}: left as it is"
+    found = find_candidate(load_registry(extra=home.user_registry), candidate)
+    assert found is not None
+    manifest, _ = found
+    baseline = Recipe(candidate_id=f"{manifest.id}:target", template=manifest.runtime.template,
+                      model_path=artifact_path(manifest.target, home.models, home.hf_cache),
+                      manifest_hash=manifest_hash(manifest))
+    home.ensure()
+    write_model(home.config, ServiceConfig(port=port, scratch_port=port + 10, baseline=baseline))
+    return (f"wrote {home.config}: the baseline serves {manifest.target.repo} with "
+            f"{manifest.runtime.template} on 127.0.0.1:{port} (scratch port {port + 10}); "
+            "start it with `mcp-infra service start`")
+
+
+def cmd_approve(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra.approve import ApprovalRefused, approve
+
+    try:
+        summary = approve(home, args.cycle, args.candidate)
+    except ApprovalRefused as exc:
+        print(f"approve: refused: {exc}", file=sys.stderr)
+        return 2
+    _print(summary, args.json, f"{summary.cycle_id}: {summary.outcome.value}"
+           + (f", live recipe {summary.selected}" if summary.selected else "")
+           + f" — {summary.reason}")
+    return 0 if summary.outcome.value == "promoted" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-infra", description=__doc__)
     parser.add_argument("--home", help=f"home directory (default: ${ENV_HOME} or the per-user "
@@ -165,12 +241,70 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--keep-serving", action="store_true")
 
-    serve = sub.add_parser("serve", help="the MCP server (stdio by default)")
-    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default="propose")
-    serve.add_argument("--transport", choices=["stdio"], default="stdio")
+    serve = sub.add_parser("serve", help="the MCP server (stdio by default, or --transport http)")
+    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default="propose",
+                       help="read-only: no propose_plan; propose (default): plans are queued and "
+                       "run when the policy's window allows; autonomous: also keeps a watching "
+                       "supervisor running")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="http: address to bind (default 127.0.0.1; any other needs "
+                       "--token-file and --allowed-host)")
+    serve.add_argument("--port", type=int, default=8765, help="http: port (default 8765)")
+    serve.add_argument("--token-file", help="http: file with the bearer token clients must send "
+                       "(default <home>/http-token, generated with 0600 permissions)")
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
+                       help="http: a Host header value to accept besides loopback (repeatable)")
+    serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                       help="http: an Origin to accept besides loopback (repeatable)")
+    serve.add_argument("--no-supervisor", action="store_true",
+                       help="queue plans only; run `mcp-infra supervise` yourself")
 
-    sub.add_parser("supervise", help="recover, run every queued plan, exit when the queue is empty")
+    plan = sub.add_parser("plan", help="print the planning prompt; with --local, ask the served "
+                          "model for a plan and submit it over MCP")
+    plan.add_argument("--local", action="store_true",
+                      help="ask the served model (OpenAI-compatible API, temperature 0)")
+    plan.add_argument("--dry-run", action="store_true", help="submit with dry_run: queue nothing")
+    plan.add_argument("--endpoint", help="OpenAI-compatible base URL ending in /v1 (default: the "
+                      "managed service)")
+    plan.add_argument("--model", help="model name to send (default: none, the server's own)")
+    plan.add_argument("--max-tokens", type=int, default=2048)
+    plan.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the model")
+    plan.add_argument("--goal", help="one line: what to optimize")
+    plan.add_argument("--json", action="store_true")
+    plan.add_argument("--no-supervisor", action="store_true",
+                      help="queue only; run `mcp-infra supervise` yourself")
+
+    sup = sub.add_parser("supervise", help="recover, run every queued plan the maintenance window "
+                         "allows, exit when the queue is empty (or keep watching: --watch)")
+    sup.add_argument("--watch", action="store_true",
+                     help="keep running: run queued plans when the window allows and, if the "
+                     "policy says so, re-check candidates that changed")
+    sup.add_argument("--interval", type=float, help="--watch: seconds between looks (default: "
+                     "the policy's watch.interval_s)")
+    sup.add_argument("--max-cycles", type=int, help="--watch: stop after this many cycles")
+    sup.add_argument("--ignore-window", action="store_true",
+                     help="an operator's override: start queued plans now, outside the window")
     sub.add_parser("recover", help="finish or undo an interrupted cycle; clear needs-operator")
+
+    prep = sub.add_parser("prepare", help="download a candidate's pinned hub artifacts into the "
+                          "shared Hugging Face cache and record their sha256")
+    prep.add_argument("candidate")
+    prep.add_argument("--offline", action="store_true",
+                      help="use only the local cache (also: HF_HUB_OFFLINE=1)")
+    prep.add_argument("--cache", help="hub cache folder (default: $HF_HUB_CACHE, else "
+                      "$HF_HOME/hub, else ~/.cache/huggingface/hub)")
+    prep.add_argument("--init-service", action="store_true",
+                      help="no config.yaml yet: write one whose baseline serves the candidate's "
+                      "target without a drafter, under the default policy")
+    prep.add_argument("--port", type=int, default=8080, help="--init-service: stable port")
+    prep.add_argument("--json", action="store_true")
+
+    appr = sub.add_parser("approve", help="promote a qualified candidate awaiting approval, "
+                          "after a fresh online verification")
+    appr.add_argument("cycle", help="the sealed cycle that qualified it")
+    appr.add_argument("candidate", nargs="?", help="needed if several await approval")
+    appr.add_argument("--json", action="store_true")
 
     for name in ("status", "registry"):
         p = sub.add_parser(name)
@@ -218,23 +352,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     except LockHeld as exc:
-        print(f"another supervisor is running: {exc}", file=sys.stderr)
+        print(f"another supervisor is running ({exc}); it owns the service, so this one exits",
+              file=sys.stderr)
         return 4
+    except SealFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 5
 
 
 def _dispatch(home: Home, args: argparse.Namespace) -> int:
     command = args.command
     if command == "serve":
-        from mcp_infra.server import build_server
+        from mcp_infra.server import serve
 
-        build_server(home, mode=args.mode).run()
-        return 0
+        return serve(home, mode=args.mode, transport=args.transport, host=args.host,
+                     port=args.port, token_file=args.token_file,
+                     allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
+                     start_supervisor=not args.no_supervisor)
+    if command == "plan":
+        from mcp_infra.planner import cli_plan
+
+        return cli_plan(home, args)
     if command == "supervise":
-        from mcp_infra.cycle import supervise
-
-        for summary in supervise(home):
-            print(f"{summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
-        return 0
+        return cmd_supervise(home, args)
+    if command == "prepare":
+        return cmd_prepare(home, args)
+    if command == "approve":
+        return cmd_approve(home, args)
     if command == "recover":
         from mcp_infra.cycle import operator_recover
 

@@ -8,6 +8,7 @@ core (policy, selector, recovery); this module only sequences I/O around them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -17,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mcp_infra import bench, evidence
+from mcp_infra import bench, evidence, memory, window
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
@@ -44,7 +45,7 @@ from mcp_infra.registry import (
     preflight,
     resolve_recipe,
 )
-from mcp_infra.runtime import MemorySampler, PortBusy, ServerStartError
+from mcp_infra.runtime import MemorySampler, PortBusy, ServerStartError, log_tail
 from mcp_infra.selector import select
 from mcp_infra.service import (
     ServiceError,
@@ -94,8 +95,10 @@ class Journal:
         current = {"cycle_id": self.cycle_id, "state": state.value, "message": message,
                    **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}}}
         write_bytes_atomic(self.home.state / "current.json", _json(current).encode())
-        if fields.get("step", "enter") == "enter" and os.environ.get(PAUSE_ENV) == state.value:
-            marker = self.home.state / f"paused-at-{state.value}"
+        step = str(fields.get("step", "enter"))
+        pause = os.environ.get(PAUSE_ENV)
+        if pause and (pause == f"{state.value}:{step}" or (pause, step) == (state.value, "enter")):
+            marker = self.home.state / f"paused-at-{pause.replace(':', '-')}"
             marker.write_text(f"{os.getpid()}\n")
             while True:  # a seam for tests and operators: wait here until killed
                 time.sleep(3600)
@@ -119,47 +122,78 @@ def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
 # ---------------------------------------------------------------------------------------------
 
 
-def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None) -> CandidateRun:
-    """Warm-up, shuffled repeats of the speed suite, then one greedy request per prompt."""
+class ServerDied(RuntimeError):
+    """The measured server exited mid-benchmark: stop measuring it, keep what was measured."""
+
+
+def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None,
+            log_path: str | None = None) -> CandidateRun:
+    """Warm-up, shuffled repeats of the speed suite, then one greedy request per prompt.
+
+    If the server dies mid-benchmark the failing request records why and measuring stops, so
+    the selector rejects the candidate with that reason and the cycle goes on.
+    """
     protocol = plan.protocol
     suite = load_suite(protocol.suite)
     prompts = {p.id: p for p in suite.prompts}
     samples: list[Sample] = []
     greedy: list[Sample] = []
     quality: list[Sample] = []
+    timeout = protocol.request_timeout_s
+
+    def keep(into: list[Sample], sample: Sample) -> None:
+        if sample.error and pid is not None and not _alive(pid):
+            tail = log_tail(log_path, 300) if log_path else ""
+            sample = sample.model_copy(update={
+                "error": f"server process exited during measurement; log tail: {tail}"})
+            into.append(sample)
+            raise ServerDied(sample.error)
+        into.append(sample)
+
     sampler = MemorySampler(pid) if pid else None
     if sampler:
         sampler.__enter__()
     try:
         for round_ in range(protocol.warmup):
             for pid_, prompt in prompts.items():
-                samples.append(bench.stream_chat(
+                keep(samples, bench.stream_chat(
                     base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
-                    timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=pid_,
-                    repeat=round_, phase="warmup"))
+                    timeout=timeout, candidate=candidate, prompt_id=pid_, repeat=round_,
+                    phase="warmup"))
         for order, (repeat, pid_) in enumerate(
                 bench.measurement_order(list(prompts), protocol.repeats, protocol.seed)):
             prompt = prompts[pid_]
-            samples.append(bench.stream_chat(
+            keep(samples, bench.stream_chat(
                 base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
-                timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=pid_,
-                repeat=repeat, order=order))
+                timeout=timeout, candidate=candidate, prompt_id=pid_, repeat=repeat, order=order))
         for pid_, prompt in prompts.items():
-            greedy.append(bench.greedy_chat(
+            keep(greedy, bench.greedy_chat(
                 base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
-                timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=pid_))
+                timeout=timeout, candidate=candidate, prompt_id=pid_))
         if protocol.quality_suite:
             for task in load_suite(protocol.quality_suite).prompts:
-                quality.append(bench.greedy_chat(  # a task's own budget: a reasoning model
+                keep(quality, bench.greedy_chat(  # a task's own budget: a reasoning model
                     base_url, _messages(task), max_tokens=task.max_tokens,  # must reach its answer
-                    timeout=protocol.request_timeout_s, candidate=candidate, prompt_id=task.id,
-                    phase="quality"))
+                    timeout=timeout, candidate=candidate, prompt_id=task.id, phase="quality"))
+    except ServerDied as exc:
+        if not any(s.phase == "measure" and s.error for s in samples):
+            samples.append(Sample(candidate=candidate, prompt_id=next(iter(prompts)),
+                                  repeat=-1, error=str(exc)))
     finally:
         if sampler:
             sampler.__exit__(None, None, None)
     return CandidateRun(candidate=candidate, samples=samples + quality, greedy=greedy,
                         peak_memory_gb=sampler.peak_gb if sampler else None,
                         memory_source=sampler.source if sampler else None)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _messages(prompt: Any) -> list[dict[str, Any]]:
@@ -235,7 +269,29 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
         journal(CycleState.ROLLBACK, "unexpected error; restoring the live recipe", step="enter",
                 error=reason)
         outcome, selected, speedup = _restore(home, journal, reason), None, None
-    return _seal(home, plan, cycle_id, journal, started, outcome, selected, reason, speedup)
+    try:
+        return _seal(home, plan, cycle_id, journal, started, outcome, selected, reason, speedup)
+    except OSError as exc:
+        raise _seal_failed(home, journal, exc) from exc
+
+
+class SealFailed(RuntimeError):
+    """Evidence could not be written (disk full, read-only home); the service stays restored and
+    the next supervisor start finishes sealing."""
+
+
+def _seal_failed(home: Home, journal: Journal, exc: OSError) -> SealFailed:
+    message = f"sealing the evidence failed: {type(exc).__name__}: {exc}"
+    with contextlib.suppress(OSError):
+        journal(CycleState.SEALED, message, step="failed")
+    try:
+        served = ensure_serving(home, active_recipe(home), load_config(home))
+        message += f"; the live recipe serves ({served}); `mcp-infra recover` finishes sealing"
+    except (ServerStartError, PortBusy, ServiceError, OSError) as restore_error:
+        message += f"; restoring the live recipe failed too: {restore_error}"
+        with contextlib.suppress(OSError):
+            mark_needs_operator(home, journal.cycle_id, message)
+    return SealFailed(message)
 
 
 def _run(home: Home, plan: FrozenPlan, cycle_id: str,
@@ -289,6 +345,9 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
                                            "cache_note": cache_note(live)})
     write_model(home.cycle_dir(cycle_id) / "runs" / "baseline.json", baseline)
+    broken = [s.error for s in baseline.samples if s.error]
+    if broken:
+        raise RuntimeError(f"the live service failed while its baseline was measured: {broken[0]}")
     write_model(home.cycle_dir(cycle_id) / "environment.json",
                 environment([live, *recipes.values()]))
 
@@ -303,7 +362,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
             continue
         journal(CycleState.EXPERIMENT, f"measuring {candidate}", candidate=candidate,
                 index=index, total=len(todo))
-        runs[candidate] = _experiment(home, config, plan, cycle_id, recipe)
+        runs[candidate] = _experiment(home, config, plan, journal, recipe)
         write_model(home.cycle_dir(cycle_id) / "runs" / f"{_safe(candidate)}.json",
                     runs[candidate])
     for candidate, run in runs.items():  # record candidates that never started, too
@@ -333,17 +392,19 @@ def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
                         knobs=recipe.knobs)
 
 
-def _experiment(home: Home, config: Any, plan: FrozenPlan, cycle_id: str,
+def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
                 recipe: Recipe) -> CandidateRun:
     """Start the candidate on the scratch port, measure it as it will be served, stop it."""
     try:
-        record = start_candidate(home, recipe, config, cycle_id=cycle_id,
+        record = start_candidate(home, recipe, config, cycle_id=journal.cycle_id,
                                  timeout=plan.protocol.ready_timeout_s)
     except (ServerStartError, PortBusy, ValueError) as exc:
         return _not_started(recipe.candidate_id, recipe, f"server did not start: {exc}")
     try:
+        journal(CycleState.EXPERIMENT, f"{recipe.candidate_id} is ready; measuring",
+                step="measuring", candidate=recipe.candidate_id)
         run = measure(f"http://{config.host}:{config.scratch_port}", recipe.candidate_id, plan,
-                      record.pid)
+                      record.pid, record.log_path)
     finally:
         stop_candidate(home, record)
     return run.model_copy(update={"candidate_class": recipe.candidate_class,
@@ -453,6 +514,12 @@ def _seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started
         recovery=recovery)
     evidence.seal(home, cycle_id, summary)
     journal(CycleState.SEALED, "evidence sealed", step="done")
+    try:  # recipe memory is derived from the sealed bundle; it never fails a sealed cycle
+        memory.record(home, cycle_id)
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            journal(CycleState.SEALED, f"recipe memory not recorded: {type(exc).__name__}: "
+                    f"{str(exc)[:200]} (it is read from the bundle instead)", step="note")
     return summary
 
 
@@ -497,8 +564,37 @@ def recover(home: Home) -> list[str]:
         _seal(home, plan, cycle_id, journal, events[0].ts if events else utcnow(), outcome,
               selected, f"interrupted in {where}: {decision.reason}", None, interrupted=True,
               recovery=decision.action.value)
+        _retire_queue_entries(home, plan.plan_id)  # an interrupted plan is never silently re-run
         notes.append(f"{cycle_id}: {decision.action.value} → {outcome.value}")
     return notes
+
+
+def _retire_queue_entries(home: Home, plan_id: str) -> None:
+    done = home.plans / "done"
+    done.mkdir(parents=True, exist_ok=True)
+    for entry in home.queued():
+        if entry.stem.endswith(plan_id):
+            entry.replace(done / entry.name)
+
+
+def failed_attempts(home: Home, plan_id: str) -> int:
+    """Cycles of this plan that ended by an error (not by a decision), from sealed evidence."""
+    return sum(1 for s in evidence.list_cycles(home)
+               if s.plan_id == plan_id and s.outcome == Outcome.RESTORED_AFTER_ERROR
+               and s.reason.startswith("cycle failed"))
+
+
+def _maybe_retry(home: Home, plan: FrozenPlan, summary: CycleSummary) -> None:
+    """Re-queue a plan whose cycle failed by error, a bounded number of times, with backoff."""
+    if summary.outcome != Outcome.RESTORED_AFTER_ERROR or not summary.reason.startswith(
+            "cycle failed"):
+        return
+    budgets = load_policy(load_config(home).policy, extra=home.user_policy).budgets
+    attempts = failed_attempts(home, plan.plan_id)
+    if attempts > budgets.retries:
+        return
+    time.sleep(budgets.retry_backoff_s * 2 ** (attempts - 1))
+    home.enqueue(plan)
 
 
 @contextmanager
@@ -512,8 +608,10 @@ def supervising(home: Home) -> Iterator[None]:
             (home.state / "current.json").unlink(missing_ok=True)
 
 
-def supervise(home: Home) -> list[CycleSummary]:
-    """Recover, then run every queued plan in order; return when the queue is empty."""
+def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
+    """Recover, then run every queued plan in order; return when the queue is empty, or when
+    the policy's maintenance window does not let the next cycle start and finish in time
+    (``window.for_home``; the plan stays queued). ``ignore_window``: an operator's override."""
     home.ensure()
     summaries: list[CycleSummary] = []
     try:
@@ -525,14 +623,18 @@ def supervise(home: Home) -> list[CycleSummary]:
                 queued = home.queued()
                 if not queued:
                     break
+                if not ignore_window and not window.for_home(home).may_start:
+                    break  # the plan waits in the queue for the window
                 entry = queued[0]
                 plan = read_model(entry, FrozenPlan)
                 try:
-                    summaries.append(run_cycle(home, plan))
+                    summary = run_cycle(home, plan)
                 finally:
                     done = home.plans / "done"
                     done.mkdir(parents=True, exist_ok=True)
                     entry.replace(done / entry.name)
+                summaries.append(summary)
+                _maybe_retry(home, plan, summary)
     except LockHeld:
         raise
     return summaries
