@@ -63,9 +63,13 @@ def policy_hash(policy: Policy) -> str:
 
 def _describe_errors(exc: ValidationError) -> list[str]:
     """Validation problems by location and kind only: the offending values are not repeated."""
+    known = {"hypothesis", "candidates", "acceptance", "notes", "min_speedup_pct",
+             "max_peak_memory_gb"}
     problems = []
     for err in exc.errors()[:10]:
-        loc = ".".join(str(p) for p in err["loc"]) or "(plan)"
+        parts = [str(p) if isinstance(p, int) or p in known else "<unknown field>"
+                 for p in err["loc"]]  # field names are untrusted text too: never echo them
+        loc = ".".join(parts) or "(plan)"
         kind = err["type"]
         message = {
             "extra_forbidden": "unknown field (not allowed)",
@@ -170,6 +174,8 @@ def sanitize(
             continue
         if skip and candidate in skip:
             refused.append(RefusedCandidate(id=candidate, reason=skip[candidate]))
+            changes.append(PlanChange(field="candidates", action="removed", value=candidate,
+                                      reason=skip[candidate]))
             continue
         recipe = (candidate_recipes or {}).get(candidate)
         if recipe is not None and recipe.key() == live_recipe.key():

@@ -1,0 +1,167 @@
+"""Inject real faults into real cycles and print what a person finds afterwards.
+
+    .venv/bin/python benchmarks/faults.py
+
+Each row: a fresh home with the demo models, a live `mlx_lm.server`, a queued plan, one fault,
+then a fresh supervisor (or `recover`). Columns: the sealed outcome, whether the live service
+serves a verified recipe again, project servers left over besides it, and records lost (journal
+lines unreadable + cycles never sealed). Takes a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+from conftest import _kill_leftovers, make_home  # noqa: E402
+from faultkit import (  # noqa: E402
+    candidate_records,
+    inspect,
+    pause_and_kill,
+    queue_plan,
+    run_supervisor,
+    start_live,
+    supervisor,
+    wait_for,
+)
+
+from mcp_infra.contracts import Recipe  # noqa: E402
+from mcp_infra.cycle import SealFailed, supervise  # noqa: E402
+from mcp_infra.demo_models import build_demo_models  # noqa: E402
+from mcp_infra.runtime import free_port, start_server, stop_server  # noqa: E402
+from mcp_infra.service import load_config, service_record  # noqa: E402
+from mcp_infra.store import Home  # noqa: E402
+
+PROTOCOL = {"repeats": 3, "warmup": 1, "max_tokens": 40}
+
+
+def kill_at(state: str) -> Callable[[Home], str]:
+    def scenario(home: Home) -> str:
+        pause_and_kill(home, state)
+        run_supervisor(home)
+        return "new supervisor recovered"
+    return scenario
+
+
+def candidate_dies(home: Home) -> str:
+    proc = supervisor(home)
+
+    def measuring() -> bool:
+        events = [e for c in home.cycles.iterdir() for e in home.read_journal(c.name)[0]]
+        records = candidate_records(home)
+        if records and any(e.fields.get("step") == "measuring" for e in events):
+            os.killpg(records[0].pgid, signal.SIGKILL)
+            return True
+        return False
+
+    wait_for(measuring, 240, "a candidate being measured", proc)
+    proc.wait(timeout=300)
+    return "cycle went on"
+
+
+def stranger_takes_port(home: Home) -> str:
+    config = load_config(home)
+    proc = supervisor(home)
+    wait_for(lambda: bool(candidate_records(home)), 240, "an experiment", proc)
+    record = service_record(home)
+    assert record is not None
+    stop_server(record, grace=5)
+    stranger = subprocess.Popen([sys.executable, "-m", "http.server", str(config.port),
+                                 "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=300)
+        alive = stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+    subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root), "recover"],
+                   capture_output=True, timeout=300, check=False)
+    return f"stranger {'left alone' if alive else 'KILLED'}; then `recover`"
+
+
+def disk_full_while_sealing(home: Home) -> str:
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs",
+                              str(home.evidence)], capture_output=True).returncode == 0
+    if not mounted:
+        return "skipped (cannot mount tmpfs here)"
+    try:
+        supervise(home)
+        note = "sealed?!"
+    except SealFailed:
+        note = "SealFailed reported"
+    finally:
+        subprocess.run(["umount", str(home.evidence)], check=False)
+    supervise(home)
+    return note + "; resealed after space returned"
+
+
+def term_ignored(home: Home) -> str:
+    code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+    recipe = Recipe(candidate_id="x:y", template="mlx_lm_server", model_path="/none")
+    record, proc = start_server(recipe, port=free_port(), role="candidate",
+                                log_path=home.logs / "stubborn.log",
+                                argv=[sys.executable, "-c", code])
+    time.sleep(0.5)
+    outcome = stop_server(record, grace=2)
+    proc.wait(timeout=10)
+    run_supervisor(home)
+    return outcome
+
+
+SCENARIOS: list[tuple[str, Callable[[Home], str]]] = [
+    ("SIGKILL supervisor at BASELINE", kill_at("BASELINE")),
+    ("SIGKILL while a candidate is measured", kill_at("EXPERIMENT:measuring")),
+    ("SIGKILL at PROMOTE (live server stopping)", kill_at("PROMOTE")),
+    ("SIGKILL at VERIFY (winner not verified)", kill_at("VERIFY")),
+    ("SIGKILL after VERIFY passed", kill_at("VERIFY:passed")),
+    ("SIGKILL while sealing", kill_at("SEALED")),
+    ("candidate server killed mid-benchmark", candidate_dies),
+    ("stranger takes the stable port", stranger_takes_port),
+    ("disk full while sealing (tmpfs)", disk_full_while_sealing),
+    ("server ignores SIGTERM", term_ignored),
+]
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="mcp-infra-faults-"))
+    models = build_demo_models(work / "models")
+    rows = []
+    for name, scenario in SCENARIOS:
+        home = make_home(work / f"home-{len(rows)}", models, **PROTOCOL)
+        started = time.monotonic()
+        try:
+            start_live(home)
+            queue_plan(home)
+            note = scenario(home)
+            after = inspect(home)
+            lost = len(after.journal_problems) + (0 if after.sealed else 1)
+            rows.append((name, after.outcome or "-", "yes" if after.healthy else "NO",
+                         str(len(after.orphans)), str(lost), note,
+                         f"{time.monotonic() - started:.0f}s"))
+        except Exception as exc:  # a benchmark reports a broken scenario instead of dying
+            rows.append((name, "ERROR", "?", "?", "?", f"{type(exc).__name__}: {exc}"[:60], "-"))
+        finally:
+            _kill_leftovers(home)
+        print(f"done: {name}", file=sys.stderr, flush=True)
+    header = ("fault", "outcome", "service restored", "orphans", "records lost", "note", "time")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(r[2] == "yes" and r[3] == "0" and r[4] == "0" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
