@@ -12,6 +12,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mcp_infra.demo_models import build_demo_models  # noqa: E402
+from mcp_infra.demo_models import DEFAULT_SPEC, build_demo_models  # noqa: E402
 
 PROMPTS = (
     "Hello, how fast is this server?",
@@ -55,6 +56,11 @@ class Result:
     identical: int = 0
     total: int = 0
     rss_mib: float = 0.0
+    error: str = ""
+
+
+class HTTPStatusError(RuntimeError):
+    """The server answered, but not with 200: retrying readiness will not help."""
 
 
 def free_port() -> int:
@@ -75,7 +81,7 @@ def post(port: int, body: dict, timeout: float = 120.0) -> dict:
         resp = conn.getresponse()
         data = resp.read()
         if resp.status != 200:
-            raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
+            raise HTTPStatusError(f"HTTP {resp.status}: {data[:200]!r}")
         return json.loads(data)
     finally:
         conn.close()
@@ -171,13 +177,20 @@ class Server:
         deadline = self.t0 + timeout
         while time.perf_counter() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(f"server exited {self.proc.returncode}\n{self.log_tail()}")
             try:
                 post(self.port, chat_body("hi", 1), timeout=30.0)
                 return time.perf_counter() - self.t0
-            except (OSError, RuntimeError, http.client.HTTPException):
+            except HTTPStatusError as exc:
+                raise RuntimeError(f"{exc}\n{self.log_tail()}") from exc
+            except (OSError, http.client.HTTPException):
                 time.sleep(0.1)
-        raise TimeoutError(f"server not ready after {timeout}s; see {self.log_path}")
+        raise TimeoutError(f"server not ready after {timeout}s\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 6) -> str:
+        self._log.flush()
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join("    | " + line for line in lines[-n:])
 
     def rss_hwm_mib(self) -> float:
         try:
@@ -199,36 +212,22 @@ class Server:
         self._log.close()
 
 
-def run_config(
-    cfg: Config,
-    target: Path,
-    workdir: Path,
+def check_identity(
+    res: Result,
+    port: int,
     baseline: dict[str, list[int]] | None,
     args: argparse.Namespace,
-) -> tuple[Result, dict[str, list[int]]]:
-    server = Server(target, cfg.flags, workdir)
-    try:
-        res = Result(cfg, server.wait_ready())
-        # One full request first: later ones then hit a warm server (and, with the default
-        # cache, a cache already holding the chat template prefix, as in real use).
-        post(server.port, chat_body(WARMUP_PROMPT, args.max_tokens))
-        ids_by_prompt: dict[str, list[int]] = {}
-        for _round in range(args.rounds):
-            for prompt in PROMPTS:
-                ids = greedy_ids(server.port, prompt, args.max_tokens)
-                ids_by_prompt.setdefault(prompt, ids)
-                ref = baseline[prompt] if baseline is not None else ids_by_prompt[prompt]
-                res.total += 1
-                res.identical += int(ids == ref)
-        for i in range(args.runs):
-            tps, text = stream_decode_tps(server.port, PROMPTS[i % len(PROMPTS)], args.max_tokens)
-            if "\ufffd" in text:
-                raise RuntimeError(f"{cfg.name}: U+FFFD in streamed text")
-            res.tps.append(tps)
-        res.rss_mib = server.rss_hwm_mib()
-        return res, ids_by_prompt
-    finally:
-        server.stop()
+) -> dict[str, list[int]]:
+    """Send each prompt `rounds` times (non-streaming) and compare ids with the baseline."""
+    ids_by_prompt: dict[str, list[int]] = {}
+    for _round in range(args.rounds):
+        for prompt in PROMPTS:
+            ids = greedy_ids(port, prompt, args.max_tokens)
+            ids_by_prompt.setdefault(prompt, ids)
+            ref = baseline[prompt] if baseline is not None else ids_by_prompt[prompt]
+            res.total += 1
+            res.identical += int(ids == ref)
+    return ids_by_prompt
 
 
 def configs(draft: Path, ks: list[int], default_cache_ks: list[int]) -> list[Config]:
@@ -266,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="streaming requests timed per config")
     ap.add_argument("--rounds", type=int, default=2, help="times each prompt is checked for ids")
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 6])
-    ap.add_argument("--default-cache-ks", type=int, nargs="*", default=[4])
+    ap.add_argument("--default-cache-ks", type=int, nargs="*", default=[2, 4, 6])
+    ap.add_argument("--scale", type=float, default=None, help="override extra_layer_scale")
+    ap.add_argument("--extra-layers", type=int, default=None, help="override target_extra_layers")
     ap.add_argument("--models-dir", type=Path, default=None, help="reuse/build models here")
     args = ap.parse_args(argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -274,24 +275,76 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="demo-speedup-") as tmp:
         workdir = Path(tmp)
         t = time.perf_counter()
-        paths = build_demo_models(args.models_dir or workdir / "models")
+        spec = dataclasses.replace(
+            DEFAULT_SPEC,
+            **{
+                k: v
+                for k, v in (
+                    ("extra_layer_scale", args.scale),
+                    ("target_extra_layers", args.extra_layers),
+                )
+                if v is not None
+            },
+        )
+        paths = build_demo_models(args.models_dir or workdir / "models", spec)
         print(f"built models in {time.perf_counter() - t:.2f}s: {paths['target']}", flush=True)
         results: list[Result] = []
-        baseline: dict[str, list[int]] | None = None
-        for cfg in configs(paths["draft"], args.ks, args.default_cache_ks):
-            res, ids = run_config(cfg, paths["target"], workdir, baseline, args)
-            if baseline is None:
-                baseline = ids  # the target alone, cache off: the reference greedy output
-            results.append(res)
-            print(
-                f"  {cfg.name}: startup {res.startup_s:.2f}s, tok/s "
-                + ", ".join(f"{x:.1f}" for x in res.tps),
-                flush=True,
-            )
+        servers: dict[str, Server] = {}
+        try:
+            # 1. Start every variant (one at a time, so startup is timed alone), warm it up and
+            #    check its greedy ids against the target alone with the cache off.
+            baseline: dict[str, list[int]] | None = None
+            for cfg in configs(paths["draft"], args.ks, args.default_cache_ks):
+                server = Server(paths["target"], cfg.flags, workdir)
+                servers[cfg.name] = server
+                try:
+                    res = Result(cfg, server.wait_ready())
+                    # A full request first: the server is warm and, with the default cache,
+                    # already holds the chat template prefix, as in real use.
+                    post(server.port, chat_body(WARMUP_PROMPT, args.max_tokens))
+                    ids = check_identity(res, server.port, baseline, args)
+                except Exception as exc:  # report and go on: one broken variant is a finding
+                    if baseline is None:
+                        raise
+                    print(f"  {cfg.name}: FAILED: {exc}", flush=True)
+                    results.append(Result(cfg, 0.0, error=str(exc).splitlines()[0]))
+                    server.stop()
+                    del servers[cfg.name]
+                    continue
+                if baseline is None:
+                    baseline = ids  # the target alone, cache off: the reference greedy output
+                results.append(res)
+                print(
+                    f"  {cfg.name}: startup {res.startup_s:.2f}s, "
+                    f"greedy identical {res.identical}/{res.total}",
+                    flush=True,
+                )
+            # 2. Time streaming requests round-robin over the live servers, so a burst of load
+            #    from other processes hits every variant alike (this machine is shared).
+            live = [r for r in results if not r.error]
+            for i in range(args.runs):
+                prompt = PROMPTS[i % len(PROMPTS)]
+                order = live[i % len(live) :] + live[: i % len(live)]
+                for res in order:
+                    tps, text = stream_decode_tps(
+                        servers[res.config.name].port, prompt, args.max_tokens
+                    )
+                    if "\ufffd" in text:
+                        raise RuntimeError(f"{res.config.name}: U+FFFD in streamed text")
+                    res.tps.append(tps)
+                print(f"  run {i + 1}/{args.runs} done", flush=True)
+            for res in live:
+                res.rss_mib = servers[res.config.name].rss_hwm_mib()
+        finally:
+            for server in servers.values():
+                server.stop()
 
     base_tps = statistics.median(results[0].tps)
     print()
-    print(f"max_tokens={args.max_tokens}, runs={args.runs}, prompts={len(PROMPTS)}x{args.rounds}")
+    print(
+        f"spec: {spec}\nmax_tokens={args.max_tokens}, timed runs per config={args.runs}, "
+        f"greedy checks per config={len(PROMPTS)} prompts x {args.rounds}"
+    )
     header = (
         f"{'config':<28} {'decode tok/s (median)':>22} {'speedup %':>10} "
         f"{'greedy identical':>17} {'startup s':>10} {'VmHWM MiB':>10}"
@@ -299,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for r in results:
+        if r.error:
+            print(f"{r.config.name:<28} FAILED: {r.error[:80]}")
+            continue
         med = statistics.median(r.tps)
         print(
             f"{r.config.name:<28} {med:>22.1f} {100.0 * (med / base_tps - 1.0):>+10.0f} "
