@@ -101,6 +101,8 @@ class ArtifactRef(Part):
             raise ValueError("a hub artifact needs both repo and a 40-hex revision")
         if not hub and self.demo is None:
             raise ValueError("an artifact needs repo + revision or demo")
+        if self.repo is not None and ("--" in self.repo or ".." in self.repo):
+            raise ValueError("a hub repo id may not contain '--' or '..'")
         for name in self.files:
             if name.startswith("/") or ".." in name.split("/"):
                 raise ValueError("artifact file patterns must be relative, without '..'")
@@ -114,6 +116,14 @@ class RuntimeSpec(Part):
     )
     platforms: list[Literal["linux-x86_64", "linux-aarch64", "darwin-arm64"]] = Field(min_length=1)
     trust_remote_code: bool = False
+
+    @field_validator("trust_remote_code")
+    @classmethod
+    def _no_remote_code(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("trust_remote_code must be false: mcp-infra never runs code from a "
+                             "model repository")
+        return value
 
     @field_validator("min_versions")
     @classmethod
@@ -229,17 +239,46 @@ class Protocol(Part):
 
 
 class Window(Part):
+    """When cycles may start. ``start``/``end`` are wall-clock times in ``timezone`` (an IANA name,
+    or ``local`` for the machine's own zone); ``end`` earlier than ``start`` spans midnight and
+    ``start == end`` means the whole day. See ``mcp_infra.window``."""
+
     mode: Literal["always", "window", "never"] = "always"
     start: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")] = "00:00"
     end: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")] = "00:00"
-    timezone: str = Field("UTC", max_length=64)
+    timezone: str = Field("local", max_length=64)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        if value == "local":
+            return value
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown IANA time zone {value[:64]!r} (or use 'local')") from exc
+        return value
+
+
+class Watch(Part):
+    """`mcp-infra supervise --watch`: how often to look, and whether to re-check changed
+    candidates on its own (each change at most ``budgets.retries`` + 1 times, waiting
+    ``budgets.retry_backoff_s``, doubled per attempt, between attempts)."""
+
+    recheck_changed: bool = Field(
+        False, description="propose a re-check of candidates measured before whose manifest, "
+        "policy or environment has changed since")
+    interval_s: float = Field(300, ge=1, le=86_400, description="seconds between looks")
 
 
 class Budgets(Part):
     cycle_minutes: float = Field(30, gt=0, le=24 * 60)
     download_gb: float = Field(50, ge=0)
     disk_gb: float = Field(100, ge=0)
-    retries: int = Field(1, ge=0, le=10)
+    retries: int = Field(1, ge=0, le=10, description="re-runs of a cycle that failed by error")
+    retry_backoff_s: float = Field(30.0, ge=0, le=3600, description="doubles on each retry")
 
 
 class Policy(Contract):
@@ -249,9 +288,29 @@ class Policy(Contract):
     allowed_templates: list[TemplateName]
     thresholds: Thresholds
     protocol: Protocol = Field(default_factory=Protocol)
-    auto_promote: dict[CandidateClass, bool]
+    auto_promote: dict[CandidateClass, bool] = Field(
+        default_factory=lambda: dict(DEFAULT_AUTO_PROMOTE),
+        description="per class: may a qualified candidate be promoted without a person? Classes "
+        "left out take DEFAULT_AUTO_PROMOTE (drafters and server tuning yes, the rest no)")
     window: Window = Field(default_factory=Window)
     budgets: Budgets = Field(default_factory=Budgets)
+    watch: Watch = Field(default_factory=Watch)
+
+    @field_validator("auto_promote")
+    @classmethod
+    def _every_class(cls, value: dict[CandidateClass, bool]) -> dict[CandidateClass, bool]:
+        return {klass: bool(value.get(klass, DEFAULT_AUTO_PROMOTE[klass]))
+                for klass in CandidateClass}
+
+
+DEFAULT_AUTO_PROMOTE: dict[CandidateClass, bool] = {
+    CandidateClass.ACCELERATION_PLUGIN: True,
+    CandidateClass.SERVER_TUNING: True,
+    CandidateClass.KV_CACHE: False,
+    CandidateClass.QUANTIZATION: False,
+    CandidateClass.RUNTIME_UPGRADE: False,
+    CandidateClass.MODEL_CHANGE: False,
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -468,6 +527,8 @@ class Verdict(Contract):
     candidates: list[CandidateVerdict]
     selected: str | None
     reason: str
+    baseline_drift: float | None = Field(
+        None, description="baseline speed re-measured after the experiments / before (geo-mean)")
 
 
 class CandidateRun(Contract):
@@ -578,3 +639,76 @@ class AuditRecord(Contract):
     accepted: bool
     plan_id: str | None = None
     detail: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# Recipe memory (mcp_infra.memory) and prepared artifacts (mcp_infra.hub)
+# --------------------------------------------------------------------------------------------
+
+
+class RememberedGate(Part):
+    gate: str
+    passed: bool
+    detail: str = ""
+
+
+class RememberedOutcome(Part):
+    """What one cycle learned about one candidate, with what it was judged under."""
+
+    candidate: str
+    cycle_id: str
+    sealed_at: datetime
+    manifest_hash: str | None = None
+    environment_key: str
+    policy_hash: str | None = None
+    decision: Decision
+    reasons: list[str] = Field(default_factory=list)
+    gates: list[RememberedGate] = Field(default_factory=list)
+    started: bool = True
+    speedup_estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    baseline_tps: float | None = None
+    candidate_tps: float | None = None
+    peak_memory_gb: float | None = None
+    max_peak_memory_gb: float | None = Field(None, description="the memory cap it was judged by")
+    selected: bool = False
+
+
+class CycleMemory(Contract):
+    """memory/<cycle_id>.json: every candidate outcome of one sealed cycle."""
+
+    cycle_id: str
+    outcome: Outcome
+    recorded_at: datetime
+    environment: dict[str, str]
+    outcomes: list[RememberedOutcome] = Field(default_factory=list)
+
+
+class RecheckAttempt(Part):
+    count: int = Field(0, ge=0)
+    last: float = Field(0.0, description="epoch seconds of the latest attempt")
+
+
+class WatchState(Contract):
+    """state/watch.json: re-checks `supervise --watch` proposed, per (candidate, conditions)."""
+
+    rechecks: dict[str, RecheckAttempt] = Field(default_factory=dict)
+
+
+class InventoryFile(Part):
+    path: str
+    size: int
+    sha256: str
+
+
+class ArtifactInventory(Contract):
+    """The sha256 of every file of a prepared hub snapshot, checked before each use."""
+
+    repo: str
+    revision: Annotated[str, Field(pattern=REVISION_PATTERN)]
+    snapshot: str
+    allow_patterns: list[str] = Field(default_factory=list)
+    prepared_at: datetime
+    files: list[InventoryFile]
+    digest: str = Field(description="sha256 over the sorted (path, size, sha256) list")

@@ -370,6 +370,16 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         if not path.exists():
             write_model(path, run)
 
+    if plan.protocol.drift_check:
+        journal(CycleState.SELECT, "re-measuring the baseline for drift", step="drift")
+        record = service_record(home)
+        again = measure(base_url, BASELINE_ID, plan.model_copy(update={
+            "protocol": plan.protocol.model_copy(update={"warmup": 0, "quality_suite": None})}),
+            record.pid if record else None)
+        drift = [s.model_copy(update={"phase": "drift"}) for s in again.samples
+                 if s.phase == "measure"]
+        baseline = baseline.model_copy(update={"samples": [*baseline.samples, *drift]})
+        write_model(home.cycle_dir(cycle_id) / "runs" / "baseline.json", baseline)
     journal(CycleState.SELECT, "selecting by the frozen thresholds")
     ordered = [runs[c] for c in plan.candidates[1:] if c in runs]
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)

@@ -24,6 +24,7 @@ from mcp_infra.contracts import (
 from mcp_infra.gates import compare_greedy, lossy_agreement, quality_gate, smoke_gate
 from mcp_infra.stats import (
     SpeedupSummary,
+    baseline_drift,
     derive_seed,
     error_count,
     repeats_to_decide,
@@ -268,6 +269,16 @@ def select(
     """
     candidates = [r for r in runs if r.candidate != baseline.candidate]
     verdicts = [judge(baseline, r, thresholds, protocol, auto_promote, quality) for r in candidates]
+    drift = baseline_drift(baseline.samples) if protocol.drift_check else None
+    if drift is not None and abs(drift - 1) * 100 > protocol.drift_tolerance_pct:
+        for v in verdicts:  # the machine changed under the measurement: nothing can qualify
+            if v.decision == Decision.QUALIFIED:
+                v.decision = Decision.INCONCLUSIVE
+                v.reasons.append(
+                    f"Inconclusive: the baseline re-measured after the experiments ran at "
+                    f"{_x(drift)} its first speed, beyond the {protocol.drift_tolerance_pct:g}% "
+                    "drift tolerance; the comparison is not trustworthy."
+                )
     qualified = [
         (v, r)
         for v, r in zip(verdicts, candidates, strict=True)
@@ -275,7 +286,8 @@ def select(
     ]
     eligible = [(v, r) for v, r in qualified if v.auto_promote]
     if not eligible:
-        return Verdict(candidates=verdicts, selected=None, reason=_no_selection(verdicts))
+        return Verdict(candidates=verdicts, selected=None, reason=_no_selection(verdicts),
+                       baseline_drift=drift)
 
     best = max(v.speedup_estimate or 0.0 for v, _ in eligible)
     floor = best * (1 - thresholds.tie_tolerance_pct / 100)
@@ -302,7 +314,8 @@ def select(
     )
     if len(tied) > 1:
         reason += f"; preferred over {len(tied) - 1} tied candidate(s) as the cheaper"
-    return Verdict(candidates=verdicts, selected=chosen.candidate, reason=reason)
+    return Verdict(candidates=verdicts, selected=chosen.candidate, reason=reason,
+                   baseline_drift=drift)
 
 
 def _no_selection(verdicts: Sequence[CandidateVerdict]) -> str:

@@ -60,6 +60,18 @@ def measured_tps(samples: Iterable[Sample]) -> dict[str, list[float]]:
     return out
 
 
+def baseline_drift(samples: Iterable[Sample]) -> float | None:
+    """How the baseline's speed moved during the cycle: the geometric mean over prompts of
+    median tok/s re-measured after the experiments (phase ``drift``) / median before."""
+    samples = list(samples)
+    before = measured_tps(samples)
+    after = measured_tps(s.model_copy(update={"phase": "measure"}) for s in samples
+                         if s.phase == "drift")
+    ratios = [statistics.median(after[p]) / statistics.median(before[p])
+              for p in sorted(after) if p in before]
+    return geometric_mean(ratios) if ratios else None
+
+
 def completion_tokens(samples: Iterable[Sample]) -> dict[str, float]:
     """Median completion tokens per prompt (successful measure samples that report them)."""
     per: dict[str, list[int]] = {}
