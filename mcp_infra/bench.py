@@ -18,13 +18,16 @@ import httpx2 as httpx
 from mcp_infra.contracts import Sample
 
 
-def _chat_body(messages: Sequence[dict[str, Any]], max_tokens: int, stream: bool) -> dict[str, Any]:
+def _chat_body(messages: Sequence[dict[str, Any]], max_tokens: int, stream: bool,
+               model: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "messages": list(messages),
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "stream": stream,
     }
+    if model:
+        body["model"] = model
     if stream:
         body["stream_options"] = {"include_usage": True}
     else:
@@ -34,6 +37,24 @@ def _chat_body(messages: Sequence[dict[str, Any]], max_tokens: int, stream: bool
 
 def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def served_model(base_url: str, timeout: float = 5.0) -> str | None:
+    """The model a server says it has loaded, for servers that require it in every request.
+
+    mlx_vlm.server answers ``/health`` with ``loaded_model`` and refuses a chat request without a
+    matching ``model`` (HTTP 422; another name makes it load that model). mlx_lm.server's
+    ``/health`` names none, and there a ``model`` field would make it load another model, so
+    None means: send no ``model``. Asked before every request, because the scratch port serves a
+    different candidate each time.
+    """
+    try:
+        response = httpx.get(f"{base_url}/health", timeout=timeout)
+        data = response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return None
+    model = data.get("loaded_model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def stream_chat(
@@ -47,8 +68,12 @@ def stream_chat(
     repeat: int,
     order: int = 0,
     phase: str = "measure",
+    model: str | None = None,
 ) -> Sample:
-    """Send one streamed chat request and time it: TTFT, decode tok/s, end-to-end tok/s."""
+    """Send one streamed chat request and time it: TTFT, decode tok/s, end-to-end tok/s.
+
+    ``model`` defaults to what the server reports loaded (``served_model``), if anything."""
+    body = _chat_body(messages, max_tokens, True, model or served_model(base_url))
     fields: dict[str, Any] = {"candidate": candidate, "prompt_id": prompt_id, "repeat": repeat,
                               "order": order, "phase": phase}
     text_parts: list[str] = []
@@ -57,8 +82,7 @@ def stream_chat(
     finish = None
     start = time.perf_counter()
     try:
-        with httpx.stream("POST", f"{base_url}/v1/chat/completions",
-                          json=_chat_body(messages, max_tokens, True),
+        with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body,
                           timeout=httpx.Timeout(timeout, connect=5.0)) as response:
             if response.status_code != 200:
                 response.read()
@@ -116,14 +140,18 @@ def greedy_chat(
     candidate: str,
     prompt_id: str,
     phase: str = "measure",
+    model: str | None = None,
 ) -> Sample:
-    """One non-streamed greedy request returning the output token ids (for the equality gate)."""
+    """One non-streamed greedy request returning the output token ids (for the equality gate).
+
+    Servers whose logprobs carry no token ids (mlx_vlm.server) give ``token_ids=None``, and the
+    gate then compares texts."""
+    body = _chat_body(messages, max_tokens, False, model or served_model(base_url))
     fields: dict[str, Any] = {"candidate": candidate, "prompt_id": prompt_id, "repeat": 0,
                               "phase": phase}
     start = time.perf_counter()
     try:
-        response = httpx.post(f"{base_url}/v1/chat/completions",
-                              json=_chat_body(messages, max_tokens, False),
+        response = httpx.post(f"{base_url}/v1/chat/completions", json=body,
                               timeout=httpx.Timeout(timeout, connect=5.0))
     except httpx.HTTPError as exc:
         return Sample(**fields, error=_short_error(exc))
@@ -134,7 +162,8 @@ def greedy_chat(
         body = response.json()
         choice = body["choices"][0]
         text = (choice.get("message") or {}).get("content") or ""
-        ids = [int(item["id"]) for item in ((choice.get("logprobs") or {}).get("content") or [])]
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        ids = [int(item["id"]) for item in entries] if all("id" in i for i in entries) else []
         usage = body.get("usage") or {}
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         return Sample(**fields, error=f"unexpected response: {_short_error(exc)}")
@@ -159,3 +188,15 @@ def measurement_order(prompt_ids: Sequence[str], repeats: int, seed: int) -> lis
         rng.shuffle(ids)
         order.extend((repeat, pid) for pid in ids)
     return order
+
+
+def with_nonce(messages: Sequence[dict[str, Any]], nonce: str) -> list[dict[str, Any]]:
+    """The same conversation, opened by a unique tag, so no timed request reuses a cached prompt
+    prefix beyond the chat template's first tokens (the server's prompt cache then cannot make a
+    repeat look faster than a fresh request)."""
+    tag = f"[request {nonce}]"
+    out = [dict(m) for m in messages]
+    if out and out[0].get("role") == "system":
+        out[0]["content"] = f"{tag} {out[0].get('content', '')}"
+        return out
+    return [{"role": "system", "content": tag}, *out]

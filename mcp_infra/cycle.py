@@ -12,6 +12,7 @@ import contextlib
 import os
 import platform
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -157,19 +158,23 @@ def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None,
         for round_ in range(protocol.warmup):
             for pid_, prompt in prompts.items():
                 keep(samples, bench.stream_chat(
-                    base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
+                    base_url, _fresh(prompt), max_tokens=_max_tokens(prompt, protocol),
                     timeout=timeout, candidate=candidate, prompt_id=pid_, repeat=round_,
                     phase="warmup"))
         for order, (repeat, pid_) in enumerate(
                 bench.measurement_order(list(prompts), protocol.repeats, protocol.seed)):
             prompt = prompts[pid_]
             keep(samples, bench.stream_chat(
-                base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
+                base_url, _fresh(prompt), max_tokens=_max_tokens(prompt, protocol),
                 timeout=timeout, candidate=candidate, prompt_id=pid_, repeat=repeat, order=order))
-        for pid_, prompt in prompts.items():
-            keep(greedy, bench.greedy_chat(
-                base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
-                timeout=timeout, candidate=candidate, prompt_id=pid_))
+        # Greedy outputs as served: each prompt twice, so the second request reuses the cached
+        # prefix of the first, as real traffic does; both must equal the baseline's output.
+        for again in range(2):
+            for pid_, prompt in prompts.items():
+                sample = bench.greedy_chat(
+                    base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
+                    timeout=timeout, candidate=candidate, prompt_id=pid_)
+                keep(greedy, sample.model_copy(update={"repeat": again}))
         if protocol.quality_suite:
             for task in load_suite(protocol.quality_suite).prompts:
                 keep(quality, bench.greedy_chat(  # a task's own budget: a reasoning model
@@ -196,6 +201,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _fresh(prompt: Any) -> list[dict[str, Any]]:
+    return bench.with_nonce(_messages(prompt), uuid.uuid4().hex[:12])
+
+
 def _messages(prompt: Any) -> list[dict[str, Any]]:
     return [m.model_dump() if hasattr(m, "model_dump") else dict(m) for m in prompt.messages]
 
@@ -205,10 +214,12 @@ def _max_tokens(prompt: Any, protocol: Any) -> int:
 
 
 def cache_note(recipe: Recipe) -> str:
-    if recipe.knobs.prompt_cache_size == 0:
-        return "prompt cache off (--prompt-cache-size 0): no request can hit a cached prefix"
-    return ("server's default prompt cache, measured as it will be served; cached prompt tokens "
-            "of each request are recorded in cached_tokens")
+    served = ("prompt cache off (--prompt-cache-size 0)" if recipe.knobs.prompt_cache_size == 0
+              else "the server's default prompt cache")
+    return (f"served with {served}. Timed requests open with a unique tag, so no repeat reuses a "
+            "cached prompt beyond the chat template's first tokens (cached_tokens is recorded per "
+            "request); greedy outputs are requested twice per prompt, the second reusing the "
+            "first's cached prefix as real traffic does, and both must match the baseline.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -452,6 +452,10 @@ def _pair_greedy(
     """Comparisons for prompts both sides answered, and problems (missing or failed outputs)."""
     base = _greedy_by_prompt(baseline)
     cand = _greedy_by_prompt(candidate)
+    # A candidate may answer a prompt more than once (again with the prompt cached): every
+    # answer must equal the baseline's first.
+    repeats = [s for s in sorted(candidate, key=lambda s: (s.prompt_id, s.repeat, s.order))
+               if s.prompt_id in cand and s is not cand[s.prompt_id]]
     comparisons: list[Comparison] = []
     problems: list[str] = []
     for pid in sorted(set(base) | set(cand)):
@@ -461,10 +465,13 @@ def _pair_greedy(
             problems.append(f"{pid}: missing from the baseline")
         elif base[pid].error is not None:
             problems.append(f"{pid}: baseline request failed ({base[pid].error})")
-        elif cand[pid].error is not None:
-            problems.append(f"{pid}: candidate request failed ({cand[pid].error})")
         else:
-            comparisons.append(compare_outputs(pid, base[pid], cand[pid]))
+            for sample in [cand[pid], *(s for s in repeats if s.prompt_id == pid)]:
+                label = pid if sample is cand[pid] else f"{pid} (asked again, prefix cached)"
+                if sample.error is not None:
+                    problems.append(f"{label}: candidate request failed ({sample.error})")
+                else:
+                    comparisons.append(compare_outputs(label, base[pid], sample))
     return comparisons, problems
 
 
@@ -484,7 +491,7 @@ def compare_greedy(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> G
     identical = sum(1 for c in comparisons if c.identical)
     if total == 0:
         return GateResult(gate="lossless", passed=False, detail="no greedy outputs to compare")
-    detail = f"{identical} of {total} prompt(s) identical"
+    detail = f"{identical} of {total} greedy output(s) identical"
     issues = _divergences(comparisons) + problems
     if issues:
         detail += "; " + "; ".join(issues)
@@ -509,7 +516,7 @@ def lossy_agreement(
     fraction = identical / total
     positions = [c.first_divergence for c in comparisons if c.first_divergence is not None]
     detail = (
-        f"{identical} of {total} prompt(s) identical ({fraction:.0%}; at least "
+        f"{identical} of {total} greedy output(s) identical ({fraction:.0%}; at least "
         f"{min_identical_fraction:.0%} required)"
     )
     if positions:

@@ -270,7 +270,7 @@ def test_compare_greedy_identical_token_ids():
     cand = [g("a:b", "p2", "different text", [4, 5]), g("a:b", "p1", "x", [1, 2, 3])]
     result = compare_greedy(base, cand)
     assert result.passed and result.gate == "lossless"
-    assert result.detail == "2 of 2 prompt(s) identical"
+    assert result.detail == "2 of 2 greedy output(s) identical"
     assert [c.compared for c in result.comparisons] == ["token_ids", "token_ids"]
 
 
@@ -479,3 +479,14 @@ def test_load_suite_errors(tmp_path):
         load_suite("mine", suites_dir=tmp_path)
     (tmp_path / "ok.yaml").write_text((tmp_path / "mine.yaml").read_text().replace("other", "ok"))
     assert load_suite("ok", suites_dir=tmp_path).prompts[0].messages[0].content == "hi"
+
+
+def test_compare_greedy_checks_every_answer_of_a_prompt_asked_twice():
+    """The second answer reuses the prompt cache: it must match the baseline's output too."""
+    base = [g("baseline", "p1", "x", [1, 2, 3])]
+    first = g("a:b", "p1", "x", [1, 2, 3])
+    again = g("a:b", "p1", "x", [1, 2, 9]).model_copy(update={"repeat": 1})
+    result = compare_greedy(base, [first, again])
+    assert not result.passed
+    assert result.detail.startswith("1 of 2 greedy output(s) identical")
+    assert "p1 (asked again, prefix cached) diverges at token 2" in result.detail
