@@ -18,12 +18,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra import evidence as evidence_mod
+from mcp_infra import memory
 from mcp_infra.contracts import (
     AuditRecord,
     CycleSummary,
     FrozenPlan,
     Knobs,
     PlanChange,
+    Recipe,
     RefusedCandidate,
     SupervisorRecord,
     Verdict,
@@ -37,7 +39,7 @@ from mcp_infra.registry import (
     registry_hash,
     resolve_recipe,
 )
-from mcp_infra.runtime import is_running, probe_completion
+from mcp_infra.runtime import is_running, port_owner_is, probe_completion
 from mcp_infra.service import active_recipe, load_config, service_record
 from mcp_infra.store import CorruptFile, Home, read_optional, sha256_bytes, utcnow
 
@@ -58,15 +60,27 @@ class ServiceView(View):
     knobs: dict[str, Any]
     pid: int | None = None
     since: datetime | None = None
+    health_check: str = Field("", description="how `healthy` was decided")
 
 
 class CycleView(View):
     cycle_id: str
     state: str
     message: str
-    candidate: str | None = None
-    index: int | None = None
-    total: int | None = None
+    candidate: str | None = Field(None, description="the candidate being measured now")
+    index: int | None = Field(None, description="its position among this cycle's candidates")
+    total: int | None = Field(None, description="how many candidates this cycle measures")
+    plan_id: str | None = None
+    started_at: datetime | None = None
+    elapsed_s: float | None = None
+    step: int | None = Field(None, description="position of the state in the nominal sequence "
+                             "QUEUED→PREFLIGHT→…→COMMIT→SEALED")
+    steps: int | None = None
+    progress: str | None = Field(None, description="state, candidate i of n, step k of N")
+    expected_downtime_s: float | None = Field(
+        None, description="service downtime expected from the current step (0 while candidates "
+        "run on the scratch port)")
+    downtime_note: str | None = None
 
 
 class StatusView(View):
@@ -80,6 +94,10 @@ class StatusView(View):
     last_cycle: CycleSummary | None = None
     policy: str | None = None
     window: dict[str, Any] | None = None
+    window_now: str | None = Field(None, description="whether a cycle may start now under the "
+                                   "window, and if not, when")
+    server_mode: str | None = Field(None, description="the MCP server's mode (read-only, propose "
+                                    "or autonomous); empty when asked from the command line")
     needs_operator: str | None = None
     problems: list[str] = Field(default_factory=list)
 
@@ -101,11 +119,19 @@ def status(home: Home) -> StatusView:
         problems.append(str(exc))
     alive = record is not None and is_running(record)
     endpoint = f"http://{config.host}:{config.port}/v1"
-    healthy = alive and probe_completion(f"http://{config.host}:{config.port}", timeout=5)
+    if home.lock_is_held():  # a cycle may be timing requests: asking status must not disturb it
+        healthy = alive and port_owner_is(record, config.port)
+        how = ("process alive and holding the port (no request sent: a supervisor is running, "
+               "and a request would disturb its measurements)")
+    else:
+        healthy = alive and probe_completion(f"http://{config.host}:{config.port}", timeout=5)
+        how = "answered a 1-token chat completion" if healthy else (
+            "no live process" if not alive else "did not answer a 1-token chat completion")
     service = ServiceView(endpoint=endpoint, healthy=healthy, active_recipe=recipe.candidate_id,
                           knobs=recipe.knobs.model_dump(exclude_defaults=True),
                           pid=record.pid if alive and record else None,
-                          since=record.started_at if alive and record else None)
+                          since=record.started_at if alive and record else None,
+                          health_check=how)
     sup = None
     try:
         sup = read_optional(home.state / "supervisor.json", SupervisorRecord)
@@ -118,6 +144,7 @@ def status(home: Home) -> StatusView:
         try:
             data = json.loads(current.read_text())
             cycle = CycleView(**{k: data.get(k) for k in CycleView.model_fields if k in data})
+            cycle = cycle_progress(home, cycle)
         except (ValueError, TypeError):
             problems.append("state/current.json is unreadable")
     needs = home.state / "needs_operator.json"
@@ -128,10 +155,59 @@ def status(home: Home) -> StatusView:
         supervisor_pid=sup.pid if sup and sup_running else None, supervisor_running=sup_running,
         cycle=cycle, queue=[p.stem.split("-", 1)[1] for p in home.queued()],
         last_cycle=cycles[0] if cycles else None, policy=policy.name,
-        window=policy.window.model_dump(),
+        window=policy.window.model_dump(), window_now=_window_text(home),
         needs_operator=(json.loads(needs.read_text()).get("reason", "see state/needs_operator.json")
                         if needs.exists() else None),
         problems=problems)
+
+
+NOMINAL_STATES = ["QUEUED", "PREFLIGHT", "PREPARE", "BASELINE", "MAINTENANCE", "EXPERIMENT",
+                  "SELECT", "PROMOTE", "VERIFY", "COMMIT", "SEALED"]
+RESTARTING_STATES = {"PROMOTE", "VERIFY", "ROLLBACK", "RECOVER"}
+
+
+def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
+    """Add when the cycle started, how far it is, and what downtime the current step implies."""
+    events, _ = home.read_journal(cycle.cycle_id)
+    try:
+        plan = read_optional(home.cycle_dir(cycle.cycle_id) / "plan.json", FrozenPlan)
+    except CorruptFile:
+        plan = None
+    update: dict[str, Any] = {"steps": len(NOMINAL_STATES)}
+    if events:
+        update["started_at"] = events[0].ts
+        update["elapsed_s"] = round((utcnow() - events[0].ts).total_seconds(), 1)
+        update["plan_id"] = events[0].fields.get("plan_id")
+    if cycle.state in NOMINAL_STATES:
+        update["step"] = NOMINAL_STATES.index(cycle.state) + 1
+    index, total = cycle.index, cycle.total
+    if cycle.candidate and not (index and total):  # a later event of the same candidate
+        for event in reversed(events):
+            if event.fields.get("candidate") == cycle.candidate and event.fields.get("index"):
+                index, total = event.fields.get("index"), event.fields.get("total")
+                update.update(index=index, total=total)
+                break
+    parts = [cycle.state]
+    if cycle.candidate and index and total:
+        parts.append(f"measuring {cycle.candidate} ({index} of {total})")
+    if update.get("step"):
+        parts.append(f"step {update['step']} of {update['steps']}")
+    update["progress"] = ", ".join(parts)
+    bound = plan.protocol.ready_timeout_s if plan else None
+    restart = (f"at most {bound:.0f} s (the policy's ready timeout), usually a few seconds"
+               if bound else "usually a few seconds")
+    if cycle.state in RESTARTING_STATES:
+        update["expected_downtime_s"] = bound
+        update["downtime_note"] = f"the stable port is being restarted now: {restart}"
+    elif cycle.state in ("COMMIT", "SEALED"):
+        update["expected_downtime_s"] = 0.0
+        update["downtime_note"] = "the service is back; nothing more restarts in this cycle"
+    else:
+        update["expected_downtime_s"] = 0.0
+        update["downtime_note"] = ("none now: the live service keeps serving while candidates run "
+                                   "on the scratch port; a promotion, if one qualifies, restarts "
+                                   f"the stable port once ({restart})")
+    return cycle.model_copy(update=update)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,6 +220,10 @@ class LearnedView(View):
     decision: str
     reasons: list[str]
     speedup_estimate: float | None = None
+    failed_gates: list[str] = Field(default_factory=list)
+    selected: bool = False
+    current: bool = Field(False, description="judged under the manifest, policy and environment "
+                          "of now (else something changed since)")
 
 
 class CandidateView(View):
@@ -155,7 +235,10 @@ class CandidateView(View):
     knobs: dict[str, Any]
     preflight_passed: bool
     checks: list[Check]
+    auto_promote: bool = Field(True, description="whether the policy lets a qualified candidate "
+                               "of this class be promoted without a person")
     learned: list[LearnedView] = Field(default_factory=list)
+    skip: str | None = Field(None, description="why recipe memory would refuse it in a plan now")
 
 
 class RegistryView(View):
@@ -163,19 +246,24 @@ class RegistryView(View):
     live_recipe: str | None = None
 
 
-def _learned(home: Home) -> dict[str, list[LearnedView]]:
+def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str
+             ) -> dict[str, list[LearnedView]]:
+    """What recipe memory holds per candidate, marking outcomes judged under today's
+    conditions (same manifest hash, policy hash and environment key)."""
     out: dict[str, list[LearnedView]] = {}
-    if not home.evidence.is_dir():
-        return out
-    for path in sorted(home.evidence.glob("*/verdict.json")):
-        try:
-            verdict = Verdict.model_validate_json(path.read_text())
-        except ValueError:
-            continue
-        for item in verdict.candidates:
-            out.setdefault(item.candidate, []).append(LearnedView(
-                cycle_id=path.parent.name, decision=item.decision.value,
-                reasons=item.reasons[:4], speedup_estimate=item.speedup_estimate))
+    env = memory.environment()
+    keys: dict[str, str] = {}
+    identities: dict[str, str] = {}
+    for item in memory.outcomes(home):
+        recipe = recipes.get(item.candidate)
+        if recipe is not None and item.candidate not in keys:
+            keys[item.candidate] = memory.environment_key(env, recipe, identities)
+        current = (recipe is not None and item.manifest_hash == recipe.manifest_hash
+                   and item.policy_hash == p_hash and item.environment_key == keys[item.candidate])
+        out.setdefault(item.candidate, []).append(LearnedView(
+            cycle_id=item.cycle_id, decision=item.decision.value, reasons=item.reasons[:4],
+            speedup_estimate=item.speedup_estimate, selected=item.selected, current=current,
+            failed_gates=[f"{g.gate}: {g.detail[:160]}" for g in item.gates if not g.passed]))
     return out
 
 
@@ -184,21 +272,27 @@ def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
     policy = load_policy(load_config(home).policy if home.config.exists() else "default",
                          extra=home.user_policy)
     facts = host_facts(home.root, home.models, home.hf_cache)
-    learned = _learned(home)
+    recipes = {f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
+               for m in manifests.values() for v in m.variants
+               if not candidate_id or f"{m.id}:{v.id}" == candidate_id}
+    p_hash = policy_hash(policy)
+    learned = _learned(home, recipes, p_hash)
+    skips = memory.skips(home, recipes, policy, p_hash)
     views = []
     for manifest in manifests.values():
         for variant in manifest.variants:
             cid = f"{manifest.id}:{variant.id}"
             if candidate_id and cid != candidate_id:
                 continue
-            check = preflight(manifest, variant, policy, facts)
-            views.append(CandidateView(
+            check = preflight(manifest, variant, policy, facts, require_artifacts=True)
+            views.append(CandidateView(skip=skips.get(cid),
                 id=cid, title=variant.title or manifest.title,
                 candidate_class=manifest.class_of(variant).value,
                 semantics=manifest.semantics_of(variant).value,
                 template=manifest.runtime.template,
                 knobs=variant.knobs.model_dump(exclude_defaults=True),
                 preflight_passed=check.passed, checks=check.checks,
+                auto_promote=bool(policy.auto_promote.get(manifest.class_of(variant), False)),
                 learned=learned.get(cid, [])[-5:]))
     live = active_recipe(home).candidate_id if home.config.exists() else None
     return RegistryView(candidates=views, live_recipe=live)
@@ -221,6 +315,9 @@ class ProposalView(View):
     refused: list[RefusedCandidate] = Field(default_factory=list)
     queue_position: int | None = None
     follow: str | None = None
+    plan_hash: str | None = Field(None, description="sha256 of the frozen plan (also in the "
+                                  "audit log)")
+    window: str | None = Field(None, description="when the policy lets a queued plan start")
 
 
 def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool = False,
@@ -236,15 +333,21 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
         view = ProposalView(accepted=False, dry_run=dry_run, message=str(exc),
                             problems=exc.problems)
         home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200], plan_hash=raw_hash,
-                                      accepted=False, detail=str(exc)[:300]))
+                                      accepted=False,
+                                      detail=("dry run: " if dry_run else "") + str(exc)[:300]))
         return view
     view = ProposalView(accepted=True, dry_run=dry_run, plan_id=frozen.plan_id,
                         message="dry run: the plan would be queued as shown" if dry_run else
                         "plan frozen and queued; a supervisor runs it",
                         candidates=frozen.candidates,
                         thresholds=frozen.thresholds.model_dump(), changes=frozen.changes,
-                        refused=frozen.refused)
+                        refused=frozen.refused, plan_hash=frozen.content_hash,
+                        window=_window_text(home))
     if dry_run:
+        home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200],
+                                      plan_hash=frozen.content_hash, accepted=True,
+                                      plan_id=frozen.plan_id,
+                                      detail="dry run: would be accepted; nothing queued"))
         return view
     home.enqueue(frozen)
     home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200],
@@ -259,6 +362,15 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
     return view
 
 
+def _window_text(home: Home) -> str:
+    """Whether a queued plan may start now under the policy's window, and why (or when)."""
+    from mcp_infra.window import check
+
+    policy = load_policy(load_config(home).policy, extra=home.user_policy)
+    state = check(policy.window, utcnow(), policy.budgets.cycle_minutes)
+    return ("may start now: " if state.may_start else "waits: ") + state.reason
+
+
 def _freeze(home: Home, plan: Any, proposed_by: str) -> FrozenPlan:
     if not home.config.exists():
         raise PlanRefused("plan refused: no managed service is configured (config.yaml missing)")
@@ -270,13 +382,16 @@ def _freeze(home: Home, plan: Any, proposed_by: str) -> FrozenPlan:
     for manifest in manifests.values():
         for variant in manifest.variants:
             cid = f"{manifest.id}:{variant.id}"
-            checks[cid] = preflight(manifest, variant, policy, facts)
+            checks[cid] = preflight(manifest, variant, policy, facts, require_artifacts=True)
             recipes[cid] = resolve_recipe(manifest, variant, home.models, home.hf_cache)
     live_peak = _last_baseline_peak(home)
+    p_hash = policy_hash(policy)
+    wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
     return sanitize(plan, manifests=manifests, policy=policy, preflights=checks,
                     live_recipe=active_recipe(home), live_peak_memory_gb=live_peak,
-                    registry_hash=registry_hash(manifests), policy_hash=policy_hash(policy),
-                    proposed_by=proposed_by, now=utcnow(), candidate_recipes=recipes)
+                    registry_hash=registry_hash(manifests), policy_hash=p_hash,
+                    proposed_by=proposed_by, now=utcnow(), candidate_recipes=recipes,
+                    skip=memory.skips(home, wanted, policy, p_hash))
 
 
 def _last_baseline_peak(home: Home) -> float | None:
@@ -299,6 +414,21 @@ def ensure_supervisor(home: Home) -> int | None:
     with log.open("ab") as handle:
         proc = subprocess.Popen(  # argv list, no shell; its own session outlives the caller
             [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise"],
+            stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return proc.pid
+
+
+def ensure_watcher(home: Home) -> int | None:
+    """Start a detached `supervise --watch` (runs queued plans in the window, keeps watching)
+    unless a supervisor holds the lock; return its pid. Used by `serve --mode autonomous`."""
+    if home.lock_is_held():
+        return None
+    log = home.logs / "supervisor.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as handle:
+        proc = subprocess.Popen(  # argv list, no shell; its own session outlives the caller
+            [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise", "--watch"],
             stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return proc.pid
@@ -333,7 +463,10 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
                   page: int = 1, limit: int = 20) -> EvidenceView:
     if not cycle_id:
         cycles = evidence_mod.list_cycles(home)
-        return EvidenceView(cycles=cycles[:max(1, min(limit, 100))])
+        size = max(1, min(limit, 100))
+        pages = max(1, -(-len(cycles) // size))
+        page = min(max(1, page), pages)
+        return EvidenceView(cycles=cycles[(page - 1) * size: page * size], page=page, pages=pages)
     bundle = evidence_mod.bundle_path(home, cycle_id)
     summary = evidence_mod.read_model(bundle / "summary.json", CycleSummary)
     view = EvidenceView(cycle_id=summary.cycle_id, section=section or "summary", summary=summary,
@@ -352,8 +485,26 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         rows = evidence_mod.journal_of(bundle)
         view.pages = max(1, -(-len(rows) // PAGE_SIZE))
         view.page = min(max(1, page), view.pages)
-        view.journal = rows[(view.page - 1) * PAGE_SIZE: view.page * PAGE_SIZE]
+        view.journal = [_clip_row(r) for r in
+                        rows[(view.page - 1) * PAGE_SIZE: view.page * PAGE_SIZE]]
     return view
+
+
+MAX_ROW_FIELDS = 800
+
+
+def _clip_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Keep a journal row small: large fields (resolved recipes) are named, not repeated."""
+    fields = row.get("fields")
+    if isinstance(fields, dict):
+        size = len(json.dumps(fields, default=str))
+        if size > MAX_ROW_FIELDS:
+            small = {k: v for k, v in fields.items()
+                     if len(json.dumps(v, default=str)) <= 120}
+            small["omitted"] = (f"{sorted(set(fields) - set(small))} ({size} bytes): "
+                                "see journal.ndjson in the bundle")
+            return {**row, "fields": small}
+    return row
 
 
 def per_prompt_table(verdict: Verdict | None) -> list[dict[str, Any]]:

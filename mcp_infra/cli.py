@@ -64,7 +64,11 @@ def _registry_text(view: app.RegistryView) -> str:
                 lines.append(f"    {mark} {check.name}: {check.detail}")
         for item in c.learned[-2:]:
             lines.append(f"    learned in {item.cycle_id}: {item.decision}"
-                         + (f" — {item.reasons[0]}" if item.reasons else ""))
+                         + ("" if item.current else " (since then something changed)")
+                         + (f" — {item.failed_gates[0]}" if item.failed_gates
+                            else f" — {item.reasons[0]}" if item.reasons else ""))
+        if c.skip:
+            lines.append(f"    SKIPPED in plans: {c.skip}")
     return "\n".join(lines) or "no candidates"
 
 

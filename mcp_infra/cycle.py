@@ -65,6 +65,7 @@ from mcp_infra.store import (
     LockHeld,
     read_model,
     read_optional,
+    sha256_bytes,
     utcnow,
     write_bytes_atomic,
     write_model,
@@ -240,8 +241,10 @@ def environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
     packages = {name: v for name in ("mlx", "mlx-lm", "mlx-vlm", "mcp", "pydantic", "mcp-infra",
                                      "huggingface_hub") if (v := installed_version(name))}
     models: dict[str, str] = {}
-    for recipe in recipes:
-        models.update({f"{recipe.candidate_id}:{k}": v for k, v in recipe.artifact_hashes.items()})
+    for recipe in recipes:  # every model folder a recipe of this cycle ran, by path
+        for path in (recipe.model_path, recipe.draft_path):
+            if path and path not in models:
+                models[path] = _fingerprint(Path(path))
     return EnvironmentFingerprint(
         platform=platform.platform(), machine=platform.machine(), cpu=cpu,
         cpu_count=os.cpu_count() or 0, memory_gb=round(psutil.virtual_memory().total / 2**30, 2),
@@ -249,8 +252,20 @@ def environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
         blas=os.environ.get("LD_PRELOAD", "") or "bundled (no LD_PRELOAD)", models=models)
 
 
+FULL_HASH_LIMIT = 2**30
+
+
 def _fingerprint(path: Path) -> str:
-    return model_fingerprint(path) if path.is_dir() else "missing"
+    """sha256 of a model folder's bytes; above 1 GiB (real models) a pinned hub snapshot is
+    named by its revision folder and the file sizes, and its files' sha256 inventory is taken
+    when it is prepared (`mcp-infra prepare`), not on every cycle."""
+    if not path.is_dir():
+        return "missing"
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    if sum(p.stat().st_size for p in files) <= FULL_HASH_LIMIT:
+        return "sha256:" + model_fingerprint(path)
+    sizes = ",".join(f"{p.relative_to(path)}={p.stat().st_size}" for p in files)
+    return f"snapshot:{path.name};sizes-sha256:{sha256_bytes(sizes.encode())}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx2 as httpx
 import psutil
 
+from mcp_infra.bench import served_model
 from mcp_infra.contracts import ProcessRecord, Recipe
 from mcp_infra.store import utcnow
 
@@ -64,6 +65,13 @@ def mlx_lm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> lis
 
 
 def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
+    """``python -m mlx_vlm.server`` with the flags of its real CLI (checked against
+    ``--help`` of mlx-vlm 0.6.16 and 0.7.10): ``--model --host --port --draft-model
+    --draft-kind {dflash,eagle3,mtp} --draft-block-size --kv-bits --kv-group-size
+    --quantized-kv-start --max-kv-size --prefill-step-size``. ``--host`` is always passed: the
+    server binds 0.0.0.0 by default. Without ``draft_block_size`` the drafter's own configured
+    block size is used; without ``draft_kind`` mlx-vlm detects it from the drafter's config.
+    ``--trust-remote-code`` is never passed."""
     knobs = recipe.knobs
     argv = [python, "-m", "mlx_vlm.server", "--model", recipe.model_path,
             "--host", host, "--port", str(port)]
@@ -73,6 +81,8 @@ def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> li
         argv += ["--draft-model", recipe.draft_path]
         argv += _opt("--draft-kind", knobs.draft_kind)
         argv += _opt("--draft-block-size", knobs.draft_block_size)
+    elif knobs.draft_kind or knobs.draft_block_size:
+        raise ValueError("draft_kind and draft_block_size need draft: true")
     argv += _opt("--kv-bits", knobs.kv_bits)
     argv += _opt("--kv-group-size", knobs.kv_group_size)
     argv += _opt("--quantized-kv-start", knobs.quantized_kv_start)
@@ -223,13 +233,12 @@ def probe(base_url: str, timeout: float = 30.0) -> Probe:
     serve this model (mlx_lm.server answers 404 for a model path it cannot load), which no amount
     of waiting fixes.
     """
+    body: dict[str, object] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                               "temperature": 0.0}
+    if model := served_model(base_url, timeout=min(timeout, 5.0)):  # mlx_vlm.server needs it
+        body["model"] = model
     try:
-        response = httpx.post(
-            f"{base_url}/v1/chat/completions",
-            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
-                  "temperature": 0.0},
-            timeout=timeout,
-        )
+        response = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=timeout)
     except httpx.HTTPError:
         return Probe(False)
     if response.status_code == 200:

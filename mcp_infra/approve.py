@@ -1,0 +1,193 @@
+"""`mcp-infra approve CYCLE [CANDIDATE]`: a person promotes a "qualified, awaiting approval"
+candidate, after a fresh online verification.
+
+A candidate of a class the policy does not auto-promote (quantization, KV cache, runtime upgrade,
+model change by default) ends its cycle as *qualified, awaiting approval* and the baseline is
+kept. Approving it runs a short cycle of its own, journaled and sealed like any other, and only if
+what was measured still describes today:
+
+* the cycle's evidence bundle verifies (hashes, and the verdict recomputed from raw samples);
+* the candidate is qualified there, and awaiting approval (not already auto-promotable);
+* the live recipe is still the one that cycle measured as its baseline;
+* the candidate's manifest is unchanged (same hash), it passes preflight now, its hub artifacts
+  match their sha256 inventory, and the environment key is the one it was judged under.
+
+Then: PROMOTE on the stable port → VERIFY online (the same greedy outputs as measured, no new
+smoke failure) → COMMIT, or ROLLBACK to the previous recipe. The new bundle carries the original
+plan, runs and verdict, so ``evidence verify`` re-checks it the same way.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from mcp_infra import cycle, evidence, memory
+from mcp_infra.contracts import (
+    CandidateRun,
+    CandidateVerdict,
+    CycleState,
+    CycleSummary,
+    Decision,
+    FrozenPlan,
+    Outcome,
+    Recipe,
+    Verdict,
+)
+from mcp_infra.policy import load_policy, policy_hash
+from mcp_infra.registry import find_candidate, host_facts, load_registry, preflight, resolve_recipe
+from mcp_infra.service import active_recipe, load_config
+from mcp_infra.store import CorruptFile, Home, read_journal_file, read_model, utcnow, write_model
+
+__all__ = ["ApprovalRefused", "approve", "awaiting_approval"]
+
+
+class ApprovalRefused(RuntimeError):
+    """The approval cannot go ahead; the message says why and what to do instead."""
+
+
+def awaiting_approval(verdict: Verdict) -> list[CandidateVerdict]:
+    """Candidates that qualified but whose class the policy does not auto-promote."""
+    return [c for c in verdict.candidates
+            if c.decision == Decision.QUALIFIED and not c.auto_promote]
+
+
+def _recipes_of(bundle: Path) -> dict[str, Recipe]:
+    events, _ = read_journal_file(bundle / "journal.ndjson")
+    found: dict[str, Recipe] = {}
+    for event in events:
+        if event.state == CycleState.PREPARE and isinstance(event.fields.get("recipes"), dict):
+            for cid, data in event.fields["recipes"].items():
+                found[cid] = Recipe.model_validate(data)
+    return found
+
+
+def _run_of(bundle: Path, candidate: str) -> CandidateRun:
+    for path in sorted((bundle / "runs").glob("*.json")):
+        run = read_model(path, CandidateRun)
+        if run.candidate == candidate:
+            return run
+    raise ApprovalRefused(f"the bundle holds no measured run of {candidate}")
+
+
+def _choose(verdict: Verdict, cycle_id: str, candidate: str | None) -> CandidateVerdict:
+    waiting = awaiting_approval(verdict)
+    names = ", ".join(c.candidate for c in waiting) or "none"
+    if candidate is None:
+        if len(waiting) == 1:
+            return waiting[0]
+        if not waiting:
+            raise ApprovalRefused(f"cycle {cycle_id} has no candidate awaiting approval")
+        raise ApprovalRefused(f"cycle {cycle_id} has several candidates awaiting approval "
+                              f"({names}): name one")
+    chosen = next((c for c in verdict.candidates if c.candidate == candidate), None)
+    if chosen is None:
+        raise ApprovalRefused(f"{candidate} was not measured in cycle {cycle_id}")
+    if chosen not in waiting:
+        why = ("it did not qualify" if chosen.decision != Decision.QUALIFIED
+               else "its class may auto-promote, so the cycle already decided")
+        raise ApprovalRefused(f"{candidate} is not awaiting approval in cycle {cycle_id}: {why} "
+                              f"(awaiting: {names})")
+    return chosen
+
+
+def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSummary:
+    """Promote one awaiting candidate of a sealed cycle, after the checks in the module notes.
+
+    Holds the supervisor lock for its whole duration (raises ``store.LockHeld`` if a supervisor
+    runs); raises ``ApprovalRefused`` before touching the service if any check fails.
+    """
+    home.ensure()
+    try:
+        bundle = evidence.bundle_path(home, cycle_id)
+    except FileNotFoundError as exc:
+        raise ApprovalRefused(str(exc)) from exc
+    with cycle.supervising(home):
+        cycle.recover(home)  # an interrupted cycle is finished or undone first, as at supervise
+        if (home.state / "needs_operator.json").exists():
+            raise ApprovalRefused("the service needs an operator first: run `mcp-infra recover`")
+        check = evidence.verify(bundle)
+        if not check.ok:
+            raise ApprovalRefused(f"the evidence of {cycle_id} does not verify: "
+                                  + "; ".join(check.problems[:3]))
+        try:
+            summary = read_model(bundle / "summary.json", CycleSummary)
+            verdict = read_model(bundle / "verdict.json", Verdict)
+            plan = read_model(bundle / "plan.json", FrozenPlan)
+        except (FileNotFoundError, CorruptFile) as exc:
+            raise ApprovalRefused(f"the bundle of {cycle_id} is incomplete: {exc}") from exc
+        chosen = _choose(verdict, cycle_id, candidate)
+        name = chosen.candidate
+        live = active_recipe(home)
+        if summary.active_recipe != live.candidate_id:
+            raise ApprovalRefused(
+                f"the live recipe is {live.candidate_id}, not {summary.active_recipe} that cycle "
+                f"{cycle_id} measured as its baseline: propose a new cycle with {name}")
+        measured = _recipes_of(bundle).get(name)
+        found = find_candidate(load_registry(extra=home.user_registry), name)
+        if measured is None or found is None:
+            raise ApprovalRefused(f"{name} is no longer in the registry or was not resolved in "
+                                  f"cycle {cycle_id}")
+        manifest, variant = found
+        config = load_config(home)
+        policy = load_policy(config.policy, extra=home.user_policy)
+        facts = host_facts(home.root, home.models, home.hf_cache)
+        pre = preflight(manifest, variant, policy, facts, require_artifacts=True)
+        if not pre.passed:
+            raise ApprovalRefused(f"{name} fails preflight now: " + "; ".join(pre.failures()))
+        recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
+                                fingerprint=cycle._fingerprint)  # hub artifacts: sha256 check
+        if recipe.manifest_hash != measured.manifest_hash:
+            raise ApprovalRefused(f"the manifest of {name} changed since cycle {cycle_id}: "
+                                  "propose a new cycle")
+        if recipe.key() != measured.key():
+            raise ApprovalRefused(f"{name} now resolves to another recipe than cycle {cycle_id} "
+                                  "measured: propose a new cycle")
+        remembered = next((o for o in memory.outcomes(home, name) if o.cycle_id == cycle_id),
+                          None)
+        env_key = memory.environment_key(memory.environment(), recipe)
+        if remembered is not None and remembered.environment_key != env_key:
+            raise ApprovalRefused(f"the environment (runtime packages, model files or machine) "
+                                  f"changed since cycle {cycle_id}: propose a new cycle")
+        if remembered is not None and remembered.policy_hash != policy_hash(policy):
+            raise ApprovalRefused(f"the policy changed since cycle {cycle_id}: propose a new cycle")
+        run = _run_of(bundle, name)
+        return _approval_cycle(home, config, plan, verdict, bundle, cycle_id, live, recipe, run,
+                               chosen)
+
+
+def _approval_cycle(home: Home, config: object, plan: FrozenPlan, verdict: Verdict, bundle: Path,
+                    source: str, live: Recipe, recipe: Recipe, run: CandidateRun,
+                    chosen: CandidateVerdict) -> CycleSummary:
+    cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S}-approve-{plan.content_hash[:6]}"
+    cdir = home.cycle_dir(cycle_id)
+    (cdir / "runs").mkdir(parents=True, exist_ok=True)
+    write_model(cdir / "plan.json", plan)
+    for name in ("environment.json", "verdict.json"):
+        if (bundle / name).exists():
+            shutil.copy2(bundle / name, cdir / name)
+    for path in sorted((bundle / "runs").glob("*.json")):
+        shutil.copy2(path, cdir / "runs" / path.name)
+    journal = cycle.Journal(home, cycle_id)
+    started = utcnow()
+    journal(CycleState.QUEUED, f"approval of {recipe.candidate_id} from cycle {source}",
+            plan_id=plan.plan_id, approval_of=source, candidate=recipe.candidate_id,
+            recipe=recipe.model_dump(mode="json"))
+    journal(CycleState.PREFLIGHT, "approval checks passed: evidence verifies, same baseline, "
+            "manifest, policy and environment; artifacts match their inventory")
+    journal(CycleState.PREPARE, "the measured recipe", recipes={
+        recipe.candidate_id: recipe.model_dump(mode="json")})
+    speedup = (round((chosen.speedup_estimate - 1) * 100, 2)
+               if chosen.speedup_estimate is not None else None)
+    try:
+        outcome, selected, reason, speedup = cycle._promote(
+            home, config, plan, journal, live, recipe, run, speedup, verdict)
+        if outcome == Outcome.PROMOTED:
+            reason = (f"approved by a person from cycle {source}; verified online; "
+                      f"{chosen.reasons[0]}")
+    except Exception as exc:  # as in run_cycle: restore, then account for it
+        reason = f"cycle failed: {type(exc).__name__}: {str(exc)[:300]}"
+        journal(CycleState.ROLLBACK, "unexpected error; restoring the live recipe", step="enter",
+                error=reason)
+        outcome, selected, speedup = cycle._restore(home, journal, reason), None, None
+    return cycle._seal(home, plan, cycle_id, journal, started, outcome, selected, reason, speedup)

@@ -1,0 +1,347 @@
+"""Recipe memory: what every sealed cycle learned about every candidate, and what it implies.
+
+Each sealed cycle leaves ``memory/<cycle_id>.json`` (a ``CycleMemory``): per candidate its
+decision, reasons, gate results and figures, with the manifest hash, the policy hash and an
+*environment key* it was judged under. The environment key is a sha256 over
+
+* the machine: operating system, architecture, CPU model, Python major.minor, the BLAS preload;
+* the runtime: installed versions of mlx, mlx-lm and mlx-vlm;
+* the candidate's own artifacts: a hub snapshot by its sha256 inventory digest (or repo@revision),
+  a local folder by the bytes of its small files and the size and mtime of its large ones.
+
+**Skip rule** (``skips``, used when a plan is frozen): a candidate whose latest remembered outcome,
+under the *same* manifest hash, policy hash and environment key, failed a gate that does not
+depend on the plan (``lossless``, ``smoke``, ``quality``, ``agreement``; ``memory`` only if it
+failed under a cap at least as loose as the policy's) is refused with a reason naming the cycle and
+the gate. Change any of them — edit the manifest, upgrade mlx-vlm, rebuild the model, change the
+policy — and it runs again. Measurements that were merely too slow or inconclusive are never
+skipped: noise is not a reason to stop measuring.
+
+Only the supervisor writes (``record``, at sealing); everything else reads. A sealed bundle that
+was never recorded (a crash between sealing and recording, or bundles older than this module) is
+read from the bundle on the fly, with its environment from its own ``environment.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from mcp_infra import hub
+from mcp_infra.contracts import (
+    CandidateRun,
+    CycleMemory,
+    CycleSummary,
+    Decision,
+    EnvironmentFingerprint,
+    FrozenPlan,
+    Policy,
+    Recipe,
+    RememberedGate,
+    RememberedOutcome,
+    Verdict,
+)
+from mcp_infra.store import (
+    CorruptFile,
+    Home,
+    canonical_json,
+    read_journal_file,
+    read_model,
+    read_optional,
+    sha256_bytes,
+    sha256_file,
+    utcnow,
+    write_model,
+)
+
+__all__ = [
+    "PLAN_INDEPENDENT_GATES", "artifact_identity", "changed_candidates", "environment",
+    "environment_key", "latest", "outcomes", "record", "skip_reason", "skips",
+]
+
+PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
+PACKAGES = ("mlx", "mlx-lm", "mlx-vlm")
+SMALL_FILE_BYTES = 64 * 2**20
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------------
+
+
+def _cpu() -> str:
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return cpu
+
+
+def _blas() -> str:
+    return os.environ.get("LD_PRELOAD", "") or "bundled (no LD_PRELOAD)"
+
+
+def environment() -> dict[str, str]:
+    """This machine and runtime, as the fields that decide whether a past outcome still holds."""
+    from mcp_infra.registry import installed_version
+
+    env = {"os": platform.system().lower(), "machine": platform.machine(), "cpu": _cpu(),
+           "python": ".".join(platform.python_version().split(".")[:2]), "blas": _blas()}
+    for name in PACKAGES:
+        env[name] = installed_version(name) or "-"
+    return env
+
+
+def environment_from(fingerprint: EnvironmentFingerprint) -> dict[str, str]:
+    """The same fields, read from a sealed bundle's ``environment.json``."""
+    env = {"os": fingerprint.platform.split("-")[0].lower().replace("macos", "darwin"),
+           "machine": fingerprint.machine, "cpu": fingerprint.cpu,
+           "python": ".".join(fingerprint.python.split(".")[:2]), "blas": fingerprint.blas}
+    for name in PACKAGES:
+        env[name] = fingerprint.packages.get(name, "-")
+    return env
+
+
+def artifact_identity(path: str | None) -> str:
+    """What a model folder is, cheaply: see the module notes."""
+    if not path:
+        return "-"
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"missing:{path}"
+    if folder.parent.name == "snapshots" and folder.parents[1].name.startswith("models--"):
+        inventory = hub.read_inventory(folder)
+        if inventory is not None:
+            return f"inventory:{inventory.digest}"
+        return f"hub:{folder.parents[1].name}@{folder.name}"
+    parts = []
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        stat = file.stat()
+        rel = file.relative_to(folder).as_posix()
+        if stat.st_size <= SMALL_FILE_BYTES:
+            parts.append([rel, stat.st_size, sha256_file(file)])
+        else:
+            parts.append([rel, stat.st_size, stat.st_mtime_ns])
+    return "files:" + sha256_bytes(canonical_json(parts))
+
+
+def environment_key(env: dict[str, str], recipe: Recipe | dict[str, Any],
+                    identities: dict[str, str] | None = None) -> str:
+    """sha256 of the environment and the candidate's artifacts (``identities`` caches
+    ``artifact_identity`` by path)."""
+    data = recipe.model_dump(mode="json") if isinstance(recipe, Recipe) else recipe
+    cache = identities if identities is not None else {}
+    artifacts = {}
+    for role, key in (("target", "model_path"), ("draft", "draft_path")):
+        path = data.get(key)
+        if path:
+            if path not in cache:
+                cache[path] = artifact_identity(path)
+            artifacts[role] = cache[path]
+    return sha256_bytes(canonical_json({"environment": env, "artifacts": artifacts}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording (the supervisor, at sealing)
+# ---------------------------------------------------------------------------------------------
+
+
+def memory_path(home: Home, cycle_id: str) -> Path:
+    return home.memory / f"{cycle_id}.json"
+
+
+def record(home: Home, cycle_id: str) -> CycleMemory | None:
+    """Remember every candidate outcome of a sealed cycle (idempotent); None if not sealed."""
+    path = memory_path(home, cycle_id)
+    existing = read_optional(path, CycleMemory) if path.exists() else None
+    if existing is not None:
+        return existing
+    memo = from_bundle(home, cycle_id, env_now=True)
+    if memo is not None:
+        write_model(path, memo)
+    return memo
+
+
+def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMemory | None:
+    """A cycle's outcomes read from its sealed evidence bundle."""
+    bundle = home.evidence / cycle_id
+    try:
+        summary = read_model(bundle / "summary.json", CycleSummary)
+        verdict = read_optional(bundle / "verdict.json", Verdict)
+        plan = read_optional(bundle / "plan.json", FrozenPlan)
+        fingerprint = read_optional(bundle / "environment.json", EnvironmentFingerprint)
+    except (FileNotFoundError, CorruptFile):
+        return None
+    env = environment() if env_now or fingerprint is None else environment_from(fingerprint)
+    events, _ = read_journal_file(bundle / "journal.ndjson")
+    recipes: dict[str, dict[str, Any]] = {}
+    approval_of = None
+    for event in events:
+        if event.state.value == "PREPARE" and isinstance(event.fields.get("recipes"), dict):
+            recipes.update(event.fields["recipes"])
+        if event.state.value == "QUEUED" and event.fields.get("approval_of"):
+            approval_of = event.fields
+    sealed_at = summary.ended_at
+    started: dict[str, bool] = {}
+    for run_file in sorted((bundle / "runs").glob("*.json")):
+        try:
+            run = read_model(run_file, CandidateRun)
+        except CorruptFile:
+            continue
+        started[run.candidate] = run.started
+    outcomes: list[RememberedOutcome] = []
+    identities: dict[str, str] = {}
+    policy_hash = plan.policy_hash if plan else None
+    cap = plan.thresholds.max_peak_memory_gb if plan else None
+    if approval_of is not None:  # an approval: only the approved candidate, promoted or not
+        candidate = str(approval_of.get("candidate"))
+        recipe = recipes.get(candidate) or approval_of.get("recipe") or {}
+        outcomes.append(RememberedOutcome(
+            candidate=candidate, cycle_id=cycle_id, sealed_at=sealed_at,
+            manifest_hash=recipe.get("manifest_hash"),
+            environment_key=environment_key(env, recipe, identities), policy_hash=policy_hash,
+            decision=Decision.QUALIFIED, selected=summary.selected == candidate,
+            reasons=[f"approved by a person from cycle {approval_of.get('approval_of')}: "
+                     f"{summary.outcome.value} — {summary.reason}"[:500]]))
+    elif verdict is not None:
+        for item in verdict.candidates:
+            recipe = recipes.get(item.candidate, {})
+            outcomes.append(RememberedOutcome(
+                candidate=item.candidate, cycle_id=cycle_id, sealed_at=sealed_at,
+                manifest_hash=recipe.get("manifest_hash"),
+                environment_key=environment_key(env, recipe, identities),
+                policy_hash=policy_hash, decision=item.decision, reasons=item.reasons[:8],
+                gates=[RememberedGate(gate=g.gate, passed=g.passed, detail=g.detail[:300])
+                       for g in item.gates],
+                started=started.get(item.candidate, True),
+                speedup_estimate=item.speedup_estimate, ci_low=item.ci_low, ci_high=item.ci_high,
+                baseline_tps=item.baseline_tps, candidate_tps=item.candidate_tps,
+                peak_memory_gb=item.peak_memory_gb, max_peak_memory_gb=cap,
+                selected=verdict.selected == item.candidate and summary.selected == item.candidate))
+    return CycleMemory(cycle_id=cycle_id, outcome=summary.outcome, recorded_at=utcnow(),
+                       environment=env, outcomes=outcomes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def cycles(home: Home) -> list[CycleMemory]:
+    """Every remembered cycle, oldest first; sealed bundles not yet recorded are read live."""
+    seen: dict[str, CycleMemory] = {}
+    if home.memory.is_dir():
+        for path in sorted(home.memory.glob("*.json")):
+            try:
+                memo = read_model(path, CycleMemory)
+            except CorruptFile:
+                continue
+            seen[memo.cycle_id] = memo
+    if home.evidence.is_dir():
+        for bundle in sorted(home.evidence.glob("*/MANIFEST.json")):
+            cycle_id = bundle.parent.name
+            if cycle_id not in seen:
+                memo = from_bundle(home, cycle_id)
+                if memo is not None:
+                    seen[cycle_id] = memo
+    return sorted(seen.values(), key=lambda m: (min((o.sealed_at for o in m.outcomes),
+                                                    default=m.recorded_at), m.cycle_id))
+
+
+def outcomes(home: Home, candidate: str | None = None) -> list[RememberedOutcome]:
+    """Every remembered outcome (of one candidate, if given), oldest first."""
+    found = [o for memo in cycles(home) for o in memo.outcomes
+             if candidate is None or o.candidate == candidate]
+    return sorted(found, key=lambda o: (o.sealed_at, o.cycle_id))
+
+
+def latest(history: list[RememberedOutcome], *, manifest_hash: str | None,
+           environment_key_: str, policy_hash: str | None) -> RememberedOutcome | None:
+    """The newest outcome judged under exactly these conditions."""
+    same = [o for o in history if o.manifest_hash is not None
+            and o.manifest_hash == manifest_hash and o.environment_key == environment_key_
+            and o.policy_hash == policy_hash]
+    return same[-1] if same else None
+
+
+def skip_reason(outcome: RememberedOutcome | None, policy: Policy) -> str | None:
+    """Why this remembered outcome means the candidate must not run again (None: it may)."""
+    if outcome is None or outcome.decision != Decision.REJECTED:
+        return None
+    failed = [g for g in outcome.gates if not g.passed]
+    blocking = [g for g in failed if g.gate in PLAN_INDEPENDENT_GATES]
+    if not blocking:
+        loose = policy.thresholds.max_peak_memory_gb.default
+        blocking = [g for g in failed if g.gate == "memory"
+                    and outcome.max_peak_memory_gb is not None
+                    and outcome.max_peak_memory_gb >= loose]
+    if not blocking:
+        return None
+    gate = blocking[0]
+    return (f"skipped by recipe memory: it failed the {gate.gate} gate in cycle "
+            f"{outcome.cycle_id} ({gate.detail[:160]}) under this same manifest (hash "
+            f"{(outcome.manifest_hash or '')[:12]}), policy and environment; it runs again "
+            "when the manifest, the policy, the runtime packages, the model files or the "
+            "machine change")
+
+
+def skips(home: Home, recipes: dict[str, Recipe], policy: Policy, policy_hash: str,
+          env: dict[str, str] | None = None) -> dict[str, str]:
+    """candidate id → reason to skip it now (see the module notes). Deterministic."""
+    env = env or environment()
+    history: dict[str, list[RememberedOutcome]] = {}
+    for item in outcomes(home):
+        history.setdefault(item.candidate, []).append(item)
+    identities: dict[str, str] = {}
+    out = {}
+    for cid, recipe in sorted(recipes.items()):
+        if cid not in history:
+            continue
+        last = latest(history[cid], manifest_hash=recipe.manifest_hash,
+                      environment_key_=environment_key(env, recipe, identities),
+                      policy_hash=policy_hash)
+        reason = skip_reason(last, policy)
+        if reason:
+            out[cid] = reason
+    return out
+
+
+def changed_candidates(home: Home, recipes: dict[str, Recipe], policy_hash: str,
+                       env: dict[str, str] | None = None) -> dict[str, str]:
+    """Candidates measured before whose manifest, policy or environment changed since their
+    latest outcome: candidate id → what changed. Candidates never measured are not listed."""
+    env = env or environment()
+    history: dict[str, list[RememberedOutcome]] = {}
+    for item in outcomes(home):
+        history.setdefault(item.candidate, []).append(item)
+    identities: dict[str, str] = {}
+    out = {}
+    for cid, recipe in sorted(recipes.items()):
+        if cid not in history:
+            continue
+        last = history[cid][-1]
+        what = []
+        if last.manifest_hash != recipe.manifest_hash:
+            what.append("manifest")
+        if last.policy_hash != policy_hash:
+            what.append("policy")
+        if last.environment_key != environment_key(env, recipe, identities):
+            what.append("environment or model files")
+        if what:
+            out[cid] = f"{', '.join(what)} changed since cycle {last.cycle_id}"
+    return out
+
+
+def describe(outcome: RememberedOutcome) -> dict[str, Any]:
+    """A compact, JSON-friendly line for agents and people."""
+    failed = [f"{g.gate}: {g.detail[:120]}" for g in outcome.gates if not g.passed]
+    return {"cycle_id": outcome.cycle_id, "decision": outcome.decision.value,
+            "selected": outcome.selected, "speedup_estimate": outcome.speedup_estimate,
+            "failed_gates": failed, "reason": (outcome.reasons or [""])[0][:200],
+            "sealed_at": outcome.sealed_at.isoformat() if isinstance(outcome.sealed_at, datetime)
+            else str(outcome.sealed_at)}
