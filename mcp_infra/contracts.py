@@ -76,6 +76,8 @@ class Knobs(Part):
     def cost_key(self) -> tuple[int, int]:
         """Ordering used to prefer the cheaper of two tied candidates."""
         drafted = (self.num_draft_tokens or 0) + (self.draft_block_size or 0)
+        if self.draft and not drafted:
+            drafted = 99  # the drafter's own default, unknown here: never assumed to be cheap
         return (1 if self.draft else 0, drafted)
 
 

@@ -36,6 +36,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.demo_models import model_fingerprint
 from mcp_infra.gates import compare_greedy, smoke_failures
+from mcp_infra.hub import HubError
 from mcp_infra.policy import load_policy
 from mcp_infra.recovery import Action, decide
 from mcp_infra.registry import (
@@ -52,6 +53,7 @@ from mcp_infra.service import (
     ServiceError,
     active_recipe,
     ensure_serving,
+    is_serving,
     load_config,
     service_record,
     stable_port_held_by_stranger,
@@ -346,10 +348,14 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
             continue
         manifest, variant = found
         check = preflight(manifest, variant, policy, facts)
-        recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
-                                fingerprint=_fingerprint)
+        try:
+            recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
+                                    fingerprint=_fingerprint)
+        except HubError as exc:  # a tampered artifact refuses this candidate, not the cycle
+            recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache)
+            runs[candidate] = _not_started(candidate, recipe, f"artifact check failed: {exc}")
         recipes[candidate] = recipe
-        if not check.passed:
+        if not check.passed and candidate not in runs:
             runs[candidate] = CandidateRun(candidate=candidate, started=False,
                                            candidate_class=recipe.candidate_class,
                                            semantics=recipe.semantics, knobs=recipe.knobs,
@@ -411,6 +417,10 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(home.cycle_dir(cycle_id) / "verdict.json", verdict)
     if verdict.selected is None:
+        if not is_serving(home, live, config):  # the live server died during the cycle
+            reason = f"{verdict.reason}; the live service stopped answering during the cycle"
+            journal(CycleState.ROLLBACK, "the live service is down; restoring it", step="enter")
+            return _restore(home, journal, reason), None, reason, None
         return Outcome.KEPT_BASELINE, None, verdict.reason, None
     winner = recipes[verdict.selected]
     speedup = _speedup_pct(verdict, verdict.selected)
@@ -684,15 +694,18 @@ def operator_recover(home: Home) -> list[str]:
     with supervising(home):
         notes += recover(home)
         marker = home.state / "needs_operator.json"
+        stopped = stop_stray_candidates(home)
+        notes += [f"stopped stray candidate {s}" for s in stopped]
+        live = active_recipe(home)
+        try:
+            done = ensure_serving(home, live, load_config(home))
+        except (ServerStartError, PortBusy, ServiceError) as exc:
+            notes.append(f"still needs an operator: {exc}")
+            if not marker.exists():
+                mark_needs_operator(home, "recover", str(exc))
+            return notes
+        notes.append(f"live recipe {live.candidate_id} serves ({done})")
         if marker.exists():
-            stopped = stop_stray_candidates(home)
-            notes += [f"stopped stray candidate {s}" for s in stopped]
-            try:
-                done = ensure_serving(home, active_recipe(home), load_config(home))
-            except (ServerStartError, PortBusy, ServiceError) as exc:
-                notes.append(f"still needs an operator: {exc}")
-                return notes
             marker.unlink()
-            notes.append(f"live recipe {active_recipe(home).candidate_id} serves ({done}); "
-                         "needs-operator cleared")
-    return notes or ["nothing to recover"]
+            notes.append("needs-operator cleared")
+    return notes
