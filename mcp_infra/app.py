@@ -364,10 +364,9 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
 
 def _window_text(home: Home) -> str:
     """Whether a queued plan may start now under the policy's window, and why (or when)."""
-    from mcp_infra.window import check
+    from mcp_infra.window import for_home
 
-    policy = load_policy(load_config(home).policy, extra=home.user_policy)
-    state = check(policy.window, utcnow(), policy.budgets.cycle_minutes)
+    state = for_home(home)
     return ("may start now: " if state.may_start else "waits: ") + state.reason
 
 
@@ -419,18 +418,51 @@ def ensure_supervisor(home: Home) -> int | None:
     return proc.pid
 
 
-def ensure_watcher(home: Home) -> int | None:
-    """Start a detached `supervise --watch` (runs queued plans in the window, keeps watching)
-    unless a supervisor holds the lock; return its pid. Used by `serve --mode autonomous`."""
-    if home.lock_is_held():
+def watcher_pid(home: Home) -> int | None:
+    """The pid of the `supervise --watch` that ``ensure_watcher`` started, if it still runs (the
+    record holds its start time, so a recycled pid is not mistaken for it)."""
+    import psutil
+
+    try:
+        record = read_optional(home.state / "watcher.json", SupervisorRecord)
+    except CorruptFile:
         return None
+    if record is None:
+        return None
+    try:
+        proc = psutil.Process(record.pid)
+        if (abs(proc.create_time() - record.create_time) < 1.0
+                and proc.status() != psutil.STATUS_ZOMBIE):
+            return record.pid
+    except psutil.Error:
+        pass
+    return None
+
+
+def ensure_watcher(home: Home) -> int | None:
+    """Start a detached `supervise --watch` (runs queued plans when the window allows, keeps
+    watching) unless the one started before still runs; return the new pid, or None. The
+    watcher holds the supervisor lock only while it supervises, so it is recognised by its
+    record in state/watcher.json, not by the lock. Used by `serve --mode autonomous`."""
+    import psutil
+
+    from mcp_infra.store import write_model
+
+    if watcher_pid(home) is not None:
+        return None
+    home.ensure()
     log = home.logs / "supervisor.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as handle:
         proc = subprocess.Popen(  # argv list, no shell; its own session outlives the caller
             [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise", "--watch"],
             stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        created = psutil.Process(proc.pid).create_time()
+    except psutil.Error:  # it exited at once; its log says why
+        return proc.pid
+    write_model(home.state / "watcher.json", SupervisorRecord(
+        pid=proc.pid, create_time=created, started_at=utcnow()))
     return proc.pid
 
 

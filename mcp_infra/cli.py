@@ -39,6 +39,11 @@ def _status_text(view: app.StatusView) -> str:
         c = view.cycle
         extra = f" — {c.candidate} ({c.index}/{c.total})" if c.candidate else ""
         lines.append(f"cycle       {c.cycle_id}: {c.state}{extra}: {c.message}")
+        if c.progress:
+            lines.append(f"progress    {c.progress}"
+                         + (f"; {c.elapsed_s:.0f} s so far" if c.elapsed_s is not None else ""))
+        if c.downtime_note:
+            lines.append(f"downtime    {c.downtime_note}")
     lines.append(f"queue       {', '.join(view.queue) or 'empty'}")
     if view.last_cycle:
         lc = view.last_cycle
@@ -46,6 +51,8 @@ def _status_text(view: app.StatusView) -> str:
                      + (f", selected {lc.selected}" if lc.selected else "")
                      + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else ""))
     lines.append(f"policy      {view.policy}; window {view.window}")
+    if view.window_now:
+        lines.append(f"next cycle  {view.window_now}")
     if view.needs_operator:
         lines.append(f"NEEDS OPERATOR: {view.needs_operator} — run `mcp-infra recover`")
     lines += [f"problem     {p}" for p in view.problems]

@@ -1,160 +1,459 @@
-"""The MCP front: four tools over the same functions the CLI calls (``app``).
+"""The MCP front: four tools, four resources and one prompt over the functions the CLI calls.
 
-The server reads state and queues frozen plans; it never touches the service. Every plan is
-untrusted: unknown top-level arguments are refused by a middleware (the SDK would silently drop
-them), and plan validation errors are written by us without echoing the input back.
+The server reads state and queues frozen plans; it never touches the service. Everything a client
+sends is untrusted: ``ArgumentGuard`` validates every tool call's arguments before the SDK sees
+them (unknown top-level arguments, which the SDK would silently drop, wrong types, unbounded
+strings, non-finite numbers) and answers with messages written here that never repeat the input.
+Plan content is judged by ``policy.parse_plan`` and ``policy.sanitize``; nothing in a plan ever
+reaches a command line. Every ``propose_plan`` call, refused ones included, is audited.
+
+Modes: ``read-only`` (no ``propose_plan``), ``propose`` (plans are queued; the supervisor runs
+them when the policy's window allows), ``autonomous`` (the same, and a watching supervisor is
+kept running).
 """
 
 from __future__ import annotations
 
-import copy
+import json
+import math
+import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
+import yaml
+from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field, WithJsonSchema
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
-from mcp_infra import app
-from mcp_infra.contracts import Plan
-from mcp_infra.store import CorruptFile, Home
+from mcp_infra import __version__, app, planner, render
+from mcp_infra.contracts import AuditRecord
+from mcp_infra.policy import MAX_PLAN_BYTES, load_policy, policy_hash
+from mcp_infra.registry import RegistryError, load_registry, manifest_hash
+from mcp_infra.service import load_config
+from mcp_infra.store import CorruptFile, Home, canonical_json, sha256_bytes, utcnow
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                            open_world_hint=False)
-PROPOSE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                          open_world_hint=False)
+Mode = Literal["read-only", "propose", "autonomous"]
+MODES: tuple[str, ...] = ("read-only", "propose", "autonomous")
+URI = "mcp-infra://"
+CYCLE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"
 
-TOOL_ARGUMENTS = {
-    "status": set(),
-    "registry": {"candidate_id"},
-    "evidence": {"cycle_id", "section", "page"},
-    "propose_plan": {"plan", "dry_run"},
+READ_ONLY = ToolAnnotations(title=None, read_only_hint=True, destructive_hint=False,
+                            idempotent_hint=True, open_world_hint=False)
+PROPOSE = ToolAnnotations(title=None, read_only_hint=False, destructive_hint=False,
+                          idempotent_hint=False, open_world_hint=False)
+
+
+def instructions(mode: str) -> str:
+    text = (
+        "mcp-infra measures and switches the configuration of a local LLM service (a local "
+        "OpenAI-compatible server). Read `status` (what serves now, any cycle in progress), "
+        "`registry` (candidate configurations, whether each passes preflight on this machine, "
+        "what past cycles learned) and `evidence` (sealed results of past cycles). The prompt "
+        "`propose_acceleration_plan` gives planning instructions with the live context.")
+    if mode == "read-only":
+        return text + " This server is read-only: it cannot queue experiments."
+    return text + (
+        " `propose_plan` queues an experiment of 1-3 registry candidates; deterministic code then "
+        "measures them against the live baseline, gates them, and promotes a winner only if it "
+        "qualifies. Keeping the baseline is a valid result. Plans run when the policy's "
+        "maintenance window allows; `propose_plan` returns at once.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument validation (before the SDK, with our own messages)
+# ---------------------------------------------------------------------------------------------
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StatusArgs(_Args):
+    pass
+
+
+class RegistryArgs(_Args):
+    candidate_id: str | None = Field(None, min_length=1, max_length=130)
+
+
+class EvidenceArgs(_Args):
+    cycle_id: str | None = Field(None, min_length=1, max_length=80, pattern=CYCLE_ID)
+    section: app.Section | None = None
+    page: int = Field(1, ge=1, le=10_000)
+
+
+class ProposeArgs(_Args):
+    plan: dict[str, Any] | str
+    dry_run: bool = False
+
+
+ARGUMENTS: dict[str, type[_Args]] = {"status": StatusArgs, "registry": RegistryArgs,
+                                     "evidence": EvidenceArgs, "propose_plan": ProposeArgs}
+
+_KINDS = {
+    "missing": "required",
+    "string_too_long": "text is too long",
+    "string_too_short": "text is empty",
+    "string_pattern_mismatch": "not a well-formed id",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "literal_error": "not one of the allowed values",
+    "greater_than_equal": "too small",
+    "less_than_equal": "too large",
+    "dict_type": "must be a JSON object",
+    "finite_number": "must be a finite number",
 }
 
-INSTRUCTIONS = (
-    "mcp-infra measures and switches the configuration of a local LLM service. Read `status` "
-    "(what serves now, any cycle in progress), `registry` (candidates, whether each passes "
-    "preflight on this machine, and what past cycles learned), and `evidence` (sealed results). "
-    "`propose_plan` queues an experiment of 1-3 registry candidates; deterministic code then "
-    "measures them against the live baseline, gates them, and promotes a winner only if it "
-    "qualifies. Keeping the baseline is a valid result."
-)
+
+def _name(key: object) -> str:
+    """An argument name shown back only if it looks like one."""
+    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_]{1,40}", key) else "<name>"
 
 
-def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    """A self-contained JSON schema (no $defs) for embedding as a property's schema."""
-    defs = schema.get("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return resolve(copy.deepcopy(defs[node["$ref"].split("/")[-1]]))
-            return {k: resolve(v) for k, v in node.items() if k != "$defs"}
-        if isinstance(node, list):
-            return [resolve(v) for v in node]
-        return node
-
-    return resolve(schema)
+def _non_finite(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth > 20:
+        return False
+    if isinstance(value, Mapping):
+        return any(_non_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_non_finite(v, depth + 1) for v in value)
+    return False
 
 
-PLAN_SCHEMA = _inline_refs(Plan.model_json_schema())
+def argument_problems(tool: str, arguments: Any) -> list[str]:
+    """What is wrong with a call's arguments, in our words; empty when they are fine."""
+    model = ARGUMENTS[tool]
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, Mapping):
+        return ["arguments must be a JSON object"]
+    allowed = set(model.model_fields)
+    unknown = [k for k in arguments if k not in allowed]
+    if unknown:
+        shown = ", ".join(sorted({_name(k) for k in unknown})[:5])
+        return [f"unknown argument(s): {shown}; allowed: {', '.join(sorted(allowed)) or 'none'}"]
+    if _non_finite({k: v for k, v in arguments.items() if k != "plan"}):
+        return ["numbers must be finite"]
+    try:
+        model.model_validate(dict(arguments))
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors()[:5]:
+            where = ".".join(_name(p) if isinstance(p, str) else str(p) for p in err["loc"][:1])
+            kind = _KINDS.get(err["type"], f"invalid ({err['type']})")
+            if where == "plan" and err["type"] in ("dict_type", "string_type"):
+                kind = "must be a JSON object (or a JSON string of one)"
+            problems.append(f"{where or '(arguments)'}: {kind}")
+        return sorted(set(problems))
+    return []
+
+
+def client_name(session: Any) -> str:
+    """`mcp:<name the client gave>`, bounded and reduced to safe characters."""
+    params = getattr(session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    name = getattr(info, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        return "mcp:unknown-client"
+    return "mcp:" + (re.sub(r"[^A-Za-z0-9 ._@/+-]", "?", name)[:64] or "unknown-client")
+
+
+class ArgumentGuard:
+    """Server middleware: refuse a tools/call whose arguments are not exactly right."""
+
+    def __init__(self, home: Home, tools: set[str]) -> None:
+        self.home = home
+        self.tools = tools
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any],
+                       call_next: CallNext) -> HandlerResult:
+        if ctx.method != "tools/call" or not isinstance(ctx.params, Mapping):
+            return await call_next(ctx)
+        name = ctx.params.get("name")
+        if not isinstance(name, str) or name not in self.tools:
+            text = (f"unknown tool; this server has: {', '.join(sorted(self.tools))}"
+                    + (" (propose_plan is not offered: the server runs in read-only mode)"
+                       if name == "propose_plan" else ""))
+            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        arguments = ctx.params.get("arguments")
+        problems = argument_problems(name, arguments)
+        if not problems:
+            return await call_next(ctx)
+        text = f"refused: invalid arguments for {name}: " + "; ".join(problems)
+        if name == "propose_plan":
+            raw = canonical_json(arguments)[:MAX_PLAN_BYTES * 4]
+            self.home.append_audit(AuditRecord(
+                ts=utcnow(), client=client_name(ctx.session), plan_hash=sha256_bytes(raw),
+                accepted=False, detail=text[:300]))
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+# ---------------------------------------------------------------------------------------------
+
 PlanArgument = Annotated[
     dict[str, Any] | str,
-    WithJsonSchema({"anyOf": [PLAN_SCHEMA, {"type": "string",
-                                             "description": "the same plan as a JSON string"}]}),
-    Field(description="The plan: {hypothesis: one line, candidates: 1-3 registry candidate ids "
-          "(manifest:variant), acceptance?: {min_speedup_pct?, max_peak_memory_gb?}, notes?}. "
-          "Thresholds can only be tightened, never loosened."),
+    WithJsonSchema({"anyOf": [planner.plan_schema(),
+                              {"type": "string", "maxLength": MAX_PLAN_BYTES,
+                               "description": "the same plan as a JSON string"}]}),
+    Field(description="The plan: {hypothesis: one line (at most 300 characters), candidates: 1-3 "
+          "candidate ids from `registry` (manifest:variant), acceptance?: {min_speedup_pct?, "
+          "max_peak_memory_gb?}, notes?}. No other field is accepted."),
 ]
 
 
-class RejectUnknownArguments:
-    """Refuse a tools/call whose arguments name a parameter the tool does not have."""
-
-    async def __call__(
-        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
-    ) -> HandlerResult:
-        if ctx.method == "tools/call" and isinstance(ctx.params, dict):
-            name = ctx.params.get("name")
-            args = ctx.params.get("arguments") or {}
-            allowed = TOOL_ARGUMENTS.get(name) if isinstance(name, str) else None
-            if allowed is not None and isinstance(args, dict):
-                unknown = [k for k in args if k not in allowed]
-                if unknown:
-                    shown = ", ".join(k[:40] for k in sorted(unknown)[:5])
-                    text = (f"refused: unknown argument(s) for {name}: {shown}. "
-                            f"Allowed: {', '.join(sorted(allowed)) or 'none'}.")
-                    return CallToolResult(content=[TextContent(type="text", text=text)],
-                                          is_error=True)
-        return await call_next(ctx)
+BROKEN = (CorruptFile, RegistryError, ValidationError, yaml.YAMLError, OSError)
 
 
-def _client_name(ctx: Context | None) -> str:
-    try:
-        params = ctx.request_context.connection.client_params  # type: ignore[union-attr]
-        info = params.client_info if params else None
-        if info is not None:
-            return f"mcp:{info.name}"[:200]
-    except AttributeError:
-        pass
-    return "mcp:unknown-client"
+def _broken(exc: BaseException) -> ToolError:
+    """A file of the home or of the registry/policy folders does not load: say which (the
+    message is the project's; the files are the operator's, not the caller's)."""
+    return ToolError(f"mcp-infra cannot read its own files: {type(exc).__name__}: "
+                     f"{str(exc)[:300]}")
 
 
-def build_server(home: Home, mode: Literal["read-only", "propose", "autonomous"] = "propose",
-                 start_supervisor: bool = True) -> MCPServer:
-    server = MCPServer("mcp-infra", version="0.1.0", instructions=INSTRUCTIONS,
-                       middleware=[RejectUnknownArguments()])
+def _result(view: BaseModel, text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=view.model_dump(mode="json"))
 
-    @server.tool(title="Service status", annotations=READ_ONLY)
-    def status() -> app.StatusView:
-        """What serves on the stable port now (endpoint, health, active recipe, since when), the
-        cycle in progress (state, candidate being measured), the queue, the last cycle's outcome,
-        and the policy with its maintenance window."""
+
+def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = True) -> MCPServer:
+    """The MCP server for one home directory. ``start_supervisor=False`` only queues plans
+    (someone runs `mcp-infra supervise`)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    tools = {"status", "registry", "evidence"} | ({"propose_plan"} if mode != "read-only"
+                                                   else set())
+    server = MCPServer("mcp-infra", version=__version__, instructions=instructions(mode),
+                       middleware=[ArgumentGuard(home, tools)], log_level="WARNING")
+
+    def tool(title: str, annotations: ToolAnnotations) -> Any:
+        """`server.tool` with the docstring as a one-paragraph description."""
+        def register(fn: Any) -> Any:
+            return server.tool(title=title, annotations=annotations,
+                               description=_paragraph(fn.__doc__))(fn)
+        return register
+
+    @tool(title="Service status", annotations=READ_ONLY)
+    def status() -> Annotated[CallToolResult, app.StatusView]:
+        """What serves now and what mcp-infra is doing. Returns: the managed service (endpoint,
+        healthy or not, active recipe with its knobs, since when); the cycle in progress, if any
+        (id, state, candidate being measured, progress, elapsed time, expected downtime); the
+        queue of plan ids; the last sealed cycle's outcome; the policy's name and maintenance
+        window; this server's mode; and anything that needs a person. Takes no arguments.
+        Cheap: call it to follow a cycle after propose_plan."""
         try:
-            return app.status(home)
-        except CorruptFile as exc:
-            raise ToolError(f"state file unreadable: {exc}") from exc
+            view = app.status(home)
+        except BROKEN as exc:
+            raise _broken(exc) from exc
+        view = view.model_copy(update={"server_mode": mode})
+        return _result(view, render.status_text(view))
 
-    @server.tool(title="Candidate registry", annotations=READ_ONLY)
+    @tool(title="Candidate registry", annotations=READ_ONLY)
     def registry(candidate_id: Annotated[str | None, Field(
-            max_length=130, description="one candidate id (manifest:variant); omit for all")] = None
-                 ) -> app.RegistryView:
-        """Every candidate (id manifest:variant) with class, semantics (lossless: greedy output
-        must equal the baseline's; lossy: quality budget), launch knobs, each preflight check on
-        this machine with its reason, and what past cycles decided about it."""
-        view = app.registry_view(home, candidate_id)
+            min_length=1, max_length=130,
+            description="one candidate id (manifest:variant, e.g. demo-tiny:draft-k4); omit to "
+            "list every candidate")] = None) -> Annotated[CallToolResult, app.RegistryView]:
+        """The configurations mcp-infra can measure. Each candidate (id manifest:variant) comes
+        with its class (acceleration_plugin, server_tuning, kv_cache, quantization,
+        runtime_upgrade, model_change), semantics (lossless: greedy output must equal the
+        baseline's token for token; lossy: must pass a quality budget), launch knobs, every
+        preflight check on this machine with why it passed or failed, whether the policy lets it
+        be promoted automatically, and what past cycles decided about it. Only candidates with
+        preflight_passed=true can run. Use these ids in propose_plan."""
+        try:
+            view = app.registry_view(home, candidate_id)
+        except BROKEN as exc:
+            raise _broken(exc) from exc
         if candidate_id and not view.candidates:
             raise ToolError("no such candidate; call registry without arguments to list them")
-        return view
+        return _result(view, render.registry_text(view))
 
-    @server.tool(title="Cycle evidence", annotations=READ_ONLY)
+    @tool(title="Cycle evidence", annotations=READ_ONLY)
     def evidence(
-        cycle_id: Annotated[str | None, Field(max_length=80, pattern=r"^[A-Za-z0-9_.-]+$",
-                            description="a cycle id; omit to list recent cycles")] = None,
-        section: Annotated[app.Section | None,
-                           Field(description="which part of one cycle's evidence")] = None,
-        page: Annotated[int, Field(ge=1, le=10_000, description="page of the journal")] = 1,
-    ) -> app.EvidenceView:
-        """Sealed evidence: without cycle_id, the recent cycles and their outcomes; with it, the
-        summary, per-prompt speed table, gates (with the first divergence of any greedy output),
-        verdict with reasons, frozen plan, or the journal (paginated)."""
+        cycle_id: Annotated[str | None, Field(
+            min_length=1, max_length=80, pattern=CYCLE_ID,
+            description="a cycle id (c-...); omit to list sealed cycles, newest first")] = None,
+        section: Annotated[app.Section | None, Field(
+            description="with cycle_id: summary (default: outcome, verdict, per-prompt table), "
+            "table, gates (with the first divergence of any greedy output), verdict, plan "
+            "(the frozen plan and every change), journal (paginated)")] = None,
+        page: Annotated[int, Field(ge=1, le=10_000,
+                                   description="page of the cycle list or of the journal")] = 1,
+    ) -> Annotated[CallToolResult, app.EvidenceView]:
+        """Sealed evidence of past cycles. Without cycle_id: the cycles (id, outcome, selected
+        candidate, speedup, reason), 20 per page, newest first. With cycle_id: one cycle's
+        summary, per-prompt decode speed table (baseline vs candidate tok/s), gates, verdict with
+        reasons and confidence interval, frozen plan, or journal (40 events per page; `pages`
+        says how many). Results are bounded in size; the bundle path is given for the rest."""
         try:
-            return app.evidence_view(home, cycle_id, section, page)
+            view = app.evidence_view(home, cycle_id, section, page)
         except FileNotFoundError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError("no sealed evidence for that cycle id; call evidence without "
+                            "arguments to list cycles") from exc
+        except BROKEN as exc:
+            raise _broken(exc) from exc
+        return _result(view, render.evidence_text(view))
 
     if mode != "read-only":
 
-        @server.tool(title="Propose an experiment plan", annotations=PROPOSE)
-        def propose_plan(plan: PlanArgument, dry_run: bool = False,
-                         ctx: Context | None = None) -> app.ProposalView:
-            """Queue an experiment: 1-3 registry candidates to measure against the live baseline.
-            Code sanitizes the plan (unknown ids refused, baseline first, duplicates dropped,
-            thresholds clamped and only ever tightened), freezes it, and a supervisor runs it in
-            the background; this returns at once with the plan id, every change and why. Use
-            dry_run=true to see the sanitized plan without queuing. Follow with `status`."""
-            return app.propose(home, plan, proposed_by=_client_name(ctx), dry_run=dry_run,
-                               start_supervisor=start_supervisor)
+        @tool(title="Propose an experiment plan", annotations=PROPOSE)
+        def propose_plan(plan: PlanArgument, dry_run: Annotated[bool, Field(
+                description="true: sanitize and explain without queuing anything")] = False,
+                ctx: Context | None = None) -> Annotated[CallToolResult, app.ProposalView]:
+            """Queue an experiment: 1-3 candidate ids from `registry` to measure against the live
+            baseline, e.g. {"hypothesis": "a 4-token drafter speeds up decoding", "candidates":
+            ["demo-tiny:draft-k4"]}. Code sanitizes the plan: unknown or non-runnable ids are
+            refused with a reason, the baseline is measured first, duplicates are dropped,
+            thresholds (acceptance.min_speedup_pct, acceptance.max_peak_memory_gb) are clamped
+            to the policy's range and can only be tightened, never loosened. Returns at once:
+            accepted or not, plan id, the sanitized candidates and thresholds, every change
+            with its reason, refused candidates, queue position, when it may run (the policy's
+            maintenance window) and how to follow it. The cycle runs in a background supervisor
+            that does not depend on this connection. dry_run=true explains without queuing.
+            A refused plan is an answer (accepted=false), not an error."""
+            session = ctx.request_context.session if ctx is not None else None
+            try:
+                view = app.propose(home, plan, proposed_by=client_name(session),
+                                   dry_run=dry_run, start_supervisor=start_supervisor)
+            except BROKEN as exc:
+                raise _broken(exc) from exc
+            if mode == "autonomous" and start_supervisor and view.accepted and not dry_run:
+                app.ensure_watcher(home)  # restarted if it died; the plan itself runs now
+            return _result(view, render.proposal_text(view))
+
+    _add_resources(server, home)
+
+    @server.prompt(name=planner.PROMPT_NAME, title="Plan an acceleration experiment",
+                   description="Instructions for a planner with the live context: candidates "
+                   "that pass preflight, the baseline's figures, what past cycles found "
+                   "(failures included) and the policy's bounds; the answer is one JSON plan "
+                   "for propose_plan.")
+    def propose_acceleration_plan(goal: Annotated[str | None, Field(
+            description="optional, one line: what to optimize, e.g. 'lower latency for short "
+            "chat turns' (at most 500 characters)")] = None) -> list[UserMessage]:
+        """Instructions for a planner with the live context: candidates that pass preflight,
+        the baseline's figures, what past cycles found (failures included) and the policy's
+        bounds. Optional goal: one line on what to optimize (at most 500 characters)."""
+        if goal is not None and len(goal) > planner.MAX_GOAL:
+            raise MCPError(code=INVALID_PARAMS,
+                           message=f"goal is too long (at most {planner.MAX_GOAL} characters)")
+        if goal is not None and ("\n" in goal or "\r" in goal):
+            raise MCPError(code=INVALID_PARAMS, message="goal must be one line")
+        try:
+            context = planner.build_context(home)
+        except FileNotFoundError as exc:
+            raise MCPError(code=INVALID_PARAMS, message="no managed service is configured in "
+                           "this home (config.yaml missing)") from exc
+        except BROKEN as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(_broken(exc))) from exc
+        return [UserMessage(planner.render_prompt(context, goal, can_propose=mode != "read-only"))]
 
     return server
+
+
+def _paragraph(doc: str | None) -> str:
+    return " ".join((doc or "").split())
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str, ensure_ascii=False)
+
+
+def _add_resources(server: MCPServer, home: Home) -> None:
+    @server.resource(f"{URI}policy", name="policy", title="Effective policy",
+                     mime_type="application/json",
+                     description="The policy that judges plans here: thresholds with the range a "
+                     "plan may move them in, protocol, auto-promotion per class, window, budgets.")
+    def policy_resource() -> str:
+        name = load_config(home).policy if home.config.exists() else "default"
+        policy = load_policy(name, extra=home.user_policy)
+        return _json({"policy": policy.model_dump(mode="json"), "hash": policy_hash(policy)})
+
+    @server.resource(f"{URI}plan-schema", name="plan-schema", title="Plan JSON schema",
+                     mime_type="application/json",
+                     description="The JSON schema of what propose_plan accepts (nothing else).")
+    def plan_schema_resource() -> str:
+        return _json(planner.plan_schema())
+
+    def manifest_json(manifest_id: str) -> str:
+        manifests = load_registry(extra=home.user_registry)
+        manifest = manifests.get(manifest_id) if isinstance(manifest_id, str) else None
+        if manifest is None:
+            raise ResourceNotFoundError("no such manifest; see the registry tool for ids")
+        return _json({"manifest": manifest.model_dump(mode="json", by_alias=True),
+                      "hash": manifest_hash(manifest),
+                      "candidates": [f"{manifest.id}:{v.id}" for v in manifest.variants]})
+
+    @server.resource(f"{URI}manifests/{{manifest_id}}", name="manifest",
+                     title="Candidate manifest", mime_type="application/json",
+                     description="One registry manifest (the part of a candidate id before ':').")
+    def manifest_resource(manifest_id: str) -> str:
+        return manifest_json(manifest_id)
+
+    try:
+        known = list(load_registry(extra=home.user_registry))
+    except Exception:  # a broken home manifest must not stop the server; the template remains
+        known = []
+
+    def reader(manifest_id: str) -> Any:
+        def read() -> str:
+            return manifest_json(manifest_id)
+        return read
+
+    for manifest_id in known:  # listed by resources/list; the template serves later additions
+        server.resource(f"{URI}manifests/{manifest_id}", name=f"manifest-{manifest_id}",
+                        title=f"Manifest {manifest_id}", mime_type="application/json",
+                        description=f"The registry manifest {manifest_id}.")(reader(manifest_id))
+
+    @server.resource(f"{URI}evidence/{{cycle_id}}/summary", name="evidence-summary",
+                     title="Cycle evidence summary", mime_type="application/json",
+                     description="A sealed cycle's summary, verdict and per-prompt table; "
+                     "cycle_id 'latest' names the newest sealed cycle.")
+    def evidence_resource(cycle_id: str) -> str:
+        if cycle_id == "latest":
+            cycles = app.evidence_view(home).cycles or []
+            if not cycles:
+                raise ResourceNotFoundError("no sealed cycle yet")
+            cycle_id = cycles[0].cycle_id
+        if not re.fullmatch(CYCLE_ID, cycle_id):
+            raise ResourceNotFoundError("not a cycle id")
+        try:
+            view = app.evidence_view(home, cycle_id, "summary")
+        except FileNotFoundError as exc:
+            raise ResourceNotFoundError("no sealed evidence for that cycle id") from exc
+        return _json(view.model_dump(mode="json", exclude_none=True))
+
+
+def serve(home: Home, *, mode: Mode = "propose", transport: str = "stdio",
+          host: str = "127.0.0.1", port: int = 8765, token_file: str | None = None,
+          allowed_hosts: list[str] | tuple[str, ...] = (),
+          allowed_origins: list[str] | tuple[str, ...] = (),
+          start_supervisor: bool = True) -> int:
+    """`mcp-infra serve`: stdio (stdout is the wire: nothing else is printed there) or HTTP."""
+    import sys
+
+    server = build_server(home, mode, start_supervisor=start_supervisor)
+    if mode == "autonomous" and start_supervisor:
+        app.ensure_watcher(home)
+    if transport == "stdio":
+        server.run()
+        return 0
+    from mcp_infra.http_transport import HttpConfigError, HttpPlan, serve_http
+
+    try:
+        plan = HttpPlan(home, host=host, port=port, token_file=token_file,
+                        allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
+        serve_http(server, plan, mode)
+    except HttpConfigError as exc:
+        print(f"mcp-infra serve: {exc}", file=sys.stderr)
+        return 2
+    return 0

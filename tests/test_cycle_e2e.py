@@ -123,7 +123,7 @@ async def test_refused_plans_change_nothing(home: Home) -> None:
     assert not any(home.cycles.iterdir())
     assert not (home.state / "service.json").exists()  # the service was never touched
     audit = [json.loads(line) for line in home.audit_log.read_text().splitlines()]
-    assert len(audit) == 3 and not any(r["accepted"] for r in audit)  # the 4th never reached it
+    assert len(audit) == 4 and not any(r["accepted"] for r in audit)  # every call is audited
 
 
 async def test_candidate_that_cannot_start_is_rejected_and_the_baseline_keeps_serving(

@@ -211,7 +211,8 @@ def test_lossless_divergence_is_rejected_even_when_fast():
     cv = only(decide([make_run("m:wrong", 2.0, greedy_ids=ids)]))
     assert cv.decision == Decision.REJECTED
     assert any(
-        r.startswith("The lossless gate failed: 2 of 3 greedy output(s) identical; p2 diverges at token 2")
+        r.startswith("The lossless gate failed: 2 of 3 greedy output(s) identical; "
+                     "p2 diverges at token 2")
         for r in cv.reasons
     )
     assert cv.speedup_estimate == pytest.approx(2.0)  # the figures are still reported

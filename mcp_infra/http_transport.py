@@ -1,0 +1,203 @@
+"""Streamable HTTP for the MCP server, protected whatever the client does.
+
+* Loopback by default (127.0.0.1). Every request's Host header must name an allowed host (else
+  421) and an Origin header, when present, an allowed origin (else 403): a web page cannot reach
+  the server through DNS rebinding.
+* A bearer token is required on every request (else 401). It is read from a file: by default
+  ``<home>/http-token``, generated on first use with 0600 permissions; or ``--token-file PATH``.
+  A token file readable by group or others is refused. The token never appears on a command line
+  or in a log: the server prints the file's path, not its content.
+* Binding an address that is not loopback is refused unless a token file and the allowed Host
+  names are given explicitly (``--token-file``, ``--allowed-host``).
+
+The checks run in one ASGI guard in front of the SDK's app (which repeats the Host/Origin checks
+with the same lists), comparing tokens with ``hmac.compare_digest``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import re
+import secrets
+import stat
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mcp_infra.store import Home
+
+TOKEN_FILE = "http-token"
+DEFAULT_PORT = 8765
+MCP_PATH = "/mcp"
+MIN_TOKEN = 32
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+class HttpConfigError(ValueError):
+    """The HTTP settings are unsafe or unusable; the message says what to change."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def default_token_path(home: Home) -> Path:
+    return home.root / TOKEN_FILE
+
+
+def read_token(path: Path) -> str:
+    """The token in ``path``; refused if the file is readable by group or others, or weak."""
+    try:
+        info = path.stat()
+    except FileNotFoundError as exc:
+        raise HttpConfigError(f"token file {path} does not exist") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise HttpConfigError(f"token file {path} is not a regular file")
+    if info.st_mode & 0o077:
+        raise HttpConfigError(f"token file {path} is readable by group or others: "
+                              f"run `chmod 600 {path}`")
+    token = path.read_text(encoding="utf-8", errors="replace").strip()
+    if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
+        raise HttpConfigError(f"token file {path} must hold one token of at least {MIN_TOKEN} "
+                              "printable characters without spaces")
+    return token
+
+
+def ensure_token(path: Path) -> str:
+    """Read the token file, creating it (0600, a 256-bit random token) if it does not exist."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return read_token(path)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(token + "\n")
+    return read_token(path)
+
+
+def _host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
+    if not host:
+        return False
+    for pattern in allowed:
+        if pattern.endswith(":*"):
+            base = pattern[:-2]
+            if host == base or (host.startswith(base + ":") and host[len(base) + 1:].isdigit()):
+                return True
+        elif host == pattern:
+            return True
+    return False
+
+
+def _origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
+    return _host_allowed(origin, allowed)
+
+
+class Guard:
+    """ASGI middleware: Host (421), Origin (403), then bearer token (401), on every request."""
+
+    def __init__(self, app: ASGIApp, *, token: str, allowed_hosts: Sequence[str],
+                 allowed_origins: Sequence[str]) -> None:
+        self.app = app
+        self.token = token.encode()
+        self.allowed_hosts = list(allowed_hosts)
+        self.allowed_origins = list(allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websockets here
+            return
+        headers = Headers(scope=scope)
+        if not _host_allowed(headers.get("host"), self.allowed_hosts):
+            await PlainTextResponse("Invalid Host header", status_code=421)(scope, receive, send)
+            return
+        origin = headers.get("origin")
+        if origin is not None and not _origin_allowed(origin, self.allowed_origins):
+            await PlainTextResponse("Invalid Origin header", status_code=403)(scope, receive, send)
+            return
+        scheme, _, value = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(),
+                                                                 self.token):
+            await PlainTextResponse(
+                "A bearer token is required (Authorization: Bearer <token from the server's "
+                "token file>)", status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="mcp-infra"'})(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class HttpPlan:
+    """Validated HTTP settings: where to bind, which hosts and origins, which token file."""
+
+    def __init__(self, home: Home, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 token_file: str | Path | None = None, allowed_hosts: Sequence[str] = (),
+                 allowed_origins: Sequence[str] = ()) -> None:
+        if not 1 <= port <= 65535:
+            raise HttpConfigError("--port must be between 1 and 65535")
+        self.host, self.port = host, port
+        loopback = is_loopback(host)
+        if not loopback and (token_file is None or not allowed_hosts):
+            raise HttpConfigError(
+                f"refusing to bind {host}, which is not a loopback address, without both "
+                "--token-file PATH (the bearer token clients must send) and --allowed-host "
+                "NAME[:PORT] (the Host names clients use; repeat the option for several)")
+        self.token_file = Path(token_file).expanduser() if token_file else default_token_path(home)
+        self.allowed_hosts = ([*LOOPBACK_HOSTS] if loopback else []) + [
+            h if re.search(r":(\d+|\*)$", h) else f"{h}:*" for h in allowed_hosts]
+        self.allowed_origins = ([*LOOPBACK_ORIGINS] if loopback else []) + list(allowed_origins)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{MCP_PATH}"
+
+    def app(self, server: MCPServer) -> Guard:
+        token = ensure_token(self.token_file)
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                             allowed_hosts=self.allowed_hosts,
+                                             allowed_origins=self.allowed_origins)
+        inner = server.streamable_http_app(streamable_http_path=MCP_PATH, host=self.host,
+                                           transport_security=security)
+        return Guard(inner, token=token, allowed_hosts=self.allowed_hosts,
+                     allowed_origins=self.allowed_origins)
+
+
+def serve_http(server: MCPServer, plan: HttpPlan, mode: str) -> None:
+    """Run the server over streamable HTTP until interrupted (uvicorn, no access log)."""
+    import uvicorn
+
+    app = plan.app(server)
+    print(f"mcp-infra: MCP (streamable HTTP, mode {mode}) at {plan.url}; every request needs "
+          f"'Authorization: Bearer <token>' with the token in {plan.token_file}",
+          file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, host=plan.host, port=plan.port, log_level="warning",
+                            access_log=False, lifespan="on", server_header=False)
+    uvicorn.Server(config).run()
+
+
+def client(url: str, token: str, **kwargs: Any) -> Any:
+    """An MCP client for this server over HTTP, sending the bearer token."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    return Client(streamable_http_client(url, http_client=http), **kwargs)

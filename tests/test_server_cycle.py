@@ -1,0 +1,140 @@
+"""One whole cycle through the MCP front, with the MCP server killed in the middle of it.
+
+`propose_plan` returns at once; the cycle runs in the detached supervisor, which must seal it
+normally although the MCP server process (and its client) are gone. Afterwards a fresh client
+reads the sealed evidence, the registry's learned outcomes, the evidence resource and the
+planning prompt's live context. Real `mlx_lm.server` processes on the tiny demo models.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp_clients import audit, serve_processes, stdio_client, wait_for
+
+from mcp_infra.contracts import CycleSummary, FrozenPlan
+from mcp_infra.evidence import verify
+from mcp_infra.service import ensure_serving, load_config
+from mcp_infra.store import Home, read_model
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+MARKER = Path("/tmp/mcp-infra-cycle-pwned")
+HYPOTHESIS = f"drafting helps $(touch {MARKER}) `touch {MARKER}`"
+
+
+def sealed_for(home: Home, plan_id: str) -> CycleSummary | None:
+    for path in sorted(home.evidence.glob("*/summary.json")):
+        summary = read_model(path, CycleSummary)
+        if summary.plan_id == plan_id and (path.parent / "MANIFEST.json").exists():
+            return summary
+    return None
+
+
+async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_backend: str) -> None:
+    config = load_config(home)
+    ensure_serving(home, config.baseline, config)
+    seen: dict = {}
+    killed = False
+    try:
+        async with stdio_client(home, mode="legacy") as client:
+            before = (await client.call_tool("status", {})).structured_content["service"]
+            assert before["healthy"] is True and before["pid"] and before["since"]
+            assert "1-token" in before["health_check"]
+
+            started = time.monotonic()
+            result = await client.call_tool("propose_plan", {"plan": {
+                "hypothesis": HYPOTHESIS, "candidates": ["demo-tiny:draft-k2"]}})
+            assert time.monotonic() - started < 10, "propose_plan returns at once"
+            proposal = result.structured_content
+            assert proposal["accepted"] is True and proposal["queue_position"] == 1
+            seen["plan_id"] = proposal["plan_id"]
+
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                status = (await client.call_tool("status", {})).structured_content
+                cycle = status.get("cycle")
+                if cycle and cycle["state"] == "EXPERIMENT":
+                    seen["status"] = status
+                    break
+                await anyio.sleep(0.5)
+            assert "status" in seen, "the cycle never reached EXPERIMENT"
+            servers = serve_processes(home)
+            assert len(servers) == 1
+            servers[0].kill()  # the MCP server dies mid-cycle (as when an IDE is closed)
+            servers[0].wait(10)
+            killed = True
+    except Exception:  # the client notices its server vanished; that is the point
+        if not killed:
+            raise
+    assert killed
+
+    cycle = seen["status"]["cycle"]
+    assert cycle["cycle_id"].startswith("c-") and cycle["plan_id"] == seen["plan_id"]
+    assert cycle["candidate"] == "demo-tiny:draft-k2" and (cycle["index"], cycle["total"]) == (1, 1)
+    assert cycle["step"] == 6 and cycle["steps"] == 11 and "1 of 1" in cycle["progress"]
+    assert cycle["expected_downtime_s"] == 0 and "scratch port" in cycle["downtime_note"]
+    assert cycle["started_at"] and cycle["elapsed_s"] >= 0
+    live = seen["status"]["service"]
+    assert live["healthy"] is True and "no request sent" in live["health_check"]
+    assert seen["status"]["supervisor_running"] is True
+
+    summary = wait_for(lambda: sealed_for(home, seen["plan_id"]), timeout=300,
+                       what="the cycle to be sealed by the detached supervisor")
+    assert not summary.interrupted and summary.recovery is None
+    assert summary.outcome.value in ("promoted", "kept_baseline"), summary.reason
+    bundle = home.evidence / summary.cycle_id
+    assert verify(bundle).ok
+    states = [json.loads(line)["state"] for line in (bundle / "journal.ndjson").read_text()
+              .splitlines()]
+    assert "RECOVER" not in states and states[-1] == "SEALED"
+    frozen = read_model(bundle / "plan.json", FrozenPlan)
+    assert frozen.proposed_by == "mcp:mcp" and frozen.proposed.hypothesis == HYPOTHESIS
+    assert not MARKER.exists(), "plan text never reaches a shell"
+    for record in home.state.glob("*.json"):
+        assert "touch" not in record.read_text(), f"plan text reached {record.name}"
+    assert [r.plan_id for r in audit(home)] == [seen["plan_id"]]
+    wait_for(lambda: not home.lock_is_held(), timeout=60, what="the supervisor to exit")
+
+    async with stdio_client(home) as client:  # a new client, the other protocol era
+        listing = (await client.call_tool("evidence", {})).structured_content
+        assert listing["cycles"][0]["cycle_id"] == summary.cycle_id
+        shown = await client.call_tool("evidence", {"cycle_id": summary.cycle_id})
+        ev = shown.structured_content
+        assert ev["summary"]["outcome"] == summary.outcome.value
+        assert {row["candidate"] for row in ev["table"]} == {"demo-tiny:draft-k2"}
+        assert all(row["baseline_tps"] > 0 and row["candidate_tps"] > 0 for row in ev["table"])
+        assert ev["verdict"]["candidates"][0]["candidate"] == "demo-tiny:draft-k2"
+        assert summary.cycle_id in shown.content[0].text
+        gates = (await client.call_tool("evidence", {"cycle_id": summary.cycle_id,
+                                                     "section": "gates"})).structured_content
+        assert {g["gate"] for g in gates["gates"]} >= {"lossless", "smoke"}
+        journal = (await client.call_tool("evidence", {"cycle_id": summary.cycle_id,
+                                                       "section": "journal"})).structured_content
+        assert journal["page"] == 1 and journal["pages"] >= 1
+        assert journal["journal"][0]["state"] == "QUEUED"
+        assert all(len(json.dumps(row)) < 2000 for row in journal["journal"])
+        beyond = (await client.call_tool("evidence", {"cycle_id": summary.cycle_id,
+                                                      "section": "journal", "page": 999}))
+        assert beyond.structured_content["page"] == beyond.structured_content["pages"]
+
+        learned = (await client.call_tool("registry", {"candidate_id": "demo-tiny:draft-k2"})
+                   ).structured_content["candidates"][0]["learned"]
+        assert learned and learned[-1]["cycle_id"] == summary.cycle_id
+
+        latest = json.loads((await client.read_resource("mcp-infra://evidence/latest/summary"))
+                            .contents[0].text)
+        assert latest["cycle_id"] == summary.cycle_id
+        prompt = (await client.get_prompt("propose_acceleration_plan", {})).messages[0]
+        body = prompt.content.text
+        assert f"Cycle {summary.cycle_id} measured" in body and "median decode" in body
+        assert f"- {summary.cycle_id}: {summary.outcome.value}" in body
+        assert f"past {summary.cycle_id}: " in body
+
+        after = (await client.call_tool("status", {})).structured_content
+        assert after["cycle"] is None and after["queue"] == []
+        assert after["last_cycle"]["cycle_id"] == summary.cycle_id
