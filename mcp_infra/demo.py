@@ -9,6 +9,7 @@ result is decided here: the detached supervisor measures and the selector decide
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -18,7 +19,9 @@ from typing import Any
 import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp_types import Implementation
 
+from mcp_infra import __version__
 from mcp_infra.contracts import Recipe, ServiceConfig
 from mcp_infra.demo_models import build_demo_models
 from mcp_infra.runtime import free_port, port_open
@@ -64,7 +67,8 @@ def _server_params(home: Home) -> StdioServerParameters:
 
 async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
     """Talk to `mcp-infra serve` over stdio like any MCP client; return the sealed evidence."""
-    async with Client(_server_params(home)) as client:
+    info = Implementation(name="mcp-infra-demo", version=__version__)
+    async with Client(_server_params(home), client_info=info) as client:
         registry = await client.call_tool("registry", {})
         runnable = [c["id"] for c in registry.structured_content["candidates"]
                     if c["preflight_passed"]]
@@ -103,6 +107,8 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
     from mcp_infra.cli import verdict_table
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for name in ("httpx", "httpx2", "mcp"):  # the demo prints its own account of each request
+        logging.getLogger(name).setLevel(logging.WARNING)
     home = demo_home(root)
 
     def log(message: str) -> None:

@@ -290,13 +290,19 @@ def skip_reason(outcome: RememberedOutcome | None, policy: Policy) -> str | None
             "machine change")
 
 
+def _history(home: Home) -> dict[str, list[RememberedOutcome]]:
+    """Remembered outcomes by candidate, oldest first."""
+    history: dict[str, list[RememberedOutcome]] = {}
+    for item in outcomes(home):
+        history.setdefault(item.candidate, []).append(item)
+    return history
+
+
 def skips(home: Home, recipes: dict[str, Recipe], policy: Policy, policy_hash: str,
           env: dict[str, str] | None = None) -> dict[str, str]:
     """candidate id → reason to skip it now (see the module notes). Deterministic."""
     env = env or environment()
-    history: dict[str, list[RememberedOutcome]] = {}
-    for item in outcomes(home):
-        history.setdefault(item.candidate, []).append(item)
+    history = _history(home)
     identities: dict[str, str] = {}
     out = {}
     for cid, recipe in sorted(recipes.items()):
@@ -316,9 +322,7 @@ def changed_candidates(home: Home, recipes: dict[str, Recipe], policy_hash: str,
     """Candidates measured before whose manifest, policy or environment changed since their
     latest outcome: candidate id → what changed. Candidates never measured are not listed."""
     env = env or environment()
-    history: dict[str, list[RememberedOutcome]] = {}
-    for item in outcomes(home):
-        history.setdefault(item.candidate, []).append(item)
+    history = _history(home)
     identities: dict[str, str] = {}
     out = {}
     for cid, recipe in sorted(recipes.items()):
