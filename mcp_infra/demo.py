@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,12 +26,16 @@ from mcp_infra import __version__
 from mcp_infra.contracts import Recipe, ServiceConfig
 from mcp_infra.demo_models import build_demo_models
 from mcp_infra.runtime import free_port, port_open
-from mcp_infra.service import ensure_serving, stop_service
+from mcp_infra.service import ensure_serving, load_config, stop_service
 from mcp_infra.store import Home, default_home, write_model
 
 DEMO_CANDIDATES = ["demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:draft-k4-cache"]
 DEMO_HYPOTHESIS = "A same-tokenizer drafter speeds up greedy decoding without changing outputs."
 FOLLOW_TIMEOUT_S = 900
+
+
+class DemoRefused(RuntimeError):
+    """The demo was pointed at a home that is not a demo's."""
 
 
 def demo_home(root: str | Path | None) -> Home:
@@ -39,13 +44,22 @@ def demo_home(root: str | Path | None) -> Home:
 
 
 def prepare(home: Home) -> ServiceConfig:
-    """Build the models and write a config whose baseline is the plain target (reset each run)."""
+    """Build the models and write a config whose baseline is the plain target, in a demo home
+    reset to its models so every demo starts from the same place."""
+    if home.config.exists() and load_config(home).policy != "demo":
+        raise DemoRefused(f"{home.root} manages a real service (policy "
+                          f"{load_config(home).policy!r}); the demo resets its home, so give it "
+                          "its own (--home DIR)")
     home.ensure()
-    paths = build_demo_models(home.models)
     if (home.state / "service.json").exists():
         stop_service(home)
-    for name in ("active.json", "previous.json", "needs_operator.json"):
-        (home.state / name).unlink(missing_ok=True)
+    # Each demo is a first cycle in a sandbox: recipe memory would otherwise (rightly) skip the
+    # candidate the last demo saw fail its lossless gate. Only the built models are kept.
+    for folder in (home.plans, home.cycles, home.evidence, home.state, home.memory, home.logs):
+        shutil.rmtree(folder, ignore_errors=True)
+    home.audit_log.unlink(missing_ok=True)
+    home.ensure()
+    paths = build_demo_models(home.models)
     port = 18080 if not port_open(18080) else free_port()
     scratch = 18090 if not port_open(18090) and port != 18090 else free_port()
     config = ServiceConfig(
@@ -116,7 +130,11 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
 
     started = time.monotonic()
     log(f"home: {home.root}")
-    config = prepare(home)
+    try:
+        config = prepare(home)
+    except DemoRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     log(f"demo models built in {home.models}")
     log(f"starting the live service (baseline: plain target) on 127.0.0.1:{config.port}")
     ensure_serving(home, config.baseline, config)
