@@ -45,7 +45,7 @@ def decide(events: list[Event]) -> RecoveryDecision:
     if any(e.state == CycleState.SEALED and _step(e) == "done" for e in events):
         return RecoveryDecision(action=Action.NOTHING, outcome=None, last_state=last,
                                 reason="the cycle is already sealed")
-    sealing = [e for e in events if e.state == CycleState.SEALED]
+    sealing = [e for e in events if e.state == CycleState.SEALED and "outcome" in e.fields]
     if sealing:
         outcome = Outcome(sealing[-1].fields.get("outcome", Outcome.RESTORED_AFTER_ERROR))
         return RecoveryDecision(action=Action.FINISH_SEALING, outcome=outcome, last_state=last,

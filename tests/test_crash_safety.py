@@ -196,6 +196,9 @@ def test_full_disk_while_sealing_keeps_the_service_and_reports_it(fast_home: Hom
     supervise(home)
     after = inspect(home)
     assert after.sealed and after.verified and after.interrupted and after.healthy
+    decided = [e.fields["outcome"] for e in events
+               if e.state == CycleState.SEALED and "outcome" in e.fields]
+    assert after.outcome == decided[0], "resealing keeps the outcome decided before the failure"
 
 
 def test_injected_write_error_while_sealing(fast_home: Home, monkeypatch) -> None:

@@ -82,6 +82,13 @@ def test_sealing_interrupted_keeps_the_decided_outcome() -> None:
     assert (decision.action, decision.outcome) == (Action.FINISH_SEALING, Outcome.PROMOTED)
 
 
+def test_a_failed_seal_keeps_the_outcome_decided_before_it() -> None:
+    events = path_to(S.COMMIT) + [ev(S.SEALED, step="enter", outcome="promoted"),
+                                  ev(S.SEALED, step="failed")]
+    decision = decide(events)
+    assert (decision.action, decision.outcome) == (Action.FINISH_SEALING, Outcome.PROMOTED)
+
+
 def test_sealed_cycle_needs_nothing() -> None:
     events = path_to(S.SELECT) + [ev(S.SEALED, step="enter", outcome="kept_baseline"),
                                   ev(S.SEALED, step="done")]
