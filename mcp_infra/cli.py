@@ -50,7 +50,10 @@ def _status_text(view: app.StatusView) -> str:
         lines.append(f"last cycle  {lc.cycle_id}: {lc.outcome.value}"
                      + (f", selected {lc.selected}" if lc.selected else "")
                      + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else ""))
-    lines.append(f"policy      {view.policy}; window {view.window}")
+    w = view.window or {}
+    shown = (f"{w.get('start')}–{w.get('end')} {w.get('timezone')}" if w.get("mode") == "window"
+             else str(w.get("mode", "?")))
+    lines.append(f"policy      {view.policy}; maintenance window: {shown}")
     if view.window_now:
         lines.append(f"next cycle  {view.window_now}")
     if view.needs_operator:
