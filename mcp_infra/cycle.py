@@ -9,6 +9,7 @@ core (policy, selector, recovery); this module only sequences I/O around them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import time
@@ -18,6 +19,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from mcp_infra import bench, evidence, memory, window
 from mcp_infra.contracts import (
@@ -64,7 +67,6 @@ from mcp_infra.service import (
 )
 from mcp_infra.store import (
     Home,
-    LockHeld,
     read_model,
     read_optional,
     sha256_bytes,
@@ -109,14 +111,10 @@ class Journal:
 
 
 def _json(data: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(data, default=str)
 
 
 def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
-    import psutil
-
     return SupervisorRecord(pid=os.getpid(), create_time=psutil.Process().create_time(),
                             started_at=utcnow(), cycle_id=cycle_id)
 
@@ -196,8 +194,6 @@ def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None,
 
 
 def _alive(pid: int) -> bool:
-    import psutil
-
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -231,8 +227,6 @@ def cache_note(recipe: Recipe) -> str:
 
 
 def environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
-    import psutil
-
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -660,29 +654,26 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
     (``window.for_home``; the plan stays queued). ``ignore_window``: an operator's override."""
     home.ensure()
     summaries: list[CycleSummary] = []
-    try:
-        with supervising(home):
-            recover(home)
-            while True:
-                if (home.state / "needs_operator.json").exists():
-                    break
-                queued = home.queued()
-                if not queued:
-                    break
-                if not ignore_window and not window.for_home(home).may_start:
-                    break  # the plan waits in the queue for the window
-                entry = queued[0]
-                plan = read_model(entry, FrozenPlan)
-                try:
-                    summary = run_cycle(home, plan)
-                finally:
-                    done = home.plans / "done"
-                    done.mkdir(parents=True, exist_ok=True)
-                    entry.replace(done / entry.name)
-                summaries.append(summary)
-                _maybe_retry(home, plan, summary)
-    except LockHeld:
-        raise
+    with supervising(home):
+        recover(home)
+        while True:
+            if (home.state / "needs_operator.json").exists():
+                break
+            queued = home.queued()
+            if not queued:
+                break
+            if not ignore_window and not window.for_home(home).may_start:
+                break  # the plan waits in the queue for the window
+            entry = queued[0]
+            plan = read_model(entry, FrozenPlan)
+            try:
+                summary = run_cycle(home, plan)
+            finally:
+                done = home.plans / "done"
+                done.mkdir(parents=True, exist_ok=True)
+                entry.replace(done / entry.name)
+            summaries.append(summary)
+            _maybe_retry(home, plan, summary)
     return summaries
 
 
