@@ -1,6 +1,6 @@
 """Inject real faults into real cycles and print what a person finds afterwards.
 
-    .venv/bin/python benchmarks/faults.py
+    .venv/bin/python benchmarks/faults.py [WORD]     # WORD: only the faults whose name has it
 
 Each row: a fresh home with the demo models, a live `mlx_lm.server`, a queued plan, one fault,
 then a fresh supervisor (or `recover`). Columns: the sealed outcome, whether the live service
@@ -137,8 +137,9 @@ SCENARIOS: list[tuple[str, Callable[[Home], str]]] = [
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mcp-infra-faults-"))
     models = build_demo_models(work / "models")
-    rows = []
-    for name, scenario in SCENARIOS:
+    rows: list[tuple[str, ...]] = []
+    only = sys.argv[1].lower() if len(sys.argv) > 1 else ""
+    for name, scenario in [s for s in SCENARIOS if only in s[0].lower()]:
         home = make_home(work / f"home-{len(rows)}", models, **PROTOCOL)
         started = time.monotonic()
         try:
