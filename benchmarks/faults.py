@@ -32,6 +32,7 @@ from faultkit import (  # noqa: E402
     queue_plan,
     run_supervisor,
     start_live,
+    stranger,
     supervisor,
     wait_for,
 )
@@ -77,15 +78,13 @@ def stranger_takes_port(home: Home) -> str:
     record = service_record(home)
     assert record is not None
     stop_server(record, grace=5)
-    stranger = subprocess.Popen([sys.executable, "-m", "http.server", str(config.port),
-                                 "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    intruder = stranger(config.port)
     try:
         proc.wait(timeout=300)
-        alive = stranger.poll() is None
+        alive = intruder.poll() is None
     finally:
-        stranger.kill()
-        stranger.wait()
+        intruder.kill()
+        intruder.wait()
     subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root), "recover"],
                    capture_output=True, timeout=300, check=False)
     return f"stranger {'left alone' if alive else 'KILLED'}; then `recover`"

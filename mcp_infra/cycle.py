@@ -32,6 +32,7 @@ from mcp_infra.contracts import (
     Event,
     FrozenPlan,
     Outcome,
+    ProcessRecord,
     Recipe,
     Sample,
     SupervisorRecord,
@@ -50,7 +51,7 @@ from mcp_infra.registry import (
     preflight,
     resolve_recipe,
 )
-from mcp_infra.runtime import MemorySampler, PortBusy, ServerStartError, log_tail
+from mcp_infra.runtime import MemorySampler, PortBusy, ServerStartError, is_running, log_tail
 from mcp_infra.selector import select
 from mcp_infra.service import (
     ServiceError,
@@ -128,8 +129,8 @@ class ServerDied(RuntimeError):
     """The measured server exited mid-benchmark: stop measuring it, keep what was measured."""
 
 
-def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None,
-            log_path: str | None = None) -> CandidateRun:
+def measure(base_url: str, candidate: str, plan: FrozenPlan,
+            server: ProcessRecord | None) -> CandidateRun:
     """Warm-up, shuffled repeats of the speed suite, then one greedy request per prompt.
 
     If the server dies mid-benchmark the failing request records why and measuring stops, so
@@ -144,15 +145,15 @@ def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None,
     timeout = protocol.request_timeout_s
 
     def keep(into: list[Sample], sample: Sample) -> None:
-        if sample.error and pid is not None and not _alive(pid):
-            tail = log_tail(log_path, 300) if log_path else ""
+        if sample.error and server is not None and not is_running(server):
+            tail = log_tail(server.log_path, 300)
             sample = sample.model_copy(update={
                 "error": f"server process exited during measurement; log tail: {tail}"})
             into.append(sample)
             raise ServerDied(sample.error)
         into.append(sample)
 
-    sampler = MemorySampler(pid) if pid else None
+    sampler = MemorySampler(server.pid) if server else None
     if sampler:
         sampler.__enter__()
     try:
@@ -191,13 +192,6 @@ def measure(base_url: str, candidate: str, plan: FrozenPlan, pid: int | None,
     return CandidateRun(candidate=candidate, samples=samples + quality, greedy=greedy,
                         peak_memory_gb=sampler.peak_gb if sampler else None,
                         memory_source=sampler.source if sampler else None)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _fresh(prompt: Any) -> list[dict[str, Any]]:
@@ -367,7 +361,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     journal(CycleState.BASELINE, "measuring the live service", recipe=live.candidate_id)
     record = service_record(home)
     base_url = f"http://{config.host}:{config.port}"
-    baseline = measure(base_url, BASELINE_ID, plan, record.pid if record else None)
+    baseline = measure(base_url, BASELINE_ID, plan, record)
     baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
                                            "cache_note": cache_note(live)})
     write_model(home.cycle_dir(cycle_id) / "runs" / "baseline.json", baseline)
@@ -398,10 +392,9 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
 
     if plan.protocol.drift_check:
         journal(CycleState.SELECT, "re-measuring the baseline for drift", step="drift")
-        record = service_record(home)
         again = measure(base_url, BASELINE_ID, plan.model_copy(update={
             "protocol": plan.protocol.model_copy(update={"warmup": 0, "quality_suite": None})}),
-            record.pid if record else None)
+            service_record(home))
         drift = [s.model_copy(update={"phase": "drift"}) for s in again.samples
                  if s.phase == "measure"]
         baseline = baseline.model_copy(update={"samples": [*baseline.samples, *drift]})
@@ -444,7 +437,7 @@ def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
         journal(CycleState.EXPERIMENT, f"{recipe.candidate_id} is ready; measuring",
                 step="measuring", candidate=recipe.candidate_id)
         run = measure(f"http://{config.host}:{config.scratch_port}", recipe.candidate_id, plan,
-                      record.pid, record.log_path)
+                      record)
     finally:
         stop_candidate(home, record)
     return run.model_copy(update={"candidate_class": recipe.candidate_class,
@@ -610,11 +603,9 @@ def recover(home: Home) -> list[str]:
 
 
 def _retire_queue_entries(home: Home, plan_id: str) -> None:
-    done = home.plans / "done"
-    done.mkdir(parents=True, exist_ok=True)
     for entry in home.queued():
         if entry.stem.endswith(plan_id):
-            entry.replace(done / entry.name)
+            home.retire(entry)
 
 
 def failed_attempts(home: Home, plan_id: str) -> int:
@@ -669,9 +660,7 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
             try:
                 summary = run_cycle(home, plan)
             finally:
-                done = home.plans / "done"
-                done.mkdir(parents=True, exist_ok=True)
-                entry.replace(done / entry.name)
+                home.retire(entry)
             summaries.append(summary)
             _maybe_retry(home, plan, summary)
     return summaries

@@ -207,6 +207,12 @@ class Home:
         write_model(entry, plan)
         return entry
 
+    def retire(self, entry: Path) -> None:
+        """Move a queue entry to ``plans/done``: its plan ran (or was interrupted and sealed)."""
+        done = self.plans / "done"
+        done.mkdir(parents=True, exist_ok=True)
+        entry.replace(done / entry.name)
+
     def queued(self) -> list[Path]:
         if not self.queue.is_dir():
             return []

@@ -17,7 +17,7 @@ import psutil
 
 from mcp_infra import app, bench, evidence
 from mcp_infra.contracts import CycleSummary, ProcessRecord
-from mcp_infra.runtime import is_running
+from mcp_infra.runtime import is_running, port_open
 from mcp_infra.service import active_recipe, ensure_serving, load_config, service_record
 from mcp_infra.store import Home, read_optional
 
@@ -44,6 +44,14 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
             raise AssertionError(f"supervisor exited ({proc.returncode}) before {what}")
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def stranger(port: int) -> subprocess.Popen[bytes]:
+    """A program mcp-infra did not start, listening on `port` (it must never be killed)."""
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                             "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: port_open(port), 20, "the stranger to listen")
+    return proc
 
 
 def start_live(home: Home) -> None:

@@ -26,11 +26,12 @@ from faultkit import (
     supervisor,
     wait_for,
 )
+from faultkit import stranger as start_stranger
 
 from mcp_infra import app
 from mcp_infra.contracts import CycleState, Outcome
 from mcp_infra.cycle import SealFailed, supervise
-from mcp_infra.runtime import port_open, stop_server
+from mcp_infra.runtime import stop_server
 from mcp_infra.service import load_config, service_record
 from mcp_infra.store import Home
 
@@ -91,13 +92,6 @@ def test_sigkill_at_every_state_then_recovery(fast_home: Home, pause: str, servi
     assert not (home.state / "needs_operator.json").exists()
 
 
-def _stranger(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
-                             "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: port_open(port), 20, "the stranger to listen")
-    return proc
-
-
 def test_stranger_on_the_stable_port_is_left_alone_and_blocks_promotion(fast_home: Home) -> None:
     """The live server dies mid-cycle and a stranger takes its port: the cycle refuses to promote,
     never touches the stranger, and asks for an operator; `recover` fixes it once the port is
@@ -114,7 +108,7 @@ def test_stranger_on_the_stable_port_is_left_alone_and_blocks_promotion(fast_hom
         record = service_record(home)
         assert record is not None
         stop_server(record, grace=5)  # the live service crashes...
-        stranger = _stranger(config.port)  # ...and another program takes its port
+        stranger = start_stranger(config.port)  # ...and another program takes its port
         wait_for((home.state / "paused-at-ROLLBACK").exists, 240, "ROLLBACK", proc)
         proc.kill()
         proc.wait()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from faultkit import stranger as start_stranger
 
 from mcp_infra import bench
 from mcp_infra.contracts import Knobs, Recipe
@@ -60,19 +60,9 @@ def test_knobs_are_typed_so_no_text_can_reach_argv() -> None:
         Knobs(extra_args=["--trust-remote-code"])  # type: ignore[call-arg]
 
 
-def _stranger(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
-                             "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        if port_open(port):
-            return proc
-        time.sleep(0.05)
-    raise AssertionError("stranger did not start")
-
-
 def test_a_stranger_on_the_port_is_refused_and_left_alone(tmp_path: Path) -> None:
     port = free_port()
-    stranger = _stranger(port)
+    stranger = start_stranger(port)
     try:
         with pytest.raises(PortBusy):
             start_server(recipe(), port=port, role="stable", log_path=tmp_path / "log")
