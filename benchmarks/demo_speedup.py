@@ -23,11 +23,11 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from mcp_infra import bench  # noqa: E402
 from mcp_infra.contracts import Knobs, ProcessRecord, Recipe  # noqa: E402
-from mcp_infra.demo_models import build_demo_models  # noqa: E402
-from mcp_infra.runtime import free_port, start_server, stop_server, wait_ready  # noqa: E402
-from mcp_infra.suites import load_suite  # noqa: E402
+from mcp_infra.demo.models import build_demo_models  # noqa: E402
+from mcp_infra.procs import bench  # noqa: E402
+from mcp_infra.procs.runtime import free_port, start_server, stop_server, wait_ready  # noqa: E402
+from mcp_infra.state.catalog import load_suite  # noqa: E402
 
 
 @dataclass

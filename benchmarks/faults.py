@@ -38,11 +38,11 @@ from faultkit import (  # noqa: E402
 )
 
 from mcp_infra.contracts import Recipe  # noqa: E402
-from mcp_infra.cycle import SealFailed, supervise  # noqa: E402
-from mcp_infra.demo_models import build_demo_models  # noqa: E402
-from mcp_infra.runtime import free_port, start_server, stop_server  # noqa: E402
-from mcp_infra.service import load_config, service_record  # noqa: E402
-from mcp_infra.store import Home  # noqa: E402
+from mcp_infra.demo.models import build_demo_models  # noqa: E402
+from mcp_infra.flows.cycle import SealFailed, supervise  # noqa: E402
+from mcp_infra.procs.runtime import free_port, start_server, stop_server  # noqa: E402
+from mcp_infra.state.context import load_config, service_record  # noqa: E402
+from mcp_infra.state.store import Home  # noqa: E402
 
 PROTOCOL = {"repeats": 3, "warmup": 1, "max_tokens": 40}
 

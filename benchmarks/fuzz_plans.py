@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import test_fuzz_plans as fuzz  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from mcp_infra.policy import PlanRefused  # noqa: E402
+from mcp_infra.core.sanitize import PlanRefused  # noqa: E402
 
 
 def main() -> int:

@@ -16,11 +16,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mcp_infra import app, evidence  # noqa: E402
-from mcp_infra.cycle import supervise  # noqa: E402
-from mcp_infra.demo import DEMO_CANDIDATES, DEMO_HYPOTHESIS, prepare  # noqa: E402
-from mcp_infra.service import ensure_serving, stop_service  # noqa: E402
-from mcp_infra.store import Home  # noqa: E402
+from mcp_infra.demo.run import DEMO_CANDIDATES, DEMO_HYPOTHESIS, prepare  # noqa: E402
+from mcp_infra.flows import api as app
+from mcp_infra.flows.cycle import supervise  # noqa: E402
+from mcp_infra.procs.service import ensure_serving, stop_service  # noqa: E402
+from mcp_infra.state import evidence  # noqa: E402
+from mcp_infra.state.store import Home  # noqa: E402
 
 
 def pct(x: float | None) -> str:

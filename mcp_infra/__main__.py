@@ -1,3 +1,3 @@
-from mcp_infra.cli import main
+from mcp_infra.faces.cli import main
 
 raise SystemExit(main())

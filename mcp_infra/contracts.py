@@ -243,7 +243,7 @@ class Protocol(Part):
 class Window(Part):
     """When cycles may start. ``start``/``end`` are wall-clock times in ``timezone`` (an IANA name,
     or ``local`` for the machine's own zone); ``end`` earlier than ``start`` spans midnight and
-    ``start == end`` means the whole day. See ``mcp_infra.window``."""
+    ``start == end`` means the whole day. See ``mcp_infra.core.schedule``."""
 
     mode: Literal["always", "window", "never"] = "always"
     start: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")] = "00:00"
@@ -644,7 +644,7 @@ class AuditRecord(Contract):
 
 
 # --------------------------------------------------------------------------------------------
-# Recipe memory (mcp_infra.memory) and prepared artifacts (mcp_infra.hub)
+# Recipe memory (mcp_infra.state.memory) and prepared artifacts (mcp_infra.state.artifacts)
 # --------------------------------------------------------------------------------------------
 
 

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from mcp_infra.contracts import Recipe, ServiceConfig
-from mcp_infra.demo_models import build_demo_models
-from mcp_infra.policy import policy_dir
-from mcp_infra.runtime import free_port
-from mcp_infra.service import stop_service, stop_stray_candidates
-from mcp_infra.store import CorruptFile, Home, write_model
+from mcp_infra.demo.models import build_demo_models
+from mcp_infra.procs.runtime import free_port
+from mcp_infra.procs.service import stop_service, stop_stray_candidates
+from mcp_infra.state.catalog import policy_dir
+from mcp_infra.state.store import CorruptFile, Home, write_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from mcp_infra import app, bench, evidence
 from mcp_infra.contracts import CycleSummary, ProcessRecord
-from mcp_infra.runtime import is_running, port_open
-from mcp_infra.service import active_recipe, ensure_serving, load_config, service_record
-from mcp_infra.store import Home, read_optional
+from mcp_infra.flows import api as app
+from mcp_infra.procs import bench
+from mcp_infra.procs.runtime import is_running, port_open
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state import evidence
+from mcp_infra.state.context import active_recipe, load_config, service_record
+from mcp_infra.state.store import Home, read_optional
 
 PLAN = {"hypothesis": "a drafter speeds up decoding", "candidates": ["demo-tiny:draft-k4"]}
 

@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from mcp_infra.contracts import AuditRecord
-from mcp_infra.store import Home
+from mcp_infra.state.store import Home
 
 PLAN = {"hypothesis": "A 2-token drafter speeds up greedy decoding.",
         "candidates": ["demo-tiny:draft-k2"]}

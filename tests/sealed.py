@@ -7,7 +7,6 @@ are given by the caller: synthetic token ids, or real outputs read from real ser
 
 from __future__ import annotations
 
-from mcp_infra import app, cycle
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
@@ -17,12 +16,16 @@ from mcp_infra.contracts import (
     Outcome,
     Sample,
 )
-from mcp_infra.policy import parse_plan
-from mcp_infra.registry import find_candidate, load_registry, resolve_recipe
-from mcp_infra.selector import select
-from mcp_infra.service import active_recipe
-from mcp_infra.store import Home, utcnow, write_model
-from mcp_infra.suites import load_suite
+from mcp_infra.core.preflight import find_candidate
+from mcp_infra.core.sanitize import parse_plan
+from mcp_infra.core.selector import select
+from mcp_infra.flows import api as app
+from mcp_infra.flows import cycle
+from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.catalog import load_registry, load_suite
+from mcp_infra.state.context import active_recipe
+from mcp_infra.state.hostfacts import fingerprint_environment
+from mcp_infra.state.store import Home, utcnow, write_model
 
 
 def freeze(home: Home, candidates: list[str]) -> FrozenPlan:
@@ -66,7 +69,7 @@ def seal(home: Home, plan: FrozenPlan, baseline: CandidateRun,
     journal(CycleState.PREPARE, "artifacts resolved",
             recipes={c: r.model_dump(mode="json") for c, r in recipes.items()})
     live = active_recipe(home)
-    write_model(cdir / "environment.json", cycle.environment([live, *recipes.values()]))
+    write_model(cdir / "environment.json", fingerprint_environment([live, *recipes.values()]))
     write_model(cdir / "runs" / "baseline.json", baseline)
     for run in runs:
         recipe = recipes[run.candidate]

@@ -13,20 +13,18 @@ import json
 import pytest
 from sealed import baseline_run, freeze, seal, timing
 
-from mcp_infra import bench, cli, evidence, memory
-from mcp_infra.approve import ApprovalRefused, approve
 from mcp_infra.contracts import CandidateRun, Decision, FrozenPlan, Outcome
-from mcp_infra.cycle import _max_tokens, _messages
-from mcp_infra.registry import find_candidate, load_registry, resolve_recipe
-from mcp_infra.service import (
-    active_recipe,
-    ensure_serving,
-    load_config,
-    start_candidate,
-    stop_candidate,
-)
-from mcp_infra.store import Home
-from mcp_infra.suites import load_suite
+from mcp_infra.core.preflight import find_candidate
+from mcp_infra.faces import cli
+from mcp_infra.flows.approve import ApprovalRefused, approve
+from mcp_infra.flows.cycle import _max_tokens, _messages
+from mcp_infra.procs import bench
+from mcp_infra.procs.service import ensure_serving, start_candidate, stop_candidate
+from mcp_infra.state import evidence, memory
+from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.catalog import load_registry, load_suite
+from mcp_infra.state.context import active_recipe, load_config
+from mcp_infra.state.store import Home
 
 KV8 = "demo-tiny:kv8"
 

@@ -28,12 +28,12 @@ from faultkit import (
 )
 from faultkit import stranger as start_stranger
 
-from mcp_infra import app
 from mcp_infra.contracts import CycleState, Outcome
-from mcp_infra.cycle import SealFailed, supervise
-from mcp_infra.runtime import stop_server
-from mcp_infra.service import load_config, service_record
-from mcp_infra.store import Home
+from mcp_infra.flows import api as app
+from mcp_infra.flows.cycle import SealFailed, supervise
+from mcp_infra.procs.runtime import stop_server
+from mcp_infra.state.context import load_config, service_record
+from mcp_infra.state.store import Home
 
 # Three repeats: one sample delayed by a busy 2-core machine must not sway a per-prompt median.
 FAST = {"repeats": 3, "warmup": 1, "max_tokens": 40}
@@ -196,7 +196,7 @@ def test_full_disk_while_sealing_keeps_the_service_and_reports_it(fast_home: Hom
 
 
 def test_injected_write_error_while_sealing(fast_home: Home, monkeypatch) -> None:
-    from mcp_infra import evidence
+    from mcp_infra.state import evidence
 
     home = fast_home
     start_live(home)

@@ -16,12 +16,14 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from mcp_infra import bench, evidence
 from mcp_infra.contracts import CycleSummary, Outcome, Verdict
-from mcp_infra.cycle import supervise
-from mcp_infra.server import build_server
-from mcp_infra.service import active_recipe, ensure_serving, load_config, service_record
-from mcp_infra.store import Home, read_model
+from mcp_infra.faces.mcp_server import build_server
+from mcp_infra.flows.cycle import supervise
+from mcp_infra.procs import bench
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state import evidence
+from mcp_infra.state.context import active_recipe, load_config, service_record
+from mcp_infra.state.store import Home, read_model
 
 pytestmark = pytest.mark.anyio
 

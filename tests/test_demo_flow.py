@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from mcp_infra.store import Home
+from mcp_infra.state.store import Home
 
 
 def test_demo_refuses_a_home_that_manages_a_real_service(home: Home) -> None:

@@ -6,8 +6,8 @@ import pytest
 from test_selector import BASELINE, PROTOCOL, THRESHOLDS, make_run
 
 from mcp_infra.contracts import Decision
-from mcp_infra.selector import select
-from mcp_infra.stats import baseline_drift
+from mcp_infra.core.selector import select
+from mcp_infra.core.stats import baseline_drift
 
 
 def with_drift(factor: float):

@@ -16,16 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_infra.contracts import BASELINE_ID, FrozenPlan, Recipe
-from mcp_infra.policy import PlanRefused, load_policy, parse_plan, policy_hash, sanitize
-from mcp_infra.registry import (
+from mcp_infra.core.preflight import (
     HostFacts,
     all_candidates,
     find_candidate,
-    load_registry,
     preflight,
     registry_hash,
-    resolve_recipe,
 )
+from mcp_infra.core.sanitize import PlanRefused, parse_plan, policy_hash, sanitize
+from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.catalog import load_policy, load_registry
 
 EXAMPLES = int(os.environ.get("MCP_INFRA_FUZZ_EXAMPLES", "300"))
 MANIFESTS = load_registry()

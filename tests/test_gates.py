@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_infra.contracts import Sample
-from mcp_infra.gates import (
+from mcp_infra.core.gates import (
     check_task,
     compare_greedy,
     list_tasks,
@@ -19,7 +19,8 @@ from mcp_infra.gates import (
     smoke_gate,
     strip_think,
 )
-from mcp_infra.suites import Suite, list_suites, load_suite
+from mcp_infra.core.suites import Suite
+from mcp_infra.state.catalog import list_suites, load_suite
 
 PROSE = (
     "Speculative decoding drafts a few tokens with a small model and lets the large model "

@@ -16,9 +16,9 @@ import httpx2
 import pytest
 from mcp_clients import PLAN, audit, child_env, serve_argv
 
-from mcp_infra.http_transport import HttpConfigError, HttpPlan, client, read_token
-from mcp_infra.runtime import free_port, port_open
-from mcp_infra.store import Home
+from mcp_infra.faces.http_transport import HttpConfigError, HttpPlan, client, read_token
+from mcp_infra.procs.runtime import free_port, port_open
+from mcp_infra.state.store import Home
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},

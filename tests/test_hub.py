@@ -17,11 +17,15 @@ import pytest
 import yaml
 from huggingface_hub import try_to_load_from_cache
 
-from mcp_infra import cli, hub
 from mcp_infra.contracts import ArtifactRef
-from mcp_infra.policy import load_policy
-from mcp_infra.registry import find_candidate, host_facts, load_registry, preflight, resolve_recipe
-from mcp_infra.store import Home
+from mcp_infra.core.preflight import find_candidate, preflight
+from mcp_infra.faces import cli
+from mcp_infra.flows.api import prepare_candidate
+from mcp_infra.state import artifacts as hub
+from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.store import Home
 
 TARGET = ("mlx-community/tiny-target", "1" * 40)
 DRAFT = ("z-lab/tiny-draft", "2" * 40)
@@ -91,7 +95,7 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
     integrity = {c.name: c for c in _preflight(home).checks}["integrity"]
     assert not integrity.passed and "no sha256 inventory" in integrity.detail
 
-    result = hub.prepare_candidate(home, CANDIDATE, progress=False)
+    result = prepare_candidate(home, CANDIDATE, progress=False)
     assert result.offline and Path(result.cache) == cache
     by_role = {a.role: a for a in result.artifacts}
     assert Path(by_role["target"].snapshot) == target and Path(by_role["draft"].snapshot) == draft
@@ -130,7 +134,7 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
         resolve_recipe(manifest, variant, home.models, home.hf_cache, fingerprint=lambda p: "x")
     # preparing again offline never blesses the changed bytes
     with pytest.raises(hub.ArtifactTampered, match="differ from the sha256 inventory"):
-        hub.prepare_candidate(home, CANDIDATE, progress=False)
+        prepare_candidate(home, CANDIDATE, progress=False)
 
     # a resized file and an extra file are caught by the cheap check every preflight makes
     tokenizer = _blob(draft, "tokenizer.json")
@@ -151,7 +155,7 @@ def test_offline_prepare_names_everything_missing(home: Home, cache: Path,
     data["budgets"]["download_gb"] = 1
     policy.write_text(yaml.safe_dump(data))
     with pytest.raises(hub.OfflineMissing) as info:
-        hub.prepare_candidate(home, CANDIDATE, progress=False)
+        prepare_candidate(home, CANDIDATE, progress=False)
     message = str(info.value)
     assert "offline (HF_HUB_OFFLINE is set)" in message
     assert f"target {TARGET[0]}@{TARGET[1]}: the cached snapshot lacks config.json" in message

@@ -9,11 +9,12 @@ import pytest
 import yaml
 from sealed import baseline_run, freeze, greedy_ids, prompts, seal, timing
 
-from mcp_infra import app, memory
 from mcp_infra.contracts import CandidateRun, Decision
-from mcp_infra.policy import PlanRefused
-from mcp_infra.registry import REPO_ROOT
-from mcp_infra.store import Home
+from mcp_infra.core.sanitize import PlanRefused
+from mcp_infra.flows import api as app
+from mcp_infra.state import memory
+from mcp_infra.state.catalog import REPO_ROOT
+from mcp_infra.state.store import Home
 
 BAD, SLOW = "mytiny:draft-k4-cache", "mytiny:draft-k2"
 
@@ -108,14 +109,17 @@ def test_a_bundle_sealed_without_memory_is_read_from_the_bundle(home: Home) -> N
 
 
 def registry_recipe(home: Home, cid: str):
-    from mcp_infra.registry import find_candidate, load_registry, resolve_recipe
+    from mcp_infra.core.preflight import find_candidate
+    from mcp_infra.state.artifacts import resolve_recipe
+    from mcp_infra.state.catalog import load_registry
 
     manifest, variant = find_candidate(load_registry(extra=home.user_registry), cid)
     return resolve_recipe(manifest, variant, home.models, home.hf_cache)
 
 
 def policy_and_hash(home: Home):
-    from mcp_infra.policy import load_policy, policy_hash
+    from mcp_infra.core.sanitize import policy_hash
+    from mcp_infra.state.catalog import load_policy
 
     policy = load_policy("test", extra=home.user_policy)
     return policy, policy_hash(policy)
@@ -129,7 +133,7 @@ def test_freeze_refuses_when_every_candidate_is_skipped(home: Home, tmp_path: Pa
 
 
 def test_watch_rechecks_changed_candidates_a_bounded_number_of_times(home: Home) -> None:
-    from mcp_infra.watch import recheck_plan, watch
+    from mcp_infra.flows.watch import recheck_plan, watch
 
     write_manifest(home)
     failed_cycle(home)

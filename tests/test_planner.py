@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from mcp_clients import audit, child_env, files_under
 
-from mcp_infra.planner import extract_plan, strip_thinking
-from mcp_infra.service import ensure_serving, load_config
-from mcp_infra.store import Home
+from mcp_infra.faces.planner import extract_plan, strip_thinking
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state.context import load_config
+from mcp_infra.state.store import Home
 
 GOOD = {"hypothesis": "A 4-token drafter is faster", "candidates": ["demo-tiny:draft-k4"]}
 DECOY = {"hypothesis": "thinking aloud", "candidates": ["demo-tiny:kv8"]}
@@ -196,7 +197,7 @@ def test_dry_run_and_refused_plans_queue_nothing(
 
 
 def test_unreachable_model_changes_nothing(home: Home) -> None:
-    from mcp_infra.runtime import free_port
+    from mcp_infra.procs.runtime import free_port
 
     code, result, _ = run_plan(home, "--endpoint", f"http://127.0.0.1:{free_port()}/v1",
                                "--timeout", "5")

@@ -9,22 +9,16 @@ from datetime import UTC, datetime
 import pytest
 
 from mcp_infra.contracts import BASELINE_ID, Plan, Recipe
-from mcp_infra.policy import (
+from mcp_infra.core.preflight import HostFacts, find_candidate, preflight, registry_hash
+from mcp_infra.core.sanitize import (
     PlanRefused,
-    load_policy,
     parse_plan,
     plan_content_hash,
     policy_hash,
     sanitize,
 )
-from mcp_infra.registry import (
-    HostFacts,
-    find_candidate,
-    load_registry,
-    preflight,
-    registry_hash,
-    resolve_recipe,
-)
+from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.catalog import load_policy, load_registry
 
 MANIFESTS = load_registry()
 POLICY = load_policy("demo")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from mcp_infra.contracts import CycleState, Event, Outcome
-from mcp_infra.recovery import PRE_PROMOTION, Action, decide
+from mcp_infra.core.recovery import PRE_PROMOTION, Action, decide
 
 S = CycleState
 T = datetime(2026, 11, 29, tzinfo=UTC)

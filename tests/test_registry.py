@@ -11,19 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_infra import cli
 from mcp_infra.contracts import Budgets, Manifest
-from mcp_infra.policy import load_policy
-from mcp_infra.registry import (
-    HostFacts,
-    RegistryError,
-    host_facts,
-    load_manifest,
-    load_registry,
-    platform_tag,
-    preflight,
-)
-from mcp_infra.store import Home
+from mcp_infra.core.preflight import HostFacts, preflight
+from mcp_infra.faces import cli
+from mcp_infra.state.catalog import RegistryError, load_manifest, load_policy, load_registry
+from mcp_infra.state.hostfacts import host_facts, platform_tag
+from mcp_infra.state.store import Home
 
 DFLASH2 = "qwen38-dflash2-v1"
 TARGET_REV = "3e6447f082e89cc7f0bc6e5441afd38dfce760ff"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from faultkit import stranger as start_stranger
 
-from mcp_infra import bench
 from mcp_infra.contracts import Knobs, Recipe
-from mcp_infra.runtime import (
+from mcp_infra.procs import bench
+from mcp_infra.procs.runtime import (
     PortBusy,
     ServerStartError,
     build_argv,

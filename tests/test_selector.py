@@ -14,7 +14,7 @@ from mcp_infra.contracts import (
     Sample,
     Semantics,
 )
-from mcp_infra.selector import select
+from mcp_infra.core.selector import select
 
 PROMPTS = ("p1", "p2", "p3")
 TOKENS = [11, 12, 13, 14, 15, 16]

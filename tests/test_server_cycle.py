@@ -17,9 +17,10 @@ import pytest
 from mcp_clients import audit, serve_processes, stdio_client, wait_for
 
 from mcp_infra.contracts import CycleSummary, FrozenPlan
-from mcp_infra.evidence import verify
-from mcp_infra.service import ensure_serving, load_config
-from mcp_infra.store import Home, read_model
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state.context import load_config
+from mcp_infra.state.evidence import verify
+from mcp_infra.state.store import Home, read_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from mcp_clients import PLAN, RawStdio, audit, files_under, stdio_client
 
-from mcp_infra.store import Home
+from mcp_infra.state.store import Home
 
 pytestmark = pytest.mark.anyio
 
@@ -319,7 +319,7 @@ async def test_propose_waits_for_the_maintenance_window(home: Home, anyio_backen
 async def test_autonomous_mode_keeps_one_watcher(home: Home, anyio_backend: str) -> None:
     from mcp_clients import supervisors
 
-    from mcp_infra.app import watcher_pid
+    from mcp_infra.flows.api import watcher_pid
 
     for _ in range(2):  # a second server finds the first one's watcher and starts none
         async with stdio_client(home, "--mode", "autonomous") as client:

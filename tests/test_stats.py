@@ -17,8 +17,8 @@ from mcp_infra.contracts import (
     Protocol,
     Sample,
 )
-from mcp_infra.selector import select
-from mcp_infra.stats import (
+from mcp_infra.core.selector import select
+from mcp_infra.core.stats import (
     bootstrap_interval,
     derive_seed,
     error_count,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcp_infra.contracts import CycleState, Event, Recipe
-from mcp_infra.store import (
+from mcp_infra.state.store import (
     CorruptFile,
     Home,
     LockHeld,
@@ -78,7 +78,7 @@ def test_journal_appends_and_reports_a_torn_line(tmp_path: Path) -> None:
 
 def test_only_one_supervisor_holds_the_lock(tmp_path: Path) -> None:
     home = Home(tmp_path).ensure()
-    code = ("import sys,time; from mcp_infra.store import Home\n"
+    code = ("import sys,time; from mcp_infra.state.store import Home\n"
             "with Home(sys.argv[1]).supervisor_lock():\n print('held', flush=True); time.sleep(30)")
     other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE)
     try:

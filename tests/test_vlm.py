@@ -15,11 +15,18 @@ import httpx2 as httpx
 import psutil
 import pytest
 
-from mcp_infra import bench
 from mcp_infra.contracts import Knobs, Recipe
-from mcp_infra.hub import snapshot_path
-from mcp_infra.registry import load_registry, resolve_recipe
-from mcp_infra.runtime import LOOPBACK, build_argv, free_port, log_tail, start_server, stop_server
+from mcp_infra.procs import bench
+from mcp_infra.procs.runtime import (
+    LOOPBACK,
+    build_argv,
+    free_port,
+    log_tail,
+    start_server,
+    stop_server,
+)
+from mcp_infra.state.artifacts import resolve_recipe, snapshot_path
+from mcp_infra.state.catalog import load_registry
 
 DFLASH2 = "qwen38-dflash2-v1"
 TARGET = ("mlx-community/Qwen3.8-27B-4bit", "3e6447f082e89cc7f0bc6e5441afd38dfce760ff")

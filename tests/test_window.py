@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from mcp_infra.contracts import Window
-from mcp_infra.cycle import supervise
-from mcp_infra.store import Home
-from mcp_infra.window import check, for_home, local_zone_name
+from mcp_infra.core.schedule import check, local_zone_name
+from mcp_infra.flows.cycle import supervise
+from mcp_infra.state.context import window_state
+from mcp_infra.state.store import Home
 
 
 def utc(*args: int) -> datetime:
@@ -94,11 +95,11 @@ def test_supervise_leaves_a_plan_queued_outside_the_window(home: Home) -> None:
     data = yaml.safe_load(path.read_text())
     data["window"] = {"mode": "never", "start": "00:00", "end": "00:00", "timezone": "UTC"}
     path.write_text(yaml.safe_dump(data))
-    from mcp_infra import app
+    from mcp_infra.flows import api as app
 
     view = app.propose(home, {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"]},
                        proposed_by="test", start_supervisor=False)
     assert view.accepted, view
-    assert not for_home(home).may_start
+    assert not window_state(home).may_start
     assert supervise(home) == []
     assert len(home.queued()) == 1  # still waiting for the window

@@ -33,7 +33,7 @@ from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_infra.store import Home
+from mcp_infra.state.store import Home
 
 TOKEN_FILE = "http-token"
 DEFAULT_PORT = 8765

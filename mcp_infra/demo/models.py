@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import random
@@ -341,19 +340,3 @@ def build_demo_models(models_dir: Path, spec: DemoSpec = DEFAULT_SPEC) -> dict[s
     return out
 
 
-def model_fingerprint(path: Path) -> str:
-    """sha256 over the folder's regular files: sorted relative names, each name then its bytes."""
-    root = Path(path)
-    if not root.is_dir():
-        raise FileNotFoundError(f"not a model folder: {root}")
-    h = hashlib.sha256()
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    for p in files:
-        rel = p.relative_to(root).as_posix().encode("utf-8")
-        h.update(len(rel).to_bytes(8, "big"))
-        h.update(rel)
-        h.update(p.stat().st_size.to_bytes(8, "big"))
-        with open(p, "rb") as fh:
-            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()

@@ -7,17 +7,12 @@ be paired with a question it was not written for.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import Field, model_validator
 
 from mcp_infra.contracts import ID_PATTERN, Contract, Part
-from mcp_infra.gates import list_tasks
-
-SUITES_DIR = Path(__file__).resolve().parent.parent / "policy" / "suites"
+from mcp_infra.core.gates import list_tasks
 
 PromptClass = Literal["code", "reasoning", "prose", "long_context", "multi_turn"]
 
@@ -66,27 +61,5 @@ class Suite(Contract):
         return next((p for p in self.prompts if p.id == prompt_id), None)
 
 
-def list_suites(suites_dir: Path | None = None) -> list[str]:
-    """Names of the suites in ``suites_dir`` (default: the repository's policy/suites)."""
-    folder = Path(suites_dir) if suites_dir is not None else SUITES_DIR
-    return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
-def load_suite(name: str, suites_dir: Path | None = None) -> Suite:
-    """Load and validate ``<suites_dir>/<name>.yaml``; its ``id`` must equal ``name``.
-
-    The name is checked against the id pattern first, so it can never address a path outside
-    the suites folder.
-    """
-    if not re.fullmatch(ID_PATTERN, name):
-        raise ValueError(f"invalid suite name {name!r}")
-    folder = Path(suites_dir) if suites_dir is not None else SUITES_DIR
-    path = folder / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(list_suites(folder)) or "none"
-        raise FileNotFoundError(f"no suite {name!r} in {folder} (known: {known})")
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    suite = Suite.model_validate(data)
-    if suite.id != name:
-        raise ValueError(f"{path} declares id {suite.id!r}, expected {name!r}")
-    return suite

@@ -51,8 +51,6 @@ def default_home() -> Path:
     return Path(base) / "mcp-infra"
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
@@ -63,9 +61,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def canonical_json(data: object) -> bytes:
-    """Stable bytes for hashing: sorted keys, no whitespace variation."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
 def _fsync_dir(path: Path) -> None:

@@ -11,10 +11,8 @@ import json
 import math
 import re
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from mcp_infra.contracts import (
@@ -29,8 +27,8 @@ from mcp_infra.contracts import (
     Recipe,
     RefusedCandidate,
 )
-from mcp_infra.registry import REPO_ROOT, Preflight, find_candidate
-from mcp_infra.store import canonical_json, sha256_bytes
+from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.preflight import Preflight, find_candidate
 
 MAX_PLAN_BYTES = 16_384
 
@@ -43,18 +41,8 @@ class PlanRefused(ValueError):
         self.problems = problems or []
 
 
-def policy_dir() -> Path:
-    return REPO_ROOT / "policy"
 
 
-def load_policy(name: str = "default", directory: Path | None = None,
-                extra: Path | None = None) -> Policy:
-    """A policy by name: the home's ``policy/`` folder first (a person's own), then the shipped."""
-    path = (directory or policy_dir()) / f"{name}.yaml"
-    if extra is not None and (extra / f"{name}.yaml").is_file():
-        path = extra / f"{name}.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return Policy.model_validate(data)
 
 
 def policy_hash(policy: Policy) -> str:

@@ -24,12 +24,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra import __version__
-from mcp_infra import evidence as evidence_mod
 from mcp_infra.contracts import CandidateRun, CycleSummary, Outcome, Plan, Verdict
-from mcp_infra.policy import PlanRefused, load_policy, parse_plan
-from mcp_infra.registry import host_facts, load_registry, preflight
-from mcp_infra.service import active_recipe, load_config
-from mcp_infra.store import CorruptFile, Home, read_optional
+from mcp_infra.core.preflight import preflight
+from mcp_infra.core.sanitize import PlanRefused, parse_plan
+from mcp_infra.state import evidence as evidence_mod
+from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.context import active_recipe, load_config
+from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.store import CorruptFile, Home, read_optional
 
 PROMPT_NAME = "propose_acceleration_plan"
 CLIENT_NAME = "mcp-infra-plan"

@@ -15,10 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_infra import evidence as evidence_mod
-from mcp_infra import memory
 from mcp_infra.contracts import (
     AuditRecord,
     CycleSummary,
@@ -30,18 +29,24 @@ from mcp_infra.contracts import (
     SupervisorRecord,
     Verdict,
 )
-from mcp_infra.policy import PlanRefused, load_policy, parse_plan, policy_hash, sanitize
-from mcp_infra.registry import (
-    Check,
-    host_facts,
-    load_registry,
-    preflight,
-    registry_hash,
+from mcp_infra.core.digest import sha256_bytes
+from mcp_infra.core.preflight import Check, preflight, registry_hash
+from mcp_infra.core.sanitize import PlanRefused, parse_plan, policy_hash, sanitize
+from mcp_infra.procs.runtime import is_running, port_owner_is, probe_completion
+from mcp_infra.state import artifacts as hub
+from mcp_infra.state import evidence as evidence_mod
+from mcp_infra.state import memory
+from mcp_infra.state.artifacts import (
+    PREPARE_IGNORES,
+    HubError,
+    PrepareResult,
+    candidate_artifacts,
     resolve_recipe,
 )
-from mcp_infra.runtime import is_running, port_owner_is, probe_completion
-from mcp_infra.service import active_recipe, load_config, service_record
-from mcp_infra.store import CorruptFile, Home, read_optional, sha256_bytes, utcnow
+from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.context import active_recipe, load_config, service_record
+from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.store import CorruptFile, Home, read_optional, utcnow, write_model
 
 
 class View(BaseModel):
@@ -364,9 +369,9 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
 
 def _window_text(home: Home) -> str:
     """Whether a queued plan may start now under the policy's window, and why (or when)."""
-    from mcp_infra.window import for_home
+    from mcp_infra.state.context import window_state
 
-    state = for_home(home)
+    state = window_state(home)
     return ("may start now: " if state.may_start else "waits: ") + state.reason
 
 
@@ -421,7 +426,6 @@ def ensure_supervisor(home: Home) -> int | None:
 def watcher_pid(home: Home) -> int | None:
     """The pid of the `supervise --watch` that ``ensure_watcher`` started, if it still runs (the
     record holds its start time, so a recycled pid is not mistaken for it)."""
-    import psutil
 
     try:
         record = read_optional(home.state / "watcher.json", SupervisorRecord)
@@ -444,9 +448,7 @@ def ensure_watcher(home: Home) -> int | None:
     watching) unless the one started before still runs; return the new pid, or None. The
     watcher holds the supervisor lock only while it supervises, so it is recognised by its
     record in state/watcher.json, not by the lock. Used by `serve --mode autonomous`."""
-    import psutil
 
-    from mcp_infra.store import write_model
 
     if watcher_pid(home) is not None:
         return None
@@ -559,3 +561,36 @@ def knobs_text(knobs: Knobs | dict[str, Any]) -> str:
 
 def bundle_for(home: Home, ref: str) -> Path:
     return evidence_mod.bundle_path(home, ref)
+
+
+def prepare_candidate(home: Any, candidate_id: str, *, cache: Path | None = None,
+                      offline: bool | None = None, progress: bool = True) -> PrepareResult:
+    """Preflight a candidate (all but its artifacts), then prepare its pinned hub artifacts.
+
+    ``home`` is a ``store.Home``; the policy is the configured one (``default`` if none).
+    """
+    from mcp_infra.core.preflight import find_candidate, preflight
+    from mcp_infra.state.catalog import load_policy, load_registry
+    from mcp_infra.state.context import load_config
+    from mcp_infra.state.hostfacts import host_facts
+
+    manifests = load_registry(extra=home.user_registry)
+    found = find_candidate(manifests, candidate_id)
+    if found is None:
+        raise HubError(f"{candidate_id}: not a candidate of the registry (see `mcp-infra "
+                       "registry`)")
+    manifest, variant = found
+    policy = load_policy(load_config(home).policy if home.config.exists() else "default",
+                         extra=home.user_policy)
+    facts = host_facts(home.root, home.models, home.hf_cache)
+    checks = preflight(manifest, variant, policy, facts)
+    blocking = [f"{c.name}: {c.detail}" for c in checks.checks
+                if not c.passed and c.name not in PREPARE_IGNORES]
+    if blocking:
+        raise HubError(f"{candidate_id}: preflight fails, nothing downloaded: "
+                       + "; ".join(blocking))
+    if any(a.demo for a in (manifest.target, *manifest.artifacts)) and not candidate_artifacts(
+            manifest, variant.knobs.draft):
+        raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
+    return hub.prepare(manifest, candidate_id, variant.knobs.draft, policy, cache=cache,
+                   offline=offline, progress=progress)

@@ -26,9 +26,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict
 
 from mcp_infra.contracts import Window
-from mcp_infra.store import Home
 
-__all__ = ["WindowState", "check", "for_home", "local_zone_name", "may_start", "occurrence",
+__all__ = ["WindowState", "check", "local_zone_name", "may_start", "occurrence",
            "zone_of"]
 
 
@@ -162,11 +161,3 @@ def _show(instant: datetime, zone: ZoneInfo) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({instant.astimezone(UTC):%H:%M} UTC)"
 
 
-def for_home(home: Home, now: datetime | None = None) -> WindowState:
-    """The window check for a home's configured policy and cycle budget, at ``now`` (UTC now)."""
-    from mcp_infra.policy import load_policy
-    from mcp_infra.service import load_config
-
-    name = load_config(home).policy if home.config.exists() else "default"
-    policy = load_policy(name, extra=home.user_policy)
-    return check(policy.window, now or datetime.now(UTC), policy.budgets.cycle_minutes)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,13 +21,11 @@ from typing import Any
 
 import psutil
 
-from mcp_infra import bench, evidence, memory, window
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
     CycleState,
     CycleSummary,
-    EnvironmentFingerprint,
     Event,
     FrozenPlan,
     Outcome,
@@ -38,44 +35,35 @@ from mcp_infra.contracts import (
     SupervisorRecord,
     Verdict,
 )
-from mcp_infra.demo_models import model_fingerprint
-from mcp_infra.gates import compare_greedy, smoke_failures
-from mcp_infra.hub import HubError
-from mcp_infra.policy import load_policy
-from mcp_infra.recovery import Action, decide
-from mcp_infra.registry import (
-    find_candidate,
-    host_facts,
-    installed_version,
-    load_registry,
-    preflight,
-    resolve_recipe,
-)
-from mcp_infra.runtime import MemorySampler, PortBusy, ServerStartError, is_running, log_tail
-from mcp_infra.selector import select
-from mcp_infra.service import (
+from mcp_infra.core.gates import compare_greedy, smoke_failures
+from mcp_infra.core.preflight import find_candidate, preflight
+from mcp_infra.core.recovery import Action, decide
+from mcp_infra.core.selector import select
+from mcp_infra.procs import bench
+from mcp_infra.procs.runtime import MemorySampler, PortBusy, ServerStartError, is_running, log_tail
+from mcp_infra.procs.service import (
     ServiceError,
-    active_recipe,
     ensure_serving,
     is_serving,
-    load_config,
-    service_record,
     stable_port_held_by_stranger,
     start_candidate,
     start_service,
     stop_candidate,
     stop_stray_candidates,
 )
-from mcp_infra.store import (
+from mcp_infra.state import evidence, memory
+from mcp_infra.state.artifacts import HubError, resolve_recipe
+from mcp_infra.state.catalog import load_policy, load_registry, load_suite
+from mcp_infra.state.context import active_recipe, load_config, service_record, window_state
+from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint, host_facts
+from mcp_infra.state.store import (
     Home,
     read_model,
     read_optional,
-    sha256_bytes,
     utcnow,
     write_bytes_atomic,
     write_model,
 )
-from mcp_infra.suites import load_suite
 
 PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
 
@@ -220,42 +208,10 @@ def cache_note(recipe: Recipe) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    packages = {name: v for name in ("mlx", "mlx-lm", "mlx-vlm", "mcp", "pydantic", "mcp-infra",
-                                     "huggingface_hub") if (v := installed_version(name))}
-    models: dict[str, str] = {}
-    for recipe in recipes:  # every model folder a recipe of this cycle ran, by path
-        for path in (recipe.model_path, recipe.draft_path):
-            if path and path not in models:
-                models[path] = _fingerprint(Path(path))
-    return EnvironmentFingerprint(
-        platform=platform.platform(), machine=platform.machine(), cpu=cpu,
-        cpu_count=os.cpu_count() or 0, memory_gb=round(psutil.virtual_memory().total / 2**30, 2),
-        python=platform.python_version(), packages=packages,
-        blas=os.environ.get("LD_PRELOAD", "") or "bundled (no LD_PRELOAD)", models=models)
 
 
-FULL_HASH_LIMIT = 2**30
 
 
-def _fingerprint(path: Path) -> str:
-    """sha256 of a model folder's bytes; above 1 GiB (real models) a pinned hub snapshot is
-    named by its revision folder and the file sizes, and its files' sha256 inventory is taken
-    when it is prepared (`mcp-infra prepare`), not on every cycle."""
-    if not path.is_dir():
-        return "missing"
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    if sum(p.stat().st_size for p in files) <= FULL_HASH_LIMIT:
-        return "sha256:" + model_fingerprint(path)
-    sizes = ",".join(f"{p.relative_to(path)}={p.stat().st_size}" for p in files)
-    return f"snapshot:{path.name};sizes-sha256:{sha256_bytes(sizes.encode())}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +294,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         check = preflight(manifest, variant, policy, facts)
         try:
             recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
-                                    fingerprint=_fingerprint)
+                                    fingerprint=folder_fingerprint)
         except HubError as exc:  # a tampered artifact refuses this candidate, not the cycle
             recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache)
             runs[candidate] = _not_started(candidate, recipe, f"artifact check failed: {exc}")
@@ -369,7 +325,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     if broken:
         raise RuntimeError(f"the live service failed while its baseline was measured: {broken[0]}")
     write_model(home.cycle_dir(cycle_id) / "environment.json",
-                environment([live, *recipes.values()]))
+                fingerprint_environment([live, *recipes.values()]))
 
     journal(CycleState.MAINTENANCE, "experiments run on the scratch port; the live service keeps "
             "serving", expected_downtime_s=0, scratch_port=config.scratch_port)
@@ -642,7 +598,7 @@ def supervising(home: Home) -> Iterator[None]:
 def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
     """Recover, then run every queued plan in order; return when the queue is empty, or when
     the policy's maintenance window does not let the next cycle start and finish in time
-    (``window.for_home``; the plan stays queued). ``ignore_window``: an operator's override."""
+    (``window.window_state``; the plan stays queued). ``ignore_window``: an operator's override."""
     home.ensure()
     summaries: list[CycleSummary] = []
     with supervising(home):
@@ -653,7 +609,7 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
             queued = home.queued()
             if not queued:
                 break
-            if not ignore_window and not window.for_home(home).may_start:
+            if not ignore_window and not window_state(home).may_start:
                 break  # the plan waits in the queue for the window
             entry = queued[0]
             plan = read_model(entry, FrozenPlan)

@@ -31,15 +31,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_infra.contracts import ArtifactInventory, ArtifactRef, InventoryFile, Manifest, Policy
-from mcp_infra.store import canonical_json, read_model, sha256_bytes, utcnow, write_model
+from mcp_infra.contracts import (
+    ArtifactInventory,
+    ArtifactRef,
+    InventoryFile,
+    Manifest,
+    Policy,
+    Recipe,
+    Variant,
+)
+from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.preflight import manifest_hash
+from mcp_infra.state.store import read_model, utcnow, write_model
 
 __all__ = [
     "DEFAULT_ALLOW_PATTERNS", "NEVER_PATTERNS", "ArtifactPlan", "ArtifactTampered",
     "BudgetExceeded", "HubError", "InventoryCheck", "OfflineMissing", "PrepareResult",
     "PreparedArtifact", "build_inventory", "candidate_artifacts", "check_budget",
     "ensure_untampered", "find_snapshot", "hub_cache", "inventory_path", "is_offline",
-    "plan_artifact", "prepare", "prepare_candidate", "quick_check", "read_inventory",
+    "plan_artifact", "prepare", "quick_check", "read_inventory",
     "repo_folder", "snapshot_path", "verify_snapshot",
 ]
 
@@ -537,33 +547,66 @@ def ensure_untampered(snapshot: Path) -> str:
 PREPARE_IGNORES = {"artifacts", "integrity"}  # what preparing is for
 
 
-def prepare_candidate(home: Any, candidate_id: str, *, cache: Path | None = None,
-                      offline: bool | None = None, progress: bool = True) -> PrepareResult:
-    """Preflight a candidate (all but its artifacts), then prepare its pinned hub artifacts.
 
-    ``home`` is a ``store.Home``; the policy is the configured one (``default`` if none).
-    """
-    from mcp_infra.policy import load_policy
-    from mcp_infra.registry import find_candidate, host_facts, load_registry, preflight
-    from mcp_infra.service import load_config
 
-    manifests = load_registry(extra=home.user_registry)
-    found = find_candidate(manifests, candidate_id)
-    if found is None:
-        raise HubError(f"{candidate_id}: not a candidate of the registry (see `mcp-infra "
-                       "registry`)")
-    manifest, variant = found
-    policy = load_policy(load_config(home).policy if home.config.exists() else "default",
-                         extra=home.user_policy)
-    facts = host_facts(home.root, home.models, home.hf_cache)
-    checks = preflight(manifest, variant, policy, facts)
-    blocking = [f"{c.name}: {c.detail}" for c in checks.checks
-                if not c.passed and c.name not in PREPARE_IGNORES]
-    if blocking:
-        raise HubError(f"{candidate_id}: preflight fails, nothing downloaded: "
-                       + "; ".join(blocking))
-    if any(a.demo for a in (manifest.target, *manifest.artifacts)) and not candidate_artifacts(
-            manifest, variant.knobs.draft):
-        raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
-    return prepare(manifest, candidate_id, variant.knobs.draft, policy, cache=cache,
-                   offline=offline, progress=progress)
+def resolve_recipe(
+    manifest: Manifest, variant: Variant, models_dir: Path, hf_cache: Path | None = None,
+    *, fingerprint: object = None,
+) -> Recipe:
+    """The recipe a candidate runs as: template, knobs, local paths of its artifacts."""
+    draft = manifest.draft_artifact() if variant.knobs.draft else None
+    model_path = artifact_path(manifest.target, models_dir, hf_cache)
+    draft_path = artifact_path(draft, models_dir, hf_cache) if draft else None
+    hashes: dict[str, str] = {}
+    if callable(fingerprint):  # about to be used: hub snapshots must match their inventory
+        for role, artifact, path in (("target", manifest.target, model_path),
+                                     ("draft", draft, draft_path)):
+            if artifact is None or path is None:
+                continue
+            if artifact.repo and Path(path).is_dir():
+                hashes[role] = "inventory:" + ensure_untampered(Path(path))
+            else:
+                hashes[role] = fingerprint(Path(path))
+    return Recipe(
+        candidate_id=f"{manifest.id}:{variant.id}",
+        template=manifest.runtime.template,
+        model_path=model_path,
+        draft_path=draft_path,
+        knobs=variant.knobs,
+        artifact_hashes=hashes,
+        semantics=manifest.semantics_of(variant),
+        candidate_class=manifest.class_of(variant),
+        manifest_hash=manifest_hash(manifest),
+    )
+
+
+def artifact_path(artifact: ArtifactRef, models_dir: Path, hf_cache: Path | None) -> str:
+    if artifact.demo:
+        return str(models_dir / artifact.demo)
+    assert artifact.repo and artifact.revision
+    found = find_snapshot(artifact.repo, artifact.revision, hub_caches(hf_cache))
+    # not prepared yet: where `mcp-infra prepare` will put it (the shared Hugging Face cache)
+    return str(found or snapshot_path(hub_cache(), artifact.repo, artifact.revision))
+
+
+def hub_caches(hf_cache: Path | None) -> list[Path]:
+    """Where hub snapshots are looked for: the given cache (the home's), then the shared one
+    that ``mcp-infra prepare`` downloads into."""
+    caches = [hf_cache] if hf_cache is not None else []
+    shared = hub_cache()
+    if not any(c.resolve() == shared.resolve() for c in caches):
+        caches.append(shared)
+    return caches
+
+
+def cached_hub_artifacts(hf_cache: Path | None) -> list[tuple[str, Path]]:
+    """(repo@revision, snapshot folder) of every non-empty snapshot in a Hugging Face cache."""
+    found: list[tuple[str, Path]] = []
+    if hf_cache is None or not hf_cache.is_dir():
+        return found
+    for repo_dir in sorted(hf_cache.glob("models--*")):
+        repo = repo_dir.name[len("models--"):].replace("--", "/", 1)
+        for snap in sorted((repo_dir / "snapshots").glob("*")):
+            if snap.is_dir() and any(snap.iterdir()):
+                found.append((f"{repo}@{snap.name}", snap))
+    return found

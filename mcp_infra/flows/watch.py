@@ -23,13 +23,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mcp_infra import memory, window
 from mcp_infra.contracts import CycleSummary, RecheckAttempt, WatchState
-from mcp_infra.cycle import supervise
-from mcp_infra.policy import load_policy, policy_hash
-from mcp_infra.registry import load_registry, resolve_recipe
-from mcp_infra.service import active_recipe, load_config
-from mcp_infra.store import CorruptFile, Home, LockHeld, read_optional, sha256_bytes, write_model
+from mcp_infra.core.digest import sha256_bytes
+from mcp_infra.core.sanitize import policy_hash
+from mcp_infra.flows.cycle import supervise
+from mcp_infra.state import memory
+from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.context import active_recipe, load_config, window_state
+from mcp_infra.state.store import CorruptFile, Home, LockHeld, read_optional, write_model
 
 __all__ = ["recheck_plan", "watch"]
 
@@ -92,7 +94,7 @@ def watch(home: Home, *, interval_s: float | None = None, max_cycles: int | None
           sleep: Callable[[float], None] = time.sleep,
           log: Callable[[str], None] = print) -> list[CycleSummary]:
     """Supervise until stopped (see the module notes); return the cycles it ran."""
-    from mcp_infra import app
+    from mcp_infra.flows import api as app
 
     summaries: list[CycleSummary] = []
     stop = {"flag": False}
@@ -123,7 +125,7 @@ def watch(home: Home, *, interval_s: float | None = None, max_cycles: int | None
                 break
             if max_cycles is not None and len(summaries) >= max_cycles:
                 break
-            state = window.for_home(home)
+            state = window_state(home)
             if not home.queued() and (state.may_start or ignore_window):
                 plan, why = recheck_plan(home)
                 if plan is not None:

@@ -29,12 +29,16 @@ from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
-from mcp_infra import __version__, app, planner, render
+from mcp_infra import __version__
 from mcp_infra.contracts import AuditRecord
-from mcp_infra.policy import MAX_PLAN_BYTES, load_policy, policy_hash
-from mcp_infra.registry import RegistryError, load_registry, manifest_hash
-from mcp_infra.service import load_config
-from mcp_infra.store import CorruptFile, Home, canonical_json, sha256_bytes, utcnow
+from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.preflight import manifest_hash
+from mcp_infra.core.sanitize import MAX_PLAN_BYTES, policy_hash
+from mcp_infra.faces import planner, render
+from mcp_infra.flows import api as app
+from mcp_infra.state.catalog import RegistryError, load_policy, load_registry
+from mcp_infra.state.context import load_config
+from mcp_infra.state.store import CorruptFile, Home, utcnow
 
 Mode = Literal["read-only", "propose", "autonomous"]
 MODES: tuple[str, ...] = ("read-only", "propose", "autonomous")
@@ -447,7 +451,7 @@ def serve(home: Home, *, mode: Mode = "propose", transport: str = "stdio",
     if transport == "stdio":
         server.run()
         return 0
-    from mcp_infra.http_transport import HttpConfigError, HttpPlan, serve_http
+    from mcp_infra.faces.http_transport import HttpConfigError, HttpPlan, serve_http
 
     try:
         plan = HttpPlan(home, host=host, port=port, token_file=token_file,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mcp_infra import cycle, evidence, memory
 from mcp_infra.contracts import (
     CandidateRun,
     CandidateVerdict,
@@ -34,10 +33,22 @@ from mcp_infra.contracts import (
     Recipe,
     Verdict,
 )
-from mcp_infra.policy import load_policy, policy_hash
-from mcp_infra.registry import find_candidate, host_facts, load_registry, preflight, resolve_recipe
-from mcp_infra.service import active_recipe, load_config
-from mcp_infra.store import CorruptFile, Home, read_journal_file, read_model, utcnow, write_model
+from mcp_infra.core.preflight import find_candidate, preflight
+from mcp_infra.core.sanitize import policy_hash
+from mcp_infra.flows import cycle
+from mcp_infra.state import evidence, memory
+from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.context import active_recipe, load_config
+from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.store import (
+    CorruptFile,
+    Home,
+    read_journal_file,
+    read_model,
+    utcnow,
+    write_model,
+)
 
 __all__ = ["ApprovalRefused", "approve", "awaiting_approval"]
 

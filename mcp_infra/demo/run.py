@@ -24,10 +24,11 @@ from mcp_types import Implementation
 
 from mcp_infra import __version__
 from mcp_infra.contracts import Recipe, ServiceConfig
-from mcp_infra.demo_models import build_demo_models
-from mcp_infra.runtime import free_port, port_open
-from mcp_infra.service import ensure_serving, load_config, stop_service
-from mcp_infra.store import Home, default_home, write_model
+from mcp_infra.demo.models import build_demo_models
+from mcp_infra.procs.runtime import free_port, port_open
+from mcp_infra.procs.service import ensure_serving, stop_service
+from mcp_infra.state.context import load_config
+from mcp_infra.state.store import Home, default_home, write_model
 
 DEMO_CANDIDATES = ["demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:draft-k4-cache"]
 DEMO_HYPOTHESIS = "A same-tokenizer drafter speeds up greedy decoding without changing outputs."
@@ -117,8 +118,8 @@ async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
 
 
 def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = False) -> int:
-    from mcp_infra.app import EvidenceView
-    from mcp_infra.cli import verdict_table
+    from mcp_infra.faces.render import verdict_table
+    from mcp_infra.flows.api import EvidenceView
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for name in ("httpx", "httpx2", "mcp"):  # the demo prints its own account of each request

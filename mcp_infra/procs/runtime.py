@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx2 as httpx
 import psutil
 
-from mcp_infra.bench import served_model
 from mcp_infra.contracts import ProcessRecord, Recipe
-from mcp_infra.store import utcnow
+from mcp_infra.procs.bench import served_model
+from mcp_infra.state.store import utcnow
 
 LOOPBACK = "127.0.0.1"
 

@@ -20,7 +20,7 @@ from mcp_infra.contracts import (
     Part,
     Verdict,
 )
-from mcp_infra.store import (
+from mcp_infra.state.store import (
     CorruptFile,
     Home,
     read_journal_file,
@@ -97,7 +97,7 @@ def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
 
 def recompute(bundle: Path) -> Verdict | None:
     """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
-    from mcp_infra.selector import select
+    from mcp_infra.core.selector import select
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
     baseline, runs = load_runs(bundle)

@@ -24,13 +24,10 @@ read from the bundle on the fly, with its environment from its own ``environment
 
 from __future__ import annotations
 
-import os
-import platform
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mcp_infra import hub
 from mcp_infra.contracts import (
     CandidateRun,
     CycleMemory,
@@ -44,14 +41,15 @@ from mcp_infra.contracts import (
     RememberedOutcome,
     Verdict,
 )
-from mcp_infra.store import (
+from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.state import artifacts as hub
+from mcp_infra.state.hostfacts import environment, environment_from
+from mcp_infra.state.store import (
     CorruptFile,
     Home,
-    canonical_json,
     read_journal_file,
     read_model,
     read_optional,
-    sha256_bytes,
     sha256_file,
     utcnow,
     write_model,
@@ -63,7 +61,6 @@ __all__ = [
 ]
 
 PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
-PACKAGES = ("mlx", "mlx-lm", "mlx-vlm")
 SMALL_FILE_BYTES = 64 * 2**20
 
 
@@ -72,39 +69,12 @@ SMALL_FILE_BYTES = 64 * 2**20
 # ---------------------------------------------------------------------------------------------
 
 
-def _cpu() -> str:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return cpu
 
 
-def _blas() -> str:
-    return os.environ.get("LD_PRELOAD", "") or "bundled (no LD_PRELOAD)"
 
 
-def environment() -> dict[str, str]:
-    """This machine and runtime, as the fields that decide whether a past outcome still holds."""
-    from mcp_infra.registry import installed_version
-
-    env = {"os": platform.system().lower(), "machine": platform.machine(), "cpu": _cpu(),
-           "python": ".".join(platform.python_version().split(".")[:2]), "blas": _blas()}
-    for name in PACKAGES:
-        env[name] = installed_version(name) or "-"
-    return env
 
 
-def environment_from(fingerprint: EnvironmentFingerprint) -> dict[str, str]:
-    """The same fields, read from a sealed bundle's ``environment.json``."""
-    env = {"os": fingerprint.platform.split("-")[0].lower().replace("macos", "darwin"),
-           "machine": fingerprint.machine, "cpu": fingerprint.cpu,
-           "python": ".".join(fingerprint.python.split(".")[:2]), "blas": fingerprint.blas}
-    for name in PACKAGES:
-        env[name] = fingerprint.packages.get(name, "-")
-    return env
 
 
 def artifact_identity(path: str | None) -> str:

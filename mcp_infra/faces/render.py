@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp_infra import app
+from mcp_infra.flows import api as app
 
 MAX_TEXT = 12_000
 
@@ -172,3 +172,35 @@ def proposal_text(view: app.ProposalView) -> str:
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def verdict_table(view: app.EvidenceView) -> str:
+    """Per candidate: decode tok/s, speedup with interval, gates, decision."""
+    verdict = view.verdict
+    lines = []
+    if view.summary:
+        s = view.summary
+        lines.append(f"cycle {s.cycle_id}: {s.outcome.value}"
+                     + (f", selected {s.selected}" if s.selected else "") + f" — {s.reason}")
+    if verdict is None:
+        return "\n".join(lines)
+    lines.append(f"{'candidate':26} {'decode tok/s':>13} {'speedup':>9} {'95% interval':>17} "
+                 f"{'worst prompt':>13}  {'gates':24} decision")
+    for c in verdict.candidates:
+        tps = f"{c.candidate_tps:.1f}" if c.candidate_tps else "-"
+        base = f"{c.baseline_tps:.1f}→" if c.baseline_tps else ""
+        speed = f"{(c.speedup_estimate - 1) * 100:+.1f}%" if c.speedup_estimate else "-"
+        ci = (f"[{(c.ci_low - 1) * 100:+.1f}, {(c.ci_high - 1) * 100:+.1f}]%"
+              if c.ci_low is not None and c.ci_high is not None else "-")
+        worst = (f"{(c.worst_speedup - 1) * 100:+.1f}%" if c.worst_speedup else "-")
+        gates = ",".join(f"{g.gate}:{'ok' if g.passed else 'FAIL'}" for g in c.gates) or "-"
+        lines.append(f"{c.candidate:26} {base + tps:>13} {speed:>9} {ci:>17} {worst:>13}  "
+                     f"{gates:24} {c.decision.value}")
+        for reason in c.reasons[:3]:
+            lines.append(f"    {reason}")
+    if view.table:
+        lines.append("per prompt:")
+        for row in view.table:
+            lines.append(f"    {row['candidate']:26} {row['prompt']:16} {row['baseline_tps']:8.1f} "
+                         f"→ {row['candidate_tps']:8.1f} tok/s  x{row['speedup']:.3f}")
+    return "\n".join(lines)

@@ -7,17 +7,10 @@ others: each check reports pass/fail and why.
 
 from __future__ import annotations
 
-import platform
 import re
-import shutil
-from importlib import metadata
-from pathlib import Path
 
-import psutil
-import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from mcp_infra import hub
 from mcp_infra.contracts import (
     BASELINE_ID,
     CANDIDATE_ID_PATTERN,
@@ -25,17 +18,13 @@ from mcp_infra.contracts import (
     Manifest,
     Part,
     Policy,
-    Recipe,
     Variant,
 )
-from mcp_infra.store import canonical_json, sha256_bytes
+from mcp_infra.core.digest import canonical_json, sha256_bytes
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_PACKAGES = {"mlx_lm_server": "mlx-lm", "mlx_vlm_server": "mlx-vlm"}
 
 
-class RegistryError(ValueError):
-    """A manifest file that does not load; the message names the file and the problem."""
 
 
 class HostFacts(Part):
@@ -68,43 +57,10 @@ class Preflight(Part):
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.passed]
 
 
-def registry_dir() -> Path:
-    return REPO_ROOT / "registry"
 
 
-def load_manifest(path: Path) -> Manifest:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        manifest = Manifest.model_validate(data)
-    except (OSError, yaml.YAMLError) as exc:
-        raise RegistryError(f"{path.name}: cannot read: {exc}") from exc
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
-            for err in exc.errors()[:8]
-        )
-        raise RegistryError(f"{path.name}: invalid manifest: {problems}") from exc
-    if manifest.id != path.stem:
-        raise RegistryError(f"{path.name}: manifest id {manifest.id!r} must equal the file name")
-    return manifest
 
 
-def load_registry(directory: Path | None = None, extra: Path | None = None) -> dict[str, Manifest]:
-    """All manifests by id: the shipped registry plus the home's own ``registry/`` folder.
-
-    A broken file raises (a registry is trusted configuration, not agent input), and a home
-    manifest may add candidates but never shadow a shipped one.
-    """
-    manifests: dict[str, Manifest] = {}
-    for folder in (directory or registry_dir(), extra):
-        if folder is None or not folder.is_dir():
-            continue
-        for path in sorted(folder.glob("*.yaml")):
-            manifest = load_manifest(path)
-            if manifest.id in manifests:
-                raise RegistryError(f"{path}: manifest id {manifest.id!r} is already defined")
-            manifests[manifest.id] = manifest
-    return manifests
 
 
 def manifest_hash(manifest: Manifest) -> str:
@@ -142,81 +98,18 @@ def all_candidates(manifests: dict[str, Manifest]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def platform_tag() -> str:
-    system = platform.system().lower()
-    machine = platform.machine().lower()
-    if machine in {"amd64", "x64"}:
-        machine = "x86_64"
-    if machine == "aarch64" and system == "darwin":
-        machine = "arm64"
-    return f"{system}-{machine}"
 
 
-def installed_version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def artifact_key(artifact: ArtifactRef) -> str:
     return f"demo:{artifact.demo}" if artifact.demo else f"{artifact.repo}@{artifact.revision}"
 
 
-def host_facts(home_root: Path, models_dir: Path, hf_cache: Path | None = None) -> HostFacts:
-    """Snapshot this machine's facts for preflight."""
-    packages = {}
-    for name in ("mlx", "mlx-lm", "mlx-vlm", "mcp", "huggingface_hub"):
-        version = installed_version(name)
-        if version:
-            packages[name] = version
-    home_root.mkdir(parents=True, exist_ok=True)
-    available = [f"demo:{name}" for name in ("target", "draft") if (models_dir / name).is_dir()]
-    problems: dict[str, list[str]] = {}
-    shared = hub.hub_cache()
-    for cache in _caches(hf_cache):
-        for key, snap in _cached_hub_artifacts(cache):
-            if key in available:
-                continue
-            available.append(key)
-            result = hub.quick_check(snap)
-            if not result.ok:
-                problems[key] = result.problems
-    probe = shared
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return HostFacts(
-        platform=platform_tag(),
-        packages=packages,
-        memory_gb=psutil.virtual_memory().total / 2**30,
-        free_disk_gb=shutil.disk_usage(home_root).free / 2**30,
-        available_artifacts=available,
-        artifact_problems=problems,
-        cache_free_disk_gb=shutil.disk_usage(probe).free / 2**30,
-    )
 
 
-def _caches(hf_cache: Path | None) -> list[Path]:
-    """Where hub snapshots are looked for: the given cache (the home's), then the shared one
-    that ``mcp-infra prepare`` downloads into."""
-    caches = [hf_cache] if hf_cache is not None else []
-    shared = hub.hub_cache()
-    if not any(c.resolve() == shared.resolve() for c in caches):
-        caches.append(shared)
-    return caches
 
 
-def _cached_hub_artifacts(hf_cache: Path | None) -> list[tuple[str, Path]]:
-    """(repo@revision, snapshot folder) of every non-empty snapshot in a Hugging Face cache."""
-    found: list[tuple[str, Path]] = []
-    if hf_cache is None or not hf_cache.is_dir():
-        return found
-    for repo_dir in sorted(hf_cache.glob("models--*")):
-        repo = repo_dir.name[len("models--"):].replace("--", "/", 1)
-        for snap in sorted((repo_dir / "snapshots").glob("*")):
-            if snap.is_dir() and any(snap.iterdir()):
-                found.append((f"{repo}@{snap.name}", snap))
-    return found
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -320,41 +213,5 @@ def preflight(
                      passed=all(c.passed for c in checks), checks=checks)
 
 
-def resolve_recipe(
-    manifest: Manifest, variant: Variant, models_dir: Path, hf_cache: Path | None = None,
-    *, fingerprint: object = None,
-) -> Recipe:
-    """The recipe a candidate runs as: template, knobs, local paths of its artifacts."""
-    draft = manifest.draft_artifact() if variant.knobs.draft else None
-    model_path = artifact_path(manifest.target, models_dir, hf_cache)
-    draft_path = artifact_path(draft, models_dir, hf_cache) if draft else None
-    hashes: dict[str, str] = {}
-    if callable(fingerprint):  # about to be used: hub snapshots must match their inventory
-        for role, artifact, path in (("target", manifest.target, model_path),
-                                     ("draft", draft, draft_path)):
-            if artifact is None or path is None:
-                continue
-            if artifact.repo and Path(path).is_dir():
-                hashes[role] = "inventory:" + hub.ensure_untampered(Path(path))
-            else:
-                hashes[role] = fingerprint(Path(path))
-    return Recipe(
-        candidate_id=f"{manifest.id}:{variant.id}",
-        template=manifest.runtime.template,
-        model_path=model_path,
-        draft_path=draft_path,
-        knobs=variant.knobs,
-        artifact_hashes=hashes,
-        semantics=manifest.semantics_of(variant),
-        candidate_class=manifest.class_of(variant),
-        manifest_hash=manifest_hash(manifest),
-    )
 
 
-def artifact_path(artifact: ArtifactRef, models_dir: Path, hf_cache: Path | None) -> str:
-    if artifact.demo:
-        return str(models_dir / artifact.demo)
-    assert artifact.repo and artifact.revision
-    found = hub.find_snapshot(artifact.repo, artifact.revision, _caches(hf_cache))
-    # not prepared yet: where `mcp-infra prepare` will put it (the shared Hugging Face cache)
-    return str(found or hub.snapshot_path(hub.hub_cache(), artifact.repo, artifact.revision))

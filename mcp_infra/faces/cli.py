@@ -10,9 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mcp_infra import app, evidence
-from mcp_infra.cycle import SealFailed
-from mcp_infra.store import ENV_HOME, CorruptFile, Home, LockHeld
+from mcp_infra.faces.render import verdict_table
+from mcp_infra.flows import api as app
+from mcp_infra.flows.cycle import SealFailed
+from mcp_infra.state import evidence
+from mcp_infra.state.context import window_state
+from mcp_infra.state.store import ENV_HOME, CorruptFile, Home, LockHeld
 
 
 def _print(data: Any, as_json: bool, text: str | None = None) -> None:
@@ -82,36 +85,6 @@ def _registry_text(view: app.RegistryView) -> str:
     return "\n".join(lines) or "no candidates"
 
 
-def verdict_table(view: app.EvidenceView) -> str:
-    """Per candidate: decode tok/s, speedup with interval, gates, decision."""
-    verdict = view.verdict
-    lines = []
-    if view.summary:
-        s = view.summary
-        lines.append(f"cycle {s.cycle_id}: {s.outcome.value}"
-                     + (f", selected {s.selected}" if s.selected else "") + f" — {s.reason}")
-    if verdict is None:
-        return "\n".join(lines)
-    lines.append(f"{'candidate':26} {'decode tok/s':>13} {'speedup':>9} {'95% interval':>17} "
-                 f"{'worst prompt':>13}  {'gates':24} decision")
-    for c in verdict.candidates:
-        tps = f"{c.candidate_tps:.1f}" if c.candidate_tps else "-"
-        base = f"{c.baseline_tps:.1f}→" if c.baseline_tps else ""
-        speed = f"{(c.speedup_estimate - 1) * 100:+.1f}%" if c.speedup_estimate else "-"
-        ci = (f"[{(c.ci_low - 1) * 100:+.1f}, {(c.ci_high - 1) * 100:+.1f}]%"
-              if c.ci_low is not None and c.ci_high is not None else "-")
-        worst = (f"{(c.worst_speedup - 1) * 100:+.1f}%" if c.worst_speedup else "-")
-        gates = ",".join(f"{g.gate}:{'ok' if g.passed else 'FAIL'}" for g in c.gates) or "-"
-        lines.append(f"{c.candidate:26} {base + tps:>13} {speed:>9} {ci:>17} {worst:>13}  "
-                     f"{gates:24} {c.decision.value}")
-        for reason in c.reasons[:3]:
-            lines.append(f"    {reason}")
-    if view.table:
-        lines.append("per prompt:")
-        for row in view.table:
-            lines.append(f"    {row['candidate']:26} {row['prompt']:16} {row['baseline_tps']:8.1f} "
-                         f"→ {row['candidate_tps']:8.1f} tok/s  x{row['speedup']:.3f}")
-    return "\n".join(lines)
 
 
 def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
@@ -156,7 +129,7 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from mcp_infra import gates
+    from mcp_infra.core import gates
 
     if args.gate_action == "list":
         tasks = gates.list_tasks()
@@ -171,11 +144,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra import window
-    from mcp_infra.cycle import supervise
+    from mcp_infra.flows.cycle import supervise
 
     if args.watch:
-        from mcp_infra.watch import watch
+        from mcp_infra.flows.watch import watch
 
         watch(home, interval_s=args.interval, max_cycles=args.max_cycles,
               ignore_window=args.ignore_window)
@@ -183,17 +155,17 @@ def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
     for summary in supervise(home, ignore_window=args.ignore_window):
         print(f"{summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
     if home.queued() and not args.ignore_window:
-        state = window.for_home(home)
+        state = window_state(home)
         if not state.may_start:
             print(f"{len(home.queued())} plan(s) wait in the queue: {state.reason}")
     return 0
 
 
 def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra import hub
+    from mcp_infra.state import artifacts as hub
 
     try:
-        result = hub.prepare_candidate(home, args.candidate, offline=args.offline or None,
+        result = app.prepare_candidate(home, args.candidate, offline=args.offline or None,
                                        cache=Path(args.cache) if args.cache else None,
                                        progress=not args.json)
     except hub.HubError as exc:
@@ -213,8 +185,10 @@ def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
 
 def _init_service(home: Home, candidate: str, port: int) -> str:
     from mcp_infra.contracts import Recipe, ServiceConfig
-    from mcp_infra.registry import artifact_path, find_candidate, load_registry, manifest_hash
-    from mcp_infra.store import write_model
+    from mcp_infra.core.preflight import find_candidate, manifest_hash
+    from mcp_infra.state.artifacts import artifact_path
+    from mcp_infra.state.catalog import load_registry
+    from mcp_infra.state.store import write_model
 
     if home.config.exists():
         return f"config.yaml exists in {home.root}: left as it is"
@@ -232,7 +206,7 @@ def _init_service(home: Home, candidate: str, port: int) -> str:
 
 
 def cmd_approve(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.approve import ApprovalRefused, approve
+    from mcp_infra.flows.approve import ApprovalRefused, approve
 
     try:
         summary = approve(home, args.cycle, args.candidate)
@@ -356,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        from mcp_infra.demo import run_demo
+        from mcp_infra.demo.run import run_demo
 
         return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving)
     home = Home(args.home)
@@ -377,14 +351,14 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(home: Home, args: argparse.Namespace) -> int:
     command = args.command
     if command == "serve":
-        from mcp_infra.server import serve
+        from mcp_infra.faces.mcp_server import serve
 
         return serve(home, mode=args.mode, transport=args.transport, host=args.host,
                      port=args.port, token_file=args.token_file,
                      allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
                      start_supervisor=not args.no_supervisor)
     if command == "plan":
-        from mcp_infra.planner import cli_plan
+        from mcp_infra.faces.planner import cli_plan
 
         return cli_plan(home, args)
     if command == "supervise":
@@ -394,7 +368,7 @@ def _dispatch(home: Home, args: argparse.Namespace) -> int:
     if command == "approve":
         return cmd_approve(home, args)
     if command == "recover":
-        from mcp_infra.cycle import operator_recover
+        from mcp_infra.flows.cycle import operator_recover
 
         for note in operator_recover(home):
             print(note)
@@ -421,7 +395,8 @@ def _dispatch(home: Home, args: argparse.Namespace) -> int:
         _print(view, args.json, text)
         return 0 if view.accepted else 1
     if command == "service":
-        from mcp_infra.service import active_recipe, ensure_serving, load_config, stop_service
+        from mcp_infra.procs.service import ensure_serving, stop_service
+        from mcp_infra.state.context import active_recipe, load_config
 
         if args.action == "start":
             print(ensure_serving(home, active_recipe(home), load_config(home)))

@@ -21,8 +21,8 @@ from mcp_infra.contracts import (
     Semantics,
     Verdict,
 )
-from mcp_infra.gates import compare_greedy, lossy_agreement, quality_gate, smoke_gate
-from mcp_infra.stats import (
+from mcp_infra.core.gates import compare_greedy, lossy_agreement, quality_gate, smoke_gate
+from mcp_infra.core.stats import (
     SpeedupSummary,
     baseline_drift,
     derive_seed,

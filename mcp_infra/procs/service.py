@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from mcp_infra.contracts import ProcessRecord, Recipe, ServiceConfig
-from mcp_infra.runtime import (
+from mcp_infra.procs.runtime import (
     PortBusy,
     ServerStartError,
     build_argv,
@@ -24,29 +24,20 @@ from mcp_infra.runtime import (
     stop_server,
     wait_ready,
 )
-from mcp_infra.store import Home, read_model, read_optional, write_model
+from mcp_infra.state.context import service_record
+from mcp_infra.state.store import Home, read_optional, write_model
 
 
 class ServiceError(RuntimeError):
     """The live service could not be brought to the wanted recipe."""
 
 
-def load_config(home: Home) -> ServiceConfig:
-    return read_model(home.config, ServiceConfig)
 
 
-def active_recipe(home: Home) -> Recipe:
-    """What should serve on the stable port: state/active.json, else the configured baseline."""
-    active = read_optional(home.state / "active.json", Recipe)
-    return active or load_config(home).baseline
 
 
-def previous_recipe(home: Home) -> Recipe | None:
-    return read_optional(home.state / "previous.json", Recipe)
 
 
-def service_record(home: Home) -> ProcessRecord | None:
-    return read_optional(home.state / "service.json", ProcessRecord)
 
 
 def is_serving(home: Home, recipe: Recipe, config: ServiceConfig) -> bool:

@@ -1,0 +1,107 @@
+"""The shipped and the home's own configuration: manifests, policies and prompt suites.
+
+Trusted YAML read from disk and validated into contracts; a broken file raises with its name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from mcp_infra.contracts import (
+    ID_PATTERN,
+    Manifest,
+    Policy,
+)
+from mcp_infra.core.suites import Suite
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class RegistryError(ValueError):
+    """A manifest file that does not load; the message names the file and the problem."""
+
+
+def registry_dir() -> Path:
+    return REPO_ROOT / "registry"
+
+
+def load_manifest(path: Path) -> Manifest:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        manifest = Manifest.model_validate(data)
+    except (OSError, yaml.YAMLError) as exc:
+        raise RegistryError(f"{path.name}: cannot read: {exc}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+            for err in exc.errors()[:8]
+        )
+        raise RegistryError(f"{path.name}: invalid manifest: {problems}") from exc
+    if manifest.id != path.stem:
+        raise RegistryError(f"{path.name}: manifest id {manifest.id!r} must equal the file name")
+    return manifest
+
+
+def load_registry(directory: Path | None = None, extra: Path | None = None) -> dict[str, Manifest]:
+    """All manifests by id: the shipped registry plus the home's own ``registry/`` folder.
+
+    A broken file raises (a registry is trusted configuration, not agent input), and a home
+    manifest may add candidates but never shadow a shipped one.
+    """
+    manifests: dict[str, Manifest] = {}
+    for folder in (directory or registry_dir(), extra):
+        if folder is None or not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.yaml")):
+            manifest = load_manifest(path)
+            if manifest.id in manifests:
+                raise RegistryError(f"{path}: manifest id {manifest.id!r} is already defined")
+            manifests[manifest.id] = manifest
+    return manifests
+
+
+def policy_dir() -> Path:
+    return REPO_ROOT / "policy"
+
+
+def load_policy(name: str = "default", directory: Path | None = None,
+                extra: Path | None = None) -> Policy:
+    """A policy by name: the home's ``policy/`` folder first (a person's own), then the shipped."""
+    path = (directory or policy_dir()) / f"{name}.yaml"
+    if extra is not None and (extra / f"{name}.yaml").is_file():
+        path = extra / f"{name}.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return Policy.model_validate(data)
+
+
+SUITES_DIR = REPO_ROOT / "policy" / "suites"
+
+
+def list_suites(suites_dir: Path | None = None) -> list[str]:
+    """Names of the suites in ``suites_dir`` (default: the repository's policy/suites)."""
+    folder = Path(suites_dir) if suites_dir is not None else SUITES_DIR
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def load_suite(name: str, suites_dir: Path | None = None) -> Suite:
+    """Load and validate ``<suites_dir>/<name>.yaml``; its ``id`` must equal ``name``.
+
+    The name is checked against the id pattern first, so it can never address a path outside
+    the suites folder.
+    """
+    if not re.fullmatch(ID_PATTERN, name):
+        raise ValueError(f"invalid suite name {name!r}")
+    folder = Path(suites_dir) if suites_dir is not None else SUITES_DIR
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(list_suites(folder)) or "none"
+        raise FileNotFoundError(f"no suite {name!r} in {folder} (known: {known})")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    suite = Suite.model_validate(data)
+    if suite.id != name:
+        raise ValueError(f"{path} declares id {suite.id!r}, expected {name!r}")
+    return suite
