@@ -628,10 +628,24 @@ class EvidenceManifest(Contract):
     files: dict[str, str]
 
 
-class QueueEntry(Contract):
-    plan_id: str
-    queued_at: datetime
-    path: str
+class CurrentCycle(Contract):
+    """state/current.json: the cycle in progress, as its journal last said (for ``status``)."""
+
+    cycle_id: str
+    state: CycleState
+    message: str
+    candidate: str | None = None
+    index: int | None = None
+    total: int | None = None
+
+
+class NeedsOperatorRecord(Contract):
+    """state/needs_operator.json: the service could not be restored; no cycle runs until a
+    person runs `mcp-infra recover`."""
+
+    cycle_id: str
+    reason: str
+    ts: datetime
 
 
 class AuditRecord(Contract):

@@ -29,11 +29,12 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import Preflight, find_candidate
+from mcp_infra.errors import McpInfraError
 
 MAX_PLAN_BYTES = 16_384
 
 
-class PlanRefused(ValueError):
+class PlanRefused(McpInfraError, ValueError):
     """The plan cannot be accepted; the message is ours and never echoes raw input."""
 
     def __init__(self, message: str, problems: list[str] | None = None) -> None:

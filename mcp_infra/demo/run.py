@@ -25,6 +25,7 @@ from mcp_types import Implementation
 from mcp_infra import __version__
 from mcp_infra.contracts import Recipe, ServiceConfig
 from mcp_infra.demo.models import build_demo_models
+from mcp_infra.errors import McpInfraError
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.procs.service import ensure_serving, stop_service
 from mcp_infra.state.context import load_config
@@ -35,7 +36,7 @@ DEMO_HYPOTHESIS = "A same-tokenizer drafter speeds up greedy decoding without ch
 FOLLOW_TIMEOUT_S = 900
 
 
-class DemoRefused(RuntimeError):
+class DemoRefused(McpInfraError, RuntimeError):
     """The demo was pointed at a home that is not a demo's."""
 
 
@@ -52,7 +53,7 @@ def prepare(home: Home) -> ServiceConfig:
                           f"{load_config(home).policy!r}); the demo resets its home, so give it "
                           "its own (--home DIR)")
     home.ensure()
-    if (home.state / "service.json").exists():
+    if (home.service_file).exists():
         stop_service(home)
     # Each demo is a first cycle in a sandbox: recipe memory would otherwise (rightly) skip the
     # candidate the last demo saw fail its lossless gate. Only the built models are kept.

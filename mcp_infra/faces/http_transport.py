@@ -33,6 +33,7 @@ from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_infra.errors import McpInfraError
 from mcp_infra.state.store import Home
 
 TOKEN_FILE = "http-token"
@@ -43,7 +44,7 @@ LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
 
 
-class HttpConfigError(ValueError):
+class HttpConfigError(McpInfraError, ValueError):
     """The HTTP settings are unsafe or unusable; the message says what to change."""
 
 

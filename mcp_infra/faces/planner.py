@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra import __version__
-from mcp_infra.contracts import CandidateRun, CycleSummary, Outcome, Plan, Verdict
+from mcp_infra.contracts import BASELINE_ID, CandidateRun, CycleSummary, Outcome, Plan, Verdict
 from mcp_infra.core.preflight import preflight
 from mcp_infra.core.sanitize import PlanRefused, parse_plan
 from mcp_infra.state import evidence as evidence_mod
@@ -200,7 +200,7 @@ def plan_schema() -> dict[str, Any]:
 
 def _verdict(home: Home, cycle_id: str) -> Verdict | None:
     try:
-        return read_optional(home.evidence / cycle_id / "verdict.json", Verdict)
+        return read_optional(home.bundle_files(cycle_id).verdict, Verdict)
     except CorruptFile:
         return None
 
@@ -209,12 +209,11 @@ def _baseline_figures(home: Home, summaries: list[CycleSummary],
                       live: str) -> BaselineFigures | None:
     """Figures of the recipe that serves now, from the newest cycle that measured one."""
     for summary in summaries:
-        runs = home.evidence / summary.cycle_id / "runs"
-        name = "baseline.json"
-        if summary.outcome == Outcome.PROMOTED and summary.selected:
-            name = summary.selected.replace(":", "__") + ".json"
+        measured_as = (summary.selected if summary.outcome == Outcome.PROMOTED
+                       and summary.selected else BASELINE_ID)
         try:
-            run = read_optional(runs / name, CandidateRun)
+            run = read_optional(home.bundle_files(summary.cycle_id).run(measured_as),
+                                CandidateRun)
         except CorruptFile:
             run = None
         if run is None or not run.samples:
@@ -244,7 +243,7 @@ def _frozen_protocol(home: Home, cycle_id: str) -> tuple[str, int] | None:
     from mcp_infra.contracts import FrozenPlan
 
     try:
-        plan = read_optional(home.evidence / cycle_id / "plan.json", FrozenPlan)
+        plan = read_optional(home.bundle_files(cycle_id).plan, FrozenPlan)
     except CorruptFile:
         return None
     return (plan.protocol.suite, plan.protocol.max_tokens) if plan else None

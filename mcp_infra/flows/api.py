@@ -19,10 +19,13 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra.contracts import (
+    BASELINE_ID,
     AuditRecord,
+    CurrentCycle,
     CycleSummary,
     FrozenPlan,
     Knobs,
+    NeedsOperatorRecord,
     PlanChange,
     Recipe,
     RefusedCandidate,
@@ -46,7 +49,15 @@ from mcp_infra.state.artifacts import (
 from mcp_infra.state.catalog import load_policy, load_registry
 from mcp_infra.state.context import active_recipe, load_config, service_record
 from mcp_infra.state.hostfacts import host_facts
-from mcp_infra.state.store import CorruptFile, Home, read_optional, utcnow, write_model
+from mcp_infra.state.store import (
+    CorruptFile,
+    CycleFiles,
+    Home,
+    M,
+    read_optional,
+    utcnow,
+    write_model,
+)
 
 
 class View(BaseModel):
@@ -139,20 +150,16 @@ def status(home: Home) -> StatusView:
                           health_check=how)
     sup = None
     try:
-        sup = read_optional(home.state / "supervisor.json", SupervisorRecord)
+        sup = read_optional(home.supervisor_file, SupervisorRecord)
     except CorruptFile as exc:
         problems.append(str(exc))
     sup_running = home.lock_is_held()
     cycle = None
-    current = home.state / "current.json"
-    if sup_running and current.exists():
-        try:
-            data = json.loads(current.read_text())
-            cycle = CycleView(**{k: data.get(k) for k in CycleView.model_fields if k in data})
-            cycle = cycle_progress(home, cycle)
-        except (ValueError, TypeError):
-            problems.append("state/current.json is unreadable")
-    needs = home.state / "needs_operator.json"
+    current = _read_or_report(home.current_file, CurrentCycle, problems) if sup_running else None
+    if current is not None:
+        cycle = cycle_progress(home, CycleView(**current.model_dump(exclude={"schema_version"},
+                                                                    mode="json")))
+    needs = _read_or_report(home.needs_operator_file, NeedsOperatorRecord, problems)
     cycles = evidence_mod.list_cycles(home)
     policy = load_policy(config.policy, extra=home.user_policy)
     return StatusView(
@@ -161,9 +168,18 @@ def status(home: Home) -> StatusView:
         cycle=cycle, queue=[p.stem.split("-", 1)[1] for p in home.queued()],
         last_cycle=cycles[0] if cycles else None, policy=policy.name,
         window=policy.window.model_dump(), window_now=_window_text(home),
-        needs_operator=(json.loads(needs.read_text()).get("reason", "see state/needs_operator.json")
-                        if needs.exists() else None),
+        needs_operator=(needs.reason if needs else "the needs-operator record is unreadable"
+                        if home.needs_operator_file.exists() else None),
         problems=problems)
+
+
+def _read_or_report(path: Path, cls: type[M], problems: list[str]) -> M | None:
+    """A state file for a read view: absent is None; corrupt is None plus a reported problem."""
+    try:
+        return read_optional(path, cls)
+    except CorruptFile as exc:
+        problems.append(str(exc))
+        return None
 
 
 NOMINAL_STATES = ["QUEUED", "PREFLIGHT", "PREPARE", "BASELINE", "MAINTENANCE", "EXPERIMENT",
@@ -175,7 +191,7 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
     """Add when the cycle started, how far it is, and what downtime the current step implies."""
     events, _ = home.read_journal(cycle.cycle_id)
     try:
-        plan = read_optional(home.cycle_dir(cycle.cycle_id) / "plan.json", FrozenPlan)
+        plan = read_optional(home.cycle_files(cycle.cycle_id).plan, FrozenPlan)
     except CorruptFile:
         plan = None
     update: dict[str, Any] = {"steps": len(NOMINAL_STATES)}
@@ -400,7 +416,7 @@ def _freeze(home: Home, plan: Any, proposed_by: str) -> FrozenPlan:
 
 def _last_baseline_peak(home: Home) -> float | None:
     for summary in evidence_mod.list_cycles(home):
-        path = home.evidence / summary.cycle_id / "runs" / "baseline.json"
+        path = home.bundle_files(summary.cycle_id).run(BASELINE_ID)
         if path.exists():
             try:
                 return json.loads(path.read_text()).get("peak_memory_gb")
@@ -428,7 +444,7 @@ def watcher_pid(home: Home) -> int | None:
     record holds its start time, so a recycled pid is not mistaken for it)."""
 
     try:
-        record = read_optional(home.state / "watcher.json", SupervisorRecord)
+        record = read_optional(home.watcher_file, SupervisorRecord)
     except CorruptFile:
         return None
     if record is None:
@@ -463,7 +479,7 @@ def ensure_watcher(home: Home) -> int | None:
         created = psutil.Process(proc.pid).create_time()
     except psutil.Error:  # it exited at once; its log says why
         return proc.pid
-    write_model(home.state / "watcher.json", SupervisorRecord(
+    write_model(home.watcher_file, SupervisorRecord(
         pid=proc.pid, create_time=created, started_at=utcnow()))
     return proc.pid
 
@@ -502,10 +518,10 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         page = min(max(1, page), pages)
         return EvidenceView(cycles=cycles[(page - 1) * size: page * size], page=page, pages=pages)
     bundle = evidence_mod.bundle_path(home, cycle_id)
-    summary = evidence_mod.read_model(bundle / "summary.json", CycleSummary)
+    summary = evidence_mod.read_model(CycleFiles(bundle).summary, CycleSummary)
     view = EvidenceView(cycle_id=summary.cycle_id, section=section or "summary", summary=summary,
                         path=str(bundle))
-    verdict = read_optional(bundle / "verdict.json", Verdict)
+    verdict = read_optional(CycleFiles(bundle).verdict, Verdict)
     if section in (None, "summary", "table"):
         view.table = per_prompt_table(verdict)
     if section in (None, "summary", "verdict"):
@@ -514,7 +530,7 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         view.gates = [{"candidate": c.candidate, **g.model_dump(mode="json")}
                       for c in verdict.candidates for g in c.gates]
     if section == "plan":
-        view.plan = read_optional(bundle / "plan.json", FrozenPlan)
+        view.plan = read_optional(CycleFiles(bundle).plan, FrozenPlan)
     if section == "journal":
         rows = evidence_mod.journal_of(bundle)
         view.pages = max(1, -(-len(rows) // PAGE_SIZE))

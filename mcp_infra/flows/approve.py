@@ -35,6 +35,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.sanitize import policy_hash
+from mcp_infra.errors import McpInfraError
 from mcp_infra.flows import cycle
 from mcp_infra.state import evidence, memory
 from mcp_infra.state.artifacts import resolve_recipe
@@ -43,6 +44,7 @@ from mcp_infra.state.context import active_recipe, load_config
 from mcp_infra.state.hostfacts import host_facts
 from mcp_infra.state.store import (
     CorruptFile,
+    CycleFiles,
     Home,
     read_journal_file,
     read_model,
@@ -53,7 +55,7 @@ from mcp_infra.state.store import (
 __all__ = ["ApprovalRefused", "approve", "awaiting_approval"]
 
 
-class ApprovalRefused(RuntimeError):
+class ApprovalRefused(McpInfraError, RuntimeError):
     """The approval cannot go ahead; the message says why and what to do instead."""
 
 
@@ -64,7 +66,7 @@ def awaiting_approval(verdict: Verdict) -> list[CandidateVerdict]:
 
 
 def _recipes_of(bundle: Path) -> dict[str, Recipe]:
-    events, _ = read_journal_file(bundle / "journal.ndjson")
+    events, _ = read_journal_file(CycleFiles(bundle).journal)
     found: dict[str, Recipe] = {}
     for event in events:
         if event.state == CycleState.PREPARE and isinstance(event.fields.get("recipes"), dict):
@@ -74,7 +76,7 @@ def _recipes_of(bundle: Path) -> dict[str, Recipe]:
 
 
 def _run_of(bundle: Path, candidate: str) -> CandidateRun:
-    for path in sorted((bundle / "runs").glob("*.json")):
+    for path in sorted((CycleFiles(bundle).runs).glob("*.json")):
         run = read_model(path, CandidateRun)
         if run.candidate == candidate:
             return run
@@ -115,16 +117,16 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
         raise ApprovalRefused(str(exc)) from exc
     with cycle.supervising(home):
         cycle.recover(home)  # an interrupted cycle is finished or undone first, as at supervise
-        if (home.state / "needs_operator.json").exists():
+        if (home.needs_operator_file).exists():
             raise ApprovalRefused("the service needs an operator first: run `mcp-infra recover`")
         check = evidence.verify(bundle)
         if not check.ok:
             raise ApprovalRefused(f"the evidence of {cycle_id} does not verify: "
                                   + "; ".join(check.problems[:3]))
         try:
-            summary = read_model(bundle / "summary.json", CycleSummary)
-            verdict = read_model(bundle / "verdict.json", Verdict)
-            plan = read_model(bundle / "plan.json", FrozenPlan)
+            summary = read_model(CycleFiles(bundle).summary, CycleSummary)
+            verdict = read_model(CycleFiles(bundle).verdict, Verdict)
+            plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
         except (FileNotFoundError, CorruptFile) as exc:
             raise ApprovalRefused(f"the bundle of {cycle_id} is incomplete: {exc}") from exc
         chosen = _choose(verdict, cycle_id, candidate)
@@ -172,13 +174,13 @@ def _approval_cycle(home: Home, config: object, plan: FrozenPlan, verdict: Verdi
                     chosen: CandidateVerdict) -> CycleSummary:
     cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S}-approve-{plan.content_hash[:6]}"
     cdir = home.cycle_dir(cycle_id)
-    (cdir / "runs").mkdir(parents=True, exist_ok=True)
-    write_model(cdir / "plan.json", plan)
-    for name in ("environment.json", "verdict.json"):
+    (CycleFiles(cdir).runs).mkdir(parents=True, exist_ok=True)
+    write_model(CycleFiles(cdir).plan, plan)
+    for name in (CycleFiles.ENVIRONMENT, CycleFiles.VERDICT):
         if (bundle / name).exists():
             shutil.copy2(bundle / name, cdir / name)
-    for path in sorted((bundle / "runs").glob("*.json")):
-        shutil.copy2(path, cdir / "runs" / path.name)
+    for path in sorted((CycleFiles(bundle).runs).glob("*.json")):
+        shutil.copy2(path, CycleFiles(cdir).runs / path.name)
     journal = cycle.Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, f"approval of {recipe.candidate_id} from cycle {source}",

@@ -9,7 +9,6 @@ core (policy, selector, recovery); this module only sequences I/O around them.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 import uuid
@@ -24,10 +23,12 @@ import psutil
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
+    CurrentCycle,
     CycleState,
     CycleSummary,
     Event,
     FrozenPlan,
+    NeedsOperatorRecord,
     Outcome,
     ProcessRecord,
     Recipe,
@@ -39,10 +40,10 @@ from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.selector import select
+from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.procs import bench
-from mcp_infra.procs.runtime import MemorySampler, PortBusy, ServerStartError, is_running, log_tail
+from mcp_infra.procs.runtime import MemorySampler, is_running, log_tail
 from mcp_infra.procs.service import (
-    ServiceError,
     ensure_serving,
     is_serving,
     stable_port_held_by_stranger,
@@ -57,18 +58,18 @@ from mcp_infra.state.catalog import load_policy, load_registry, load_suite
 from mcp_infra.state.context import active_recipe, load_config, service_record, window_state
 from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint, host_facts
 from mcp_infra.state.store import (
+    CycleFiles,
     Home,
     read_model,
     read_optional,
     utcnow,
-    write_bytes_atomic,
     write_model,
 )
 
 PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
 
 
-class NeedsOperator(RuntimeError):
+class NeedsOperator(McpInfraError, RuntimeError):
     """The service could not be restored; no cycle runs until a person (or `recover`) acts."""
 
 
@@ -86,10 +87,10 @@ class Journal:
         """Append the event (fsynced) first; then, if asked to, pause here for fault injection."""
         self.home.append_event(Event(ts=utcnow(), cycle_id=self.cycle_id, state=state,
                                      message=message, fields=fields))
-        write_model(self.home.state / "supervisor.json", _supervisor_record(self.cycle_id))
-        current = {"cycle_id": self.cycle_id, "state": state.value, "message": message,
-                   **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}}}
-        write_bytes_atomic(self.home.state / "current.json", _json(current).encode())
+        write_model(self.home.supervisor_file, _supervisor_record(self.cycle_id))
+        write_model(self.home.current_file, CurrentCycle(
+            cycle_id=self.cycle_id, state=state, message=message,
+            **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}}))
         step = str(fields.get("step", "enter"))
         pause = os.environ.get(PAUSE_ENV)
         if pause and (pause == f"{state.value}:{step}" or (pause, step) == (state.value, "enter")):
@@ -97,10 +98,6 @@ class Journal:
             marker.write_text(f"{os.getpid()}\n")
             while True:  # a seam for tests and operators: wait here until killed
                 time.sleep(3600)
-
-
-def _json(data: dict[str, Any]) -> str:
-    return json.dumps(data, default=str)
 
 
 def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
@@ -113,7 +110,7 @@ def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
 # ---------------------------------------------------------------------------------------------
 
 
-class ServerDied(RuntimeError):
+class ServerDied(McpInfraError, RuntimeError):
     """The measured server exited mid-benchmark: stop measuring it, keep what was measured."""
 
 
@@ -228,7 +225,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     cycle_id = new_cycle_id(plan)
     cdir = home.cycle_dir(cycle_id)
     cdir.mkdir(parents=True, exist_ok=True)
-    write_model(cdir / "plan.json", plan)
+    write_model(CycleFiles(cdir).plan, plan)
     journal = Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
@@ -247,7 +244,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
         raise _seal_failed(home, journal, exc) from exc
 
 
-class SealFailed(RuntimeError):
+class SealFailed(McpInfraError, RuntimeError):
     """Evidence could not be written (disk full, read-only home); the service stays restored and
     the next supervisor start finishes sealing."""
 
@@ -259,7 +256,7 @@ def _seal_failed(home: Home, journal: Journal, exc: OSError) -> SealFailed:
     try:
         served = ensure_serving(home, active_recipe(home), load_config(home))
         message += f"; the live recipe serves ({served}); `mcp-infra recover` finishes sealing"
-    except (ServerStartError, PortBusy, ServiceError, OSError) as restore_error:
+    except (ServerUnavailable, OSError) as restore_error:
         message += f"; restoring the live recipe failed too: {restore_error}"
         with contextlib.suppress(OSError):
             mark_needs_operator(home, journal.cycle_id, message)
@@ -280,7 +277,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     live = active_recipe(home)
     try:
         ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
-    except (ServerStartError, PortBusy) as exc:
+    except ServerUnavailable as exc:
         raise NeedsOperator(f"the live recipe could not be started: {exc}") from exc
     runs: dict[str, CandidateRun] = {}
     recipes: dict[str, Recipe] = {}
@@ -320,11 +317,11 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     baseline = measure(base_url, BASELINE_ID, plan, record)
     baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
                                            "cache_note": cache_note(live)})
-    write_model(home.cycle_dir(cycle_id) / "runs" / "baseline.json", baseline)
+    write_model(home.cycle_files(cycle_id).run(BASELINE_ID), baseline)
     broken = [s.error for s in baseline.samples if s.error]
     if broken:
         raise RuntimeError(f"the live service failed while its baseline was measured: {broken[0]}")
-    write_model(home.cycle_dir(cycle_id) / "environment.json",
+    write_model(home.cycle_files(cycle_id).environment,
                 fingerprint_environment([live, *recipes.values()]))
 
     journal(CycleState.MAINTENANCE, "experiments run on the scratch port; the live service keeps "
@@ -339,10 +336,10 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         journal(CycleState.EXPERIMENT, f"measuring {candidate}", candidate=candidate,
                 index=index, total=len(todo))
         runs[candidate] = _experiment(home, config, plan, journal, recipe)
-        write_model(home.cycle_dir(cycle_id) / "runs" / f"{_safe(candidate)}.json",
+        write_model(home.cycle_files(cycle_id).run(candidate),
                     runs[candidate])
     for candidate, run in runs.items():  # record candidates that never started, too
-        path = home.cycle_dir(cycle_id) / "runs" / f"{_safe(candidate)}.json"
+        path = home.cycle_files(cycle_id).run(candidate)
         if not path.exists():
             write_model(path, run)
 
@@ -354,11 +351,11 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         drift = [s.model_copy(update={"phase": "drift"}) for s in again.samples
                  if s.phase == "measure"]
         baseline = baseline.model_copy(update={"samples": [*baseline.samples, *drift]})
-        write_model(home.cycle_dir(cycle_id) / "runs" / "baseline.json", baseline)
+        write_model(home.cycle_files(cycle_id).run(BASELINE_ID), baseline)
     journal(CycleState.SELECT, "selecting by the frozen thresholds")
     ordered = [runs[c] for c in plan.candidates[1:] if c in runs]
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
-    write_model(home.cycle_dir(cycle_id) / "verdict.json", verdict)
+    write_model(home.cycle_files(cycle_id).verdict, verdict)
     if verdict.selected is None:
         if not is_serving(home, live, config):  # the live server died during the cycle
             reason = f"{verdict.reason}; the live service stopped answering during the cycle"
@@ -369,10 +366,6 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     speedup = _speedup_pct(verdict, verdict.selected)
     return _promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
                     verdict)
-
-
-def _safe(candidate: str) -> str:
-    return candidate.replace(":", "__")
 
 
 def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
@@ -387,7 +380,7 @@ def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
     try:
         record = start_candidate(home, recipe, config, cycle_id=journal.cycle_id,
                                  timeout=plan.protocol.ready_timeout_s)
-    except (ServerStartError, PortBusy, ValueError) as exc:
+    except (ServerUnavailable, ValueError) as exc:
         return _not_started(recipe.candidate_id, recipe, f"server did not start: {exc}")
     try:
         journal(CycleState.EXPERIMENT, f"{recipe.candidate_id} is ready; measuring",
@@ -421,7 +414,7 @@ def _promote(home: Home, config: Any, plan: FrozenPlan, journal: Journal, live: 
     try:
         start_service(home, winner, config, cycle_id=journal.cycle_id,
                       timeout=plan.protocol.ready_timeout_s)
-    except (ServerStartError, PortBusy) as exc:
+    except ServerUnavailable as exc:
         reason = f"the winner did not start on the stable port: {str(exc)[:300]}"
         journal(CycleState.ROLLBACK, reason, step="enter")
         return _restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason, None
@@ -440,8 +433,8 @@ def _promote(home: Home, config: Any, plan: FrozenPlan, journal: Journal, live: 
 
 
 def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
-    write_model(home.state / "previous.json", previous)
-    write_model(home.state / "active.json", winner)
+    write_model(home.previous_file, previous)
+    write_model(home.active_file, winner)
 
 
 def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
@@ -476,7 +469,7 @@ def _restore(home: Home, journal: Journal, reason: str,
     recipe = active_recipe(home)
     try:
         done = ensure_serving(home, recipe, config)
-    except (ServerStartError, PortBusy, ServiceError) as exc:
+    except ServerUnavailable as exc:
         message = f"restoring {recipe.candidate_id} failed: {str(exc)[:300]}"
         journal(CycleState.ROLLBACK, message, step="failed", stopped=stopped)
         mark_needs_operator(home, journal.cycle_id, f"{reason}; {message}")
@@ -487,8 +480,8 @@ def _restore(home: Home, journal: Journal, reason: str,
 
 
 def mark_needs_operator(home: Home, cycle_id: str, reason: str) -> None:
-    (home.state / "needs_operator.json").write_text(_json({"cycle_id": cycle_id, "reason": reason,
-                                                           "ts": utcnow().isoformat()}))
+    write_model(home.needs_operator_file,
+                NeedsOperatorRecord(cycle_id=cycle_id, reason=reason, ts=utcnow()))
 
 
 def _seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started: datetime,
@@ -524,14 +517,14 @@ def recover(home: Home) -> list[str]:
         return notes
     for cdir in sorted(p for p in home.cycles.iterdir() if p.is_dir()):
         cycle_id = cdir.name
-        if (home.evidence / cycle_id / "MANIFEST.json").exists():
+        if (home.bundle_files(cycle_id).manifest).exists():
             continue
         events, problems = home.read_journal(cycle_id)
         decision = decide(events)
         if decision.action == Action.NOTHING and not events:
             continue
         journal = Journal(home, cycle_id)
-        plan = read_optional(cdir / "plan.json", FrozenPlan)
+        plan = read_optional(CycleFiles(cdir).plan, FrozenPlan)
         journal(CycleState.RECOVER, decision.reason, action=decision.action.value,
                 last_state=decision.last_state.value if decision.last_state else None,
                 journal_problems=problems)
@@ -587,12 +580,12 @@ def _maybe_retry(home: Home, plan: FrozenPlan, summary: CycleSummary) -> None:
 @contextmanager
 def supervising(home: Home) -> Iterator[None]:
     with home.supervisor_lock():
-        write_model(home.state / "supervisor.json", _supervisor_record(None))
+        write_model(home.supervisor_file, _supervisor_record(None))
         try:
             yield
         finally:
-            (home.state / "supervisor.json").unlink(missing_ok=True)
-            (home.state / "current.json").unlink(missing_ok=True)
+            (home.supervisor_file).unlink(missing_ok=True)
+            (home.current_file).unlink(missing_ok=True)
 
 
 def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
@@ -604,7 +597,7 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
     with supervising(home):
         recover(home)
         while True:
-            if (home.state / "needs_operator.json").exists():
+            if (home.needs_operator_file).exists():
                 break
             queued = home.queued()
             if not queued:
@@ -629,13 +622,13 @@ def operator_recover(home: Home) -> list[str]:
     notes: list[str] = []
     with supervising(home):
         notes += recover(home)
-        marker = home.state / "needs_operator.json"
+        marker = home.needs_operator_file
         stopped = stop_stray_candidates(home)
         notes += [f"stopped stray candidate {s}" for s in stopped]
         live = active_recipe(home)
         try:
             done = ensure_serving(home, live, load_config(home))
-        except (ServerStartError, PortBusy, ServiceError) as exc:
+        except ServerUnavailable as exc:
             notes.append(f"still needs an operator: {exc}")
             if not marker.exists():
                 mark_needs_operator(home, "recover", str(exc))

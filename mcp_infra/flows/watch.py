@@ -37,7 +37,7 @@ __all__ = ["recheck_plan", "watch"]
 
 
 def _state_path(home: Home) -> Path:
-    return home.state / "watch.json"
+    return home.watch_file
 
 
 def _load_state(home: Home) -> WatchState:
@@ -120,7 +120,7 @@ def watch(home: Home, *, interval_s: float | None = None, max_cycles: int | None
             for summary in ran:
                 log(f"watch: {summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
             summaries += ran
-            if (home.state / "needs_operator.json").exists():
+            if (home.needs_operator_file).exists():
                 log("watch: the service needs an operator (`mcp-infra recover`); stopping")
                 break
             if max_cycles is not None and len(summaries) >= max_cycles:

@@ -22,17 +22,18 @@ import httpx2 as httpx
 import psutil
 
 from mcp_infra.contracts import ProcessRecord, Recipe
+from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.bench import served_model
 from mcp_infra.state.store import utcnow
 
 LOOPBACK = "127.0.0.1"
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(ServerUnavailable):
     """A server did not become ready; the message says why (exit code, timeout, log tail)."""
 
 
-class PortBusy(RuntimeError):
+class PortBusy(ServerUnavailable):
     """A process the project did not start holds the port: refused, never killed."""
 
 

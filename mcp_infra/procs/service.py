@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from mcp_infra.contracts import ProcessRecord, Recipe, ServiceConfig
+from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.runtime import (
     PortBusy,
     ServerStartError,
@@ -25,10 +26,10 @@ from mcp_infra.procs.runtime import (
     wait_ready,
 )
 from mcp_infra.state.context import service_record
-from mcp_infra.state.store import Home, read_optional, write_model
+from mcp_infra.state.store import Home, file_safe, read_optional, write_model
 
 
-class ServiceError(RuntimeError):
+class ServiceError(ServerUnavailable):
     """The live service could not be brought to the wanted recipe."""
 
 
@@ -55,7 +56,7 @@ def stop_service(home: Home, grace: float = 10.0) -> str:
     if record is None:
         return "no service recorded"
     outcome = stop_server(record, grace=grace)
-    (home.state / "service.json").unlink(missing_ok=True)
+    (home.service_file).unlink(missing_ok=True)
     return outcome
 
 
@@ -65,7 +66,7 @@ def start_service(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id
     record = service_record(home)
     if record is not None:
         stop_server(record, grace=grace)
-        (home.state / "service.json").unlink(missing_ok=True)
+        (home.service_file).unlink(missing_ok=True)
         _wait_port_free(config.port, 5.0)  # the kernel may close our old socket a moment later
     if port_open(config.port):
         raise PortBusy(f"port {config.port} is held by a process mcp-infra did not start; "
@@ -73,12 +74,12 @@ def start_service(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id
     log = home.logs / f"stable-{config.port}.log"
     new, proc = start_server(recipe, port=config.port, role="stable", log_path=log,
                              cycle_id=cycle_id, hf_cache=home.hf_cache)
-    write_model(home.state / "service.json", new)
+    write_model(home.service_file, new)
     try:
         wait_ready(new, timeout=timeout)
     except ServerStartError:
         stop_server(new, grace=grace)
-        (home.state / "service.json").unlink(missing_ok=True)
+        (home.service_file).unlink(missing_ok=True)
         raise
     return new
 
@@ -105,13 +106,12 @@ def stable_port_held_by_stranger(home: Home, config: ServiceConfig) -> bool:
 
 
 def candidate_record_path(home: Home, port: int) -> Path:
-    return home.state / "candidates" / f"{port}.json"
+    return home.candidates_dir / f"{port}.json"
 
 
 def start_candidate(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id: str,
                     timeout: float, grace: float = 10.0) -> ProcessRecord:
-    safe = recipe.candidate_id.replace(":", "_")
-    log = home.cycle_dir(cycle_id) / "logs" / f"{safe}.log"
+    log = home.cycle_files(cycle_id).logs / f"{file_safe(recipe.candidate_id)}.log"
     record, _ = start_server(recipe, port=config.scratch_port, role="candidate", log_path=log,
                              cycle_id=cycle_id, hf_cache=home.hf_cache)
     write_model(candidate_record_path(home, config.scratch_port), record)
@@ -132,7 +132,7 @@ def stop_candidate(home: Home, record: ProcessRecord, grace: float = 10.0) -> st
 def stop_stray_candidates(home: Home, grace: float = 10.0) -> list[str]:
     """Stop every scratch server we recorded (by record only: pid + start time + argv)."""
     done = []
-    folder = home.state / "candidates"
+    folder = home.candidates_dir
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         record = read_optional(path, ProcessRecord)
         if record is None:

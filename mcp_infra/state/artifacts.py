@@ -42,6 +42,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import manifest_hash
+from mcp_infra.errors import McpInfraError
 from mcp_infra.state.store import read_model, utcnow, write_model
 
 __all__ = [
@@ -61,7 +62,7 @@ DISK_MARGIN_GB = 1.0
 GB = 1e9  # manifests and the hub state sizes in decimal gigabytes
 
 
-class HubError(RuntimeError):
+class HubError(McpInfraError, RuntimeError):
     """Preparation failed; the message says what, where, and what to do."""
 
 

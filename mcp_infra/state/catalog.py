@@ -17,11 +17,12 @@ from mcp_infra.contracts import (
     Policy,
 )
 from mcp_infra.core.suites import Suite
+from mcp_infra.errors import McpInfraError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class RegistryError(ValueError):
+class RegistryError(McpInfraError, ValueError):
     """A manifest file that does not load; the message names the file and the problem."""
 
 

@@ -17,16 +17,16 @@ def load_config(home: Home) -> ServiceConfig:
 
 def active_recipe(home: Home) -> Recipe:
     """What should serve on the stable port: state/active.json, else the configured baseline."""
-    active = read_optional(home.state / "active.json", Recipe)
+    active = read_optional(home.active_file, Recipe)
     return active or load_config(home).baseline
 
 
 def previous_recipe(home: Home) -> Recipe | None:
-    return read_optional(home.state / "previous.json", Recipe)
+    return read_optional(home.previous_file, Recipe)
 
 
 def service_record(home: Home) -> ProcessRecord | None:
-    return read_optional(home.state / "service.json", ProcessRecord)
+    return read_optional(home.service_file, ProcessRecord)
 
 
 def window_state(home: Home, now: datetime | None = None) -> WindowState:

@@ -22,6 +22,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.state.store import (
     CorruptFile,
+    CycleFiles,
     Home,
     read_journal_file,
     read_model,
@@ -29,14 +30,14 @@ from mcp_infra.state.store import (
     write_model,
 )
 
-BUNDLE_FILES = ("plan.json", "environment.json", "verdict.json", "journal.ndjson")
+BUNDLE_FILES = (CycleFiles.PLAN, CycleFiles.ENVIRONMENT, CycleFiles.VERDICT, CycleFiles.JOURNAL)
 
 
 def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
     """Copy the cycle's durable files into ``evidence/<cycle_id>/`` with a hash manifest."""
     source = home.cycle_dir(cycle_id)
     final = home.evidence / cycle_id
-    if (final / "MANIFEST.json").exists():
+    if (CycleFiles(final).manifest).exists():
         return final
     tmp = home.evidence / f".{cycle_id}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -44,14 +45,14 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
     for name in BUNDLE_FILES:
         if (source / name).exists():
             shutil.copy2(source / name, tmp / name)
-    if (source / "runs").is_dir():
-        (tmp / "runs").mkdir()
-        for run in sorted((source / "runs").glob("*.json")):
-            shutil.copy2(run, tmp / "runs" / run.name)
-    write_model(tmp / "summary.json", summary)
+    if (CycleFiles(source).runs).is_dir():
+        (CycleFiles(tmp).runs).mkdir()
+        for run in sorted((CycleFiles(source).runs).glob("*.json")):
+            shutil.copy2(run, CycleFiles(tmp).runs / run.name)
+    write_model(CycleFiles(tmp).summary, summary)
     files = {str(p.relative_to(tmp)): sha256_file(p)
              for p in sorted(tmp.rglob("*")) if p.is_file()}
-    write_model(tmp / "MANIFEST.json", EvidenceManifest(cycle_id=cycle_id, files=files))
+    write_model(CycleFiles(tmp).manifest, EvidenceManifest(cycle_id=cycle_id, files=files))
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -61,12 +62,12 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
 def bundle_path(home: Home, ref: str) -> Path:
     """A cycle id (in the home's evidence folder) or a path to a bundle."""
     candidate = Path(ref)
-    if candidate.is_dir() and (candidate / "MANIFEST.json").exists():
+    if candidate.is_dir() and (CycleFiles(candidate).manifest).exists():
         return candidate
     if "/" in ref or ref.startswith("."):
         raise FileNotFoundError(f"no evidence bundle at {ref}")
     path = home.evidence / ref
-    if not (path / "MANIFEST.json").exists():
+    if not (CycleFiles(path).manifest).exists():
         raise FileNotFoundError(f"no sealed evidence for cycle {ref}")
     return path
 
@@ -83,7 +84,7 @@ class Verification(Part):
 
 
 def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
-    runs_dir = bundle / "runs"
+    runs_dir = CycleFiles(bundle).runs
     baseline = None
     others: dict[str, CandidateRun] = {}
     for path in sorted(runs_dir.glob("*.json")) if runs_dir.is_dir() else []:
@@ -99,7 +100,7 @@ def recompute(bundle: Path) -> Verdict | None:
     """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
     from mcp_infra.core.selector import select
 
-    plan = read_model(bundle / "plan.json", FrozenPlan)
+    plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
     baseline, runs = load_runs(bundle)
     if baseline is None:
         return None
@@ -111,12 +112,12 @@ def recompute(bundle: Path) -> Verdict | None:
 def verify(bundle: Path) -> Verification:
     problems: list[str] = []
     try:
-        manifest = read_model(bundle / "MANIFEST.json", EvidenceManifest)
+        manifest = read_model(CycleFiles(bundle).manifest, EvidenceManifest)
     except (FileNotFoundError, CorruptFile) as exc:
         return Verification(bundle=str(bundle), hashes_ok=False, verdict_ok=False,
                             problems=[f"MANIFEST.json unreadable: {exc}"])
     present = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()}
-    present.discard("MANIFEST.json")
+    present.discard(CycleFiles.MANIFEST)
     for name, digest in sorted(manifest.files.items()):
         path = bundle / name
         if not path.is_file():
@@ -128,8 +129,8 @@ def verify(bundle: Path) -> Verification:
     hashes_ok = not problems
     verdict_ok = False
     try:
-        if (bundle / "verdict.json").exists():
-            recorded = read_model(bundle / "verdict.json", Verdict)
+        if (CycleFiles(bundle).verdict).exists():
+            recorded = read_model(CycleFiles(bundle).verdict, Verdict)
             again = recompute(bundle)
             if again is None:
                 problems.append("no baseline run to recompute from")
@@ -160,7 +161,7 @@ def list_cycles(home: Home) -> list[CycleSummary]:
 
 
 def journal_of(bundle: Path) -> list[dict]:
-    events, problems = read_journal_file(bundle / "journal.ndjson")
+    events, problems = read_journal_file(CycleFiles(bundle).journal)
     rows = [e.model_dump(mode="json") for e in events]
     rows += [{"problem": p} for p in problems]
     return rows

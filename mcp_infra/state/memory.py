@@ -46,6 +46,7 @@ from mcp_infra.state import artifacts as hub
 from mcp_infra.state.hostfacts import environment, environment_from
 from mcp_infra.state.store import (
     CorruptFile,
+    CycleFiles,
     Home,
     read_journal_file,
     read_model,
@@ -141,14 +142,14 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
     """A cycle's outcomes read from its sealed evidence bundle."""
     bundle = home.evidence / cycle_id
     try:
-        summary = read_model(bundle / "summary.json", CycleSummary)
-        verdict = read_optional(bundle / "verdict.json", Verdict)
-        plan = read_optional(bundle / "plan.json", FrozenPlan)
-        fingerprint = read_optional(bundle / "environment.json", EnvironmentFingerprint)
+        summary = read_model(CycleFiles(bundle).summary, CycleSummary)
+        verdict = read_optional(CycleFiles(bundle).verdict, Verdict)
+        plan = read_optional(CycleFiles(bundle).plan, FrozenPlan)
+        fingerprint = read_optional(CycleFiles(bundle).environment, EnvironmentFingerprint)
     except (FileNotFoundError, CorruptFile):
         return None
     env = environment() if env_now or fingerprint is None else environment_from(fingerprint)
-    events, _ = read_journal_file(bundle / "journal.ndjson")
+    events, _ = read_journal_file(CycleFiles(bundle).journal)
     recipes: dict[str, dict[str, Any]] = {}
     approval_of = None
     for event in events:
@@ -158,7 +159,7 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
             approval_of = event.fields
     sealed_at = summary.ended_at
     started: dict[str, bool] = {}
-    for run_file in sorted((bundle / "runs").glob("*.json")):
+    for run_file in sorted((CycleFiles(bundle).runs).glob("*.json")):
         try:
             run = read_model(run_file, CandidateRun)
         except CorruptFile:

@@ -21,18 +21,19 @@ from typing import IO, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mcp_infra.contracts import AuditRecord, Event, FrozenPlan
+from mcp_infra.contracts import BASELINE_ID, AuditRecord, Event, FrozenPlan
+from mcp_infra.errors import McpInfraError
 
 M = TypeVar("M", bound=BaseModel)
 
 ENV_HOME = "MCP_INFRA_HOME"
 
 
-class CorruptFile(RuntimeError):
+class CorruptFile(McpInfraError, RuntimeError):
     """A state file exists but does not parse as its contract: report it, never trust it."""
 
 
-class LockHeld(RuntimeError):
+class LockHeld(McpInfraError, RuntimeError):
     """Another supervisor owns the service."""
 
 
@@ -118,6 +119,68 @@ def read_optional(path: Path, cls: type[M]) -> M | None:
         return None
 
 
+class CycleFiles:
+    """The files of one cycle: its working folder under ``cycles/`` and its sealed bundle under
+    ``evidence/`` have the same names, so one class names them both."""
+
+    PLAN = "plan.json"
+    VERDICT = "verdict.json"
+    SUMMARY = "summary.json"
+    MANIFEST = "MANIFEST.json"
+    JOURNAL = "journal.ndjson"
+    ENVIRONMENT = "environment.json"
+    BASELINE_RUN = "baseline.json"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def plan(self) -> Path:
+        return self.root / self.PLAN
+
+    @property
+    def verdict(self) -> Path:
+        return self.root / self.VERDICT
+
+    @property
+    def summary(self) -> Path:
+        return self.root / self.SUMMARY
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / self.MANIFEST
+
+    @property
+    def journal(self) -> Path:
+        return self.root / self.JOURNAL
+
+    @property
+    def environment(self) -> Path:
+        return self.root / self.ENVIRONMENT
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def run(self, candidate: str) -> Path:
+        """The run file of a candidate (``baseline.json`` for the baseline)."""
+        name = self.BASELINE_RUN if candidate == BASELINE_ID else f"{file_safe(candidate)}.json"
+        return self.runs / name
+
+    def is_sealed(self) -> bool:
+        return self.manifest.exists()
+
+
+def file_safe(candidate: str) -> str:
+    """The one way a candidate id becomes part of a file name (``demo-tiny:draft-k4`` →
+    ``demo-tiny__draft-k4``); ids are already restricted to ``[a-z0-9._-]`` and one colon."""
+    return candidate.replace(":", "__")
+
+
 class Home:
     """Paths of the home directory, and the few operations that must be done one way only."""
 
@@ -177,11 +240,64 @@ class Home:
     def hf_cache(self) -> Path:
         return self.root / "hf-cache"
 
+    # state/: what serves now, who supervises, what a cycle is doing ---------------------------
+    @property
+    def active_file(self) -> Path:
+        """The live recipe (absent: the configured baseline)."""
+        return self.state / "active.json"
+
+    @property
+    def previous_file(self) -> Path:
+        return self.state / "previous.json"
+
+    @property
+    def service_file(self) -> Path:
+        """The stable server's process record."""
+        return self.state / "service.json"
+
+    @property
+    def candidates_dir(self) -> Path:
+        """Process records of scratch servers, one per port."""
+        return self.state / "candidates"
+
+    @property
+    def supervisor_file(self) -> Path:
+        return self.state / "supervisor.json"
+
+    @property
+    def watcher_file(self) -> Path:
+        return self.state / "watcher.json"
+
+    @property
+    def watch_file(self) -> Path:
+        return self.state / "watch.json"
+
+    @property
+    def current_file(self) -> Path:
+        """The cycle in progress, its state and candidate (a ``CurrentCycle``)."""
+        return self.state / "current.json"
+
+    @property
+    def needs_operator_file(self) -> Path:
+        """Present while the service could not be restored (a ``NeedsOperatorRecord``)."""
+        return self.state / "needs_operator.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.state / "supervisor.lock"
+
+    # cycles and bundles ---------------------------------------------------------------------
     def cycle_dir(self, cycle_id: str) -> Path:
         return self.cycles / cycle_id
 
+    def cycle_files(self, cycle_id: str) -> CycleFiles:
+        return CycleFiles(self.cycle_dir(cycle_id))
+
+    def bundle_files(self, cycle_id: str) -> CycleFiles:
+        return CycleFiles(self.evidence / cycle_id)
+
     def journal(self, cycle_id: str) -> Path:
-        return self.cycle_dir(cycle_id) / "journal.ndjson"
+        return self.cycle_files(cycle_id).journal
 
     def ensure(self) -> Home:
         for path in (self.plans, self.queue, self.cycles, self.evidence, self.state, self.models,
@@ -240,7 +356,7 @@ class Home:
     def supervisor_lock(self) -> Iterator[IO[str]]:
         """Hold the supervisor lock (an flock that dies with the process, so no stale locks)."""
         self.ensure()
-        path = self.state / "supervisor.lock"
+        path = self.lock_file
         handle = path.open("a+")
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -254,7 +370,7 @@ class Home:
             handle.close()
 
     def lock_is_held(self) -> bool:
-        path = self.state / "supervisor.lock"
+        path = self.lock_file
         if not path.exists():
             return False
         with path.open("a+") as handle:
