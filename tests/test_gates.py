@@ -224,7 +224,7 @@ def test_python_add_is_never_executed(tmp_path):
 
 def test_strip_think():
     assert strip_think("<think>abc</think>\n391") == "\n391"
-    assert strip_think("  <think>abc</think>391") == "391"
+    assert strip_think("  <think>abc</think>391").strip() == "391"
     assert strip_think("reasoning only</think>391") == "391"  # template opened the block
     assert strip_think("<think>never closed") is None
     assert strip_think("391") == "391"

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from mcp_clients import audit, child_env, files_under
 
-from mcp_infra.faces.planner import extract_plan, strip_thinking
+from mcp_infra.core.extraction import extract_plan
+from mcp_infra.core.gates import strip_thinking
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home

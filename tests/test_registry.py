@@ -166,4 +166,4 @@ def test_registry_command_shows_both_manifests_and_why(home: Home,
     assert "demo-tiny:draft-k2" in out
     assert f"{DFLASH2}:dflash-b3" in out
     if platform_tag() != "darwin-arm64":
-        assert "FAIL platform: this machine is" in out
+        assert "fails platform: this machine is" in out

@@ -195,24 +195,36 @@ class TaskSpec(BaseModel):
     checks: str
 
 
-_THINK_OPEN = "<think>"
-_THINK_CLOSE = "</think>"
+_THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.IGNORECASE | re.DOTALL)
+_OPEN_THINK = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
+_CLOSE_THINK = re.compile(r"</(think|thinking|reasoning)>", re.IGNORECASE)
+_HARMONY_FINAL = "<|channel|>final<|message|>"
+
+
+def _without_thinking(text: str) -> tuple[str, bool]:
+    """(the reply's answer part, whether a thinking block was left open)."""
+    if _HARMONY_FINAL in text:
+        text = text.rsplit(_HARMONY_FINAL, 1)[1]
+    text = _THINK.sub("", text)
+    closes = list(_CLOSE_THINK.finditer(text))
+    if closes:  # a template opened the block in the prompt: the reply starts inside it
+        text = text[closes[-1].end():]
+    opened = _OPEN_THINK.search(text)
+    return (text[:opened.start()], True) if opened else (text, False)
+
+
+def strip_thinking(text: str) -> str:
+    """The answer part of a reply: the harmony final channel, closed thinking blocks removed,
+    text before a lone closing tag dropped (templates that open the block in the prompt), an
+    unclosed block dropped. The one thinking stripper: checkers and the planner use it."""
+    return _without_thinking(text)[0]
 
 
 def strip_think(text: str) -> str | None:
-    """The answer after a leading ``<think>…</think>`` block; None if the block never closes.
-
-    Some chat templates put ``<think>`` in the prompt, so a reply may start inside the block and
-    only show ``</think>``; everything up to it is reasoning, not answer.
-    """
-    body = text.lstrip()
-    if body.startswith(_THINK_OPEN):
-        end = body.find(_THINK_CLOSE)
-        return None if end < 0 else body[end + len(_THINK_CLOSE) :]
-    end = text.find(_THINK_CLOSE)
-    if end >= 0 and _THINK_OPEN not in text[:end]:
-        return text[end + len(_THINK_CLOSE) :]
-    return text
+    """The answer a checker judges: as ``strip_thinking``, but None when a thinking block never
+    closes (a reply still thinking has given no answer)."""
+    answer, unclosed = _without_thinking(text)
+    return None if unclosed else answer
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -79,15 +80,18 @@ def _describe_errors(exc: ValidationError) -> list[str]:
     return problems
 
 
-def _reject_non_finite(value: Any) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise PlanRefused("plan refused: numbers must be finite", ["(plan): NaN or infinity"])
-    if isinstance(value, dict):
-        for item in value.values():
-            _reject_non_finite(item)
-    if isinstance(value, list):
-        for item in value:
-            _reject_non_finite(item)
+def has_non_finite(value: Any, depth: int = 0) -> bool:
+    """Is there a NaN or an infinity anywhere in this JSON-like value? (A raw JSON-RPC peer can
+    send them; Python's json accepts them.) Bounded in depth, never recursing forever."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth > 20:
+        return False
+    if isinstance(value, Mapping):
+        return any(has_non_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(has_non_finite(v, depth + 1) for v in value)
+    return False
 
 
 def parse_plan(raw: Any) -> Plan:
@@ -105,7 +109,8 @@ def parse_plan(raw: Any) -> Plan:
         raise PlanRefused("plan refused: a plan is a JSON object with hypothesis and candidates")
     if len(canonical_json(raw)) > MAX_PLAN_BYTES:
         raise PlanRefused("plan refused: larger than 16 KiB")
-    _reject_non_finite(raw)
+    if has_non_finite(raw):
+        raise PlanRefused("plan refused: numbers must be finite", ["(plan): NaN or infinity"])
     try:
         return Plan.model_validate(raw)
     except ValidationError as exc:

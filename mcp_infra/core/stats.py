@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 from mcp_infra.contracts import PromptStat, Sample
 
-METRIC = "decode_tps"
-
 
 @dataclass(frozen=True)
 class SpeedupSummary:

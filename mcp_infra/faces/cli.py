@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from mcp_infra.faces.render import verdict_table
+from mcp_infra.contracts import Outcome
+from mcp_infra.errors import ExitCode
+from mcp_infra.faces import render
 from mcp_infra.flows import api as app
 from mcp_infra.flows.cycle import SealFailed
 from mcp_infra.state import evidence
-from mcp_infra.state.context import window_state
+from mcp_infra.state.context import active_recipe, load_config, window_state
 from mcp_infra.state.store import ENV_HOME, CorruptFile, Home, LockHeld
 
 
@@ -26,65 +29,48 @@ def _print(data: Any, as_json: bool, text: str | None = None) -> None:
         print(text if text is not None else data)
 
 
-def _status_text(view: app.StatusView) -> str:
-    if not view.configured:
-        return f"home {view.home}: not configured. " + " ".join(view.problems)
-    lines = [f"home        {view.home}"]
-    if view.service:
-        s = view.service
-        health = "healthy" if s.healthy else "NOT answering"
-        since = f"; pid {s.pid} since {s.since:%Y-%m-%d %H:%M:%S}Z" if s.pid and s.since else ""
-        lines.append(f"service     {s.endpoint} {health}; recipe {s.active_recipe} "
-                     f"({app.knobs_text(s.knobs)}){since}")
-    sup = f"running (pid {view.supervisor_pid})" if view.supervisor_running else "not running"
-    lines.append(f"supervisor  {sup}")
-    if view.cycle:
-        c = view.cycle
-        extra = f" — {c.candidate} ({c.index}/{c.total})" if c.candidate else ""
-        lines.append(f"cycle       {c.cycle_id}: {c.state}{extra}: {c.message}")
-        if c.progress:
-            lines.append(f"progress    {c.progress}"
-                         + (f"; {c.elapsed_s:.0f} s so far" if c.elapsed_s is not None else ""))
-        if c.downtime_note:
-            lines.append(f"downtime    {c.downtime_note}")
-    lines.append(f"queue       {', '.join(view.queue) or 'empty'}")
-    if view.last_cycle:
-        lc = view.last_cycle
-        lines.append(f"last cycle  {lc.cycle_id}: {lc.outcome.value}"
-                     + (f", selected {lc.selected}" if lc.selected else "")
-                     + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else ""))
-    w = view.window or {}
-    shown = (f"{w.get('start')}–{w.get('end')} {w.get('timezone')}" if w.get("mode") == "window"
-             else str(w.get("mode", "?")))
-    lines.append(f"policy      {view.policy}; maintenance window: {shown}")
-    if view.window_now:
-        lines.append(f"next cycle  {view.window_now}")
-    if view.needs_operator:
-        lines.append(f"NEEDS OPERATOR: {view.needs_operator} — run `mcp-infra recover`")
-    lines += [f"problem     {p}" for p in view.problems]
-    return "\n".join(lines)
+def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> int:
+    print(message, file=sys.stderr)
+    return code
 
 
-def _registry_text(view: app.RegistryView) -> str:
-    lines = []
-    for c in view.candidates:
-        verdict = "ok" if c.preflight_passed else "FAILS PREFLIGHT"
-        lines.append(f"{c.id:32} {c.candidate_class:20} {c.semantics:9} {verdict}")
-        lines.append(f"    knobs: {app.knobs_text(c.knobs)}")
-        for check in c.checks:
-            mark = "pass" if check.passed else "FAIL"
-            if not check.passed:
-                lines.append(f"    {mark} {check.name}: {check.detail}")
-        for item in c.learned[-2:]:
-            lines.append(f"    learned in {item.cycle_id}: {item.decision}"
-                         + ("" if item.current else " (since then something changed)")
-                         + (f" — {item.failed_gates[0]}" if item.failed_gates
-                            else f" — {item.reasons[0]}" if item.reasons else ""))
-        if c.skip:
-            lines.append(f"    SKIPPED in plans: {c.skip}")
-    return "\n".join(lines) or "no candidates"
+# ---------------------------------------------------------------------------------------------
+# Commands: each takes the home and its parsed arguments and returns an exit code. Heavy modules
+# (the MCP server, the cycle, the demo) are imported inside the command that needs them, so
+# `mcp-infra status` stays fast.
+# ---------------------------------------------------------------------------------------------
 
 
+def cmd_demo(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra.demo.run import run_demo
+
+    return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving)
+
+
+def cmd_serve(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra.faces.mcp_server import serve
+
+    return serve(home, mode=args.mode, transport=args.transport, host=args.host, port=args.port,
+                 token_file=args.token_file, allowed_hosts=args.allowed_host,
+                 allowed_origins=args.allowed_origin, start_supervisor=not args.no_supervisor)
+
+
+def cmd_plan(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra.faces.planner import cli_plan
+
+    return cli_plan(home, args)
+
+
+def cmd_status(home: Home, args: argparse.Namespace) -> int:
+    view = app.status(home)
+    _print(view, args.json, render.status_text(view))
+    return ExitCode.OK
+
+
+def cmd_registry(home: Home, args: argparse.Namespace) -> int:
+    view = app.registry_view(home, args.candidate)
+    _print(view, args.json, render.registry_text(view))
+    return ExitCode.OK if view.candidates else ExitCode.USAGE
 
 
 def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
@@ -96,51 +82,47 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
         action = "show"
     if action == "list":
         view = app.evidence_view(home)
-        text = "\n".join(f"{c.cycle_id}  {c.outcome.value:20} {c.selected or '-':28} {c.reason}"
-                         for c in view.cycles or []) or "no sealed cycles"
-        _print(view, args.json, text)
-        return 0
+        _print(view, args.json, render.cycles_text(view))
+        return ExitCode.OK
     if not words:
-        print("evidence show|verify needs a cycle id or a bundle path", file=sys.stderr)
-        return 2
+        return _fail("evidence show|verify needs a cycle id or a bundle path")
     ref = words[0]
     if action == "verify":
         try:
             bundle = evidence.bundle_path(home, ref)
         except FileNotFoundError as exc:
-            print(str(exc), file=sys.stderr)
-            return 2
+            return _fail(str(exc))
         result = evidence.verify(bundle)
-        text = (f"{bundle}: hashes {'ok' if result.hashes_ok else 'MISMATCH'}; verdict "
-                f"{'recomputed identically' if result.verdict_ok else 'DIFFERS'}"
-                + "".join(f"\n  - {p}" for p in result.problems))
-        _print(result.model_dump() | {"ok": result.ok}, args.json, text)
-        return 0 if result.ok else 1
+        _print(result.model_dump() | {"ok": result.ok}, args.json,
+               render.verification_text(result))
+        return ExitCode.OK if result.ok else ExitCode.NO
     try:
         view = app.evidence_view(home, ref, args.section)
     except FileNotFoundError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    _print(view, args.json, verdict_table(view) if args.section in (None, "summary", "table",
-                                                                     "verdict") else None)
-    if not args.json and args.section not in (None, "summary", "table", "verdict"):
-        print(json.dumps(view.model_dump(mode="json", exclude_none=True), indent=2, default=str))
-    return 0
+        return _fail(str(exc))
+    _print(view, args.json, render.evidence_text(view))
+    return ExitCode.OK
 
 
-def cmd_gate(args: argparse.Namespace) -> int:
+def cmd_propose(home: Home, args: argparse.Namespace) -> int:
+    raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    view = app.propose(home, raw, proposed_by="cli", dry_run=args.dry_run,
+                       start_supervisor=not args.no_supervisor)
+    _print(view, args.json, render.proposal_text(view))
+    return ExitCode.OK if view.accepted else ExitCode.NO
+
+
+def cmd_gate(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.core import gates
 
     if args.gate_action == "list":
         tasks = gates.list_tasks()
-        _print([t.model_dump() for t in tasks], args.json,
-               "\n".join(f"{t.id:12} {t.prompt}\n{'':12} checks: {t.checks}" for t in tasks))
-        return 0
+        _print([t.model_dump() for t in tasks], args.json, render.tasks_text(tasks))
+        return ExitCode.OK
     text = args.text if args.text is not None else sys.stdin.read()
     result = gates.check_task(args.task, text)
-    _print(result.model_dump(), args.json,
-           f"{result.task}: {'PASS' if result.passed else 'FAIL'} — {result.detail}")
-    return 0 if result.passed else 1
+    _print(result.model_dump(), args.json, render.task_check_text(result))
+    return ExitCode.OK if result.passed else ExitCode.NO
 
 
 def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
@@ -151,58 +133,38 @@ def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
 
         watch(home, interval_s=args.interval, max_cycles=args.max_cycles,
               ignore_window=args.ignore_window)
-        return 0
+        return ExitCode.OK
     for summary in supervise(home, ignore_window=args.ignore_window):
-        print(f"{summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
+        print(render.summary_line(summary))
     if home.queued() and not args.ignore_window:
         state = window_state(home)
         if not state.may_start:
             print(f"{len(home.queued())} plan(s) wait in the queue: {state.reason}")
-    return 0
+    return ExitCode.OK
+
+
+def cmd_recover(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra.flows.cycle import operator_recover
+
+    for note in operator_recover(home):
+        print(note)
+    return ExitCode.OK
 
 
 def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.state import artifacts as hub
+    from mcp_infra.state.artifacts import HubError
 
     try:
         result = app.prepare_candidate(home, args.candidate, offline=args.offline or None,
                                        cache=Path(args.cache) if args.cache else None,
                                        progress=not args.json)
-    except hub.HubError as exc:
-        print(f"prepare: {exc}", file=sys.stderr)
-        return 2
-    lines = [f"{args.candidate}: prepared in {result.cache}"
-             + (" (offline: from the cache)" if result.offline else "")]
-    for a in result.artifacts:
-        lines.append(f"  {a.role:6} {a.repo}@{a.revision[:12]}: {a.files} files, "
-                     f"{a.bytes / 1e9:.2f} GB ({a.downloaded_bytes / 1e9:.2f} GB downloaded); "
-                     f"sha256 inventory {a.inventory}")
+    except HubError as exc:
+        return _fail(f"prepare: {exc}")
+    text = render.prepared_text(result)
     if args.init_service:
-        lines.append(_init_service(home, args.candidate, args.port))
-    _print(result, args.json, "\n".join(lines))
-    return 0
-
-
-def _init_service(home: Home, candidate: str, port: int) -> str:
-    from mcp_infra.contracts import Recipe, ServiceConfig
-    from mcp_infra.core.preflight import find_candidate, manifest_hash
-    from mcp_infra.state.artifacts import artifact_path
-    from mcp_infra.state.catalog import load_registry
-    from mcp_infra.state.store import write_model
-
-    if home.config.exists():
-        return f"config.yaml exists in {home.root}: left as it is"
-    found = find_candidate(load_registry(extra=home.user_registry), candidate)
-    assert found is not None
-    manifest, _ = found
-    baseline = Recipe(candidate_id=f"{manifest.id}:target", template=manifest.runtime.template,
-                      model_path=artifact_path(manifest.target, home.models, home.hf_cache),
-                      manifest_hash=manifest_hash(manifest))
-    home.ensure()
-    write_model(home.config, ServiceConfig(port=port, scratch_port=port + 10, baseline=baseline))
-    return (f"wrote {home.config}: the baseline serves {manifest.target.repo} with "
-            f"{manifest.runtime.template} on 127.0.0.1:{port} (scratch port {port + 10}); "
-            "start it with `mcp-infra service start`")
+        text += "\n" + app.init_service(home, args.candidate, args.port)
+    _print(result, args.json, text)
+    return ExitCode.OK
 
 
 def cmd_approve(home: Home, args: argparse.Namespace) -> int:
@@ -211,12 +173,27 @@ def cmd_approve(home: Home, args: argparse.Namespace) -> int:
     try:
         summary = approve(home, args.cycle, args.candidate)
     except ApprovalRefused as exc:
-        print(f"approve: refused: {exc}", file=sys.stderr)
-        return 2
-    _print(summary, args.json, f"{summary.cycle_id}: {summary.outcome.value}"
-           + (f", live recipe {summary.selected}" if summary.selected else "")
-           + f" — {summary.reason}")
-    return 0 if summary.outcome.value == "promoted" else 1
+        return _fail(f"approve: refused: {exc}")
+    _print(summary, args.json, render.summary_line(summary))
+    return ExitCode.OK if summary.outcome == Outcome.PROMOTED else ExitCode.NO
+
+
+def cmd_service(home: Home, args: argparse.Namespace) -> int:
+    from mcp_infra.procs.service import ensure_serving, stop_service
+
+    if args.action == "start":
+        print(ensure_serving(home, active_recipe(home), load_config(home)))
+    else:
+        print(stop_service(home))
+    return ExitCode.OK
+
+
+COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
+    "demo": cmd_demo, "serve": cmd_serve, "plan": cmd_plan, "supervise": cmd_supervise,
+    "recover": cmd_recover, "prepare": cmd_prepare, "approve": cmd_approve, "status": cmd_status,
+    "registry": cmd_registry, "evidence": cmd_evidence, "propose": cmd_propose,
+    "service": cmd_service, "gate": cmd_gate,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,83 +306,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        from mcp_infra.demo.run import run_demo
-
-        return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving)
     home = Home(args.home)
     try:
-        return _dispatch(home, args)
+        return int(COMMANDS[args.command](home, args))
     except CorruptFile as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
+        return _fail(f"error: {exc}", ExitCode.CORRUPT_STATE)
     except LockHeld as exc:
-        print(f"another supervisor is running ({exc}); it owns the service, so this one exits",
-              file=sys.stderr)
-        return 4
+        return _fail(f"another supervisor is running ({exc}); it owns the service, so this one "
+                     "exits", ExitCode.LOCKED)
     except SealFailed as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 5
-
-
-def _dispatch(home: Home, args: argparse.Namespace) -> int:
-    command = args.command
-    if command == "serve":
-        from mcp_infra.faces.mcp_server import serve
-
-        return serve(home, mode=args.mode, transport=args.transport, host=args.host,
-                     port=args.port, token_file=args.token_file,
-                     allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
-                     start_supervisor=not args.no_supervisor)
-    if command == "plan":
-        from mcp_infra.faces.planner import cli_plan
-
-        return cli_plan(home, args)
-    if command == "supervise":
-        return cmd_supervise(home, args)
-    if command == "prepare":
-        return cmd_prepare(home, args)
-    if command == "approve":
-        return cmd_approve(home, args)
-    if command == "recover":
-        from mcp_infra.flows.cycle import operator_recover
-
-        for note in operator_recover(home):
-            print(note)
-        return 0
-    if command == "status":
-        view = app.status(home)
-        _print(view, args.json, _status_text(view))
-        return 0
-    if command == "registry":
-        view = app.registry_view(home, args.candidate)
-        _print(view, args.json, _registry_text(view))
-        return 0 if view.candidates else 2
-    if command == "evidence":
-        return cmd_evidence(home, args)
-    if command == "propose":
-        raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-        view = app.propose(home, raw, proposed_by="cli", dry_run=args.dry_run,
-                           start_supervisor=not args.no_supervisor)
-        text = (f"{'accepted' if view.accepted else 'refused'}: {view.message}"
-                + (f"\nplan {view.plan_id}: {', '.join(view.candidates)}" if view.plan_id else "")
-                + "".join(f"\n  change: {c.field} {c.action}: {c.reason}" for c in view.changes)
-                + "".join(f"\n  refused: {r.id}: {r.reason}" for r in view.refused)
-                + "".join(f"\n  problem: {p}" for p in view.problems))
-        _print(view, args.json, text)
-        return 0 if view.accepted else 1
-    if command == "service":
-        from mcp_infra.procs.service import ensure_serving, stop_service
-        from mcp_infra.state.context import active_recipe, load_config
-
-        if args.action == "start":
-            print(ensure_serving(home, active_recipe(home), load_config(home)))
-        else:
-            print(stop_service(home))
-        return 0
-    if command == "gate":
-        return cmd_gate(args)
-    raise AssertionError(command)
+        return _fail(f"error: {exc}", ExitCode.SEAL_FAILED)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ kept running).
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -33,9 +32,10 @@ from mcp_infra import __version__
 from mcp_infra.contracts import AuditRecord
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import manifest_hash
-from mcp_infra.core.sanitize import MAX_PLAN_BYTES, policy_hash
-from mcp_infra.faces import planner, render
+from mcp_infra.core.sanitize import MAX_PLAN_BYTES, has_non_finite, policy_hash
+from mcp_infra.faces import render
 from mcp_infra.flows import api as app
+from mcp_infra.flows import planning
 from mcp_infra.state.catalog import RegistryError, load_policy, load_registry
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import CorruptFile, Home, utcnow
@@ -119,18 +119,6 @@ def _name(key: object) -> str:
     return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_]{1,40}", key) else "<name>"
 
 
-def _non_finite(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if depth > 20:
-        return False
-    if isinstance(value, Mapping):
-        return any(_non_finite(v, depth + 1) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_non_finite(v, depth + 1) for v in value)
-    return False
-
-
 def argument_problems(tool: str, arguments: Any) -> list[str]:
     """What is wrong with a call's arguments, in our words; empty when they are fine."""
     model = ARGUMENTS[tool]
@@ -143,7 +131,7 @@ def argument_problems(tool: str, arguments: Any) -> list[str]:
     if unknown:
         shown = ", ".join(sorted({_name(k) for k in unknown})[:5])
         return [f"unknown argument(s): {shown}; allowed: {', '.join(sorted(allowed)) or 'none'}"]
-    if _non_finite({k: v for k, v in arguments.items() if k != "plan"}):
+    if has_non_finite({k: v for k, v in arguments.items() if k != "plan"}):
         return ["numbers must be finite"]
     try:
         model.model_validate(dict(arguments))
@@ -205,7 +193,7 @@ class ArgumentGuard:
 
 PlanArgument = Annotated[
     dict[str, Any] | str,
-    WithJsonSchema({"anyOf": [planner.plan_schema(),
+    WithJsonSchema({"anyOf": [planning.plan_schema(),
                               {"type": "string", "maxLength": MAX_PLAN_BYTES,
                                "description": "the same plan as a JSON string"}]}),
     Field(description="The plan: {hypothesis: one line (at most 300 characters), candidates: 1-3 "
@@ -336,7 +324,7 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
 
     _add_resources(server, home)
 
-    @server.prompt(name=planner.PROMPT_NAME, title="Plan an acceleration experiment",
+    @server.prompt(name=planning.PROMPT_NAME, title="Plan an acceleration experiment",
                    description="Instructions for a planner with the live context: candidates "
                    "that pass preflight, the baseline's figures, what past cycles found "
                    "(failures included) and the policy's bounds; the answer is one JSON plan "
@@ -347,19 +335,20 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         """Instructions for a planner with the live context: candidates that pass preflight,
         the baseline's figures, what past cycles found (failures included) and the policy's
         bounds. Optional goal: one line on what to optimize (at most 500 characters)."""
-        if goal is not None and len(goal) > planner.MAX_GOAL:
+        if goal is not None and len(goal) > planning.MAX_GOAL:
             raise MCPError(code=INVALID_PARAMS,
-                           message=f"goal is too long (at most {planner.MAX_GOAL} characters)")
+                           message=f"goal is too long (at most {planning.MAX_GOAL} characters)")
         if goal is not None and ("\n" in goal or "\r" in goal):
             raise MCPError(code=INVALID_PARAMS, message="goal must be one line")
         try:
-            context = planner.build_context(home)
+            context = planning.build_context(home)
         except FileNotFoundError as exc:
             raise MCPError(code=INVALID_PARAMS, message="no managed service is configured in "
                            "this home (config.yaml missing)") from exc
         except BROKEN as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(_broken(exc))) from exc
-        return [UserMessage(planner.render_prompt(context, goal, can_propose=mode != "read-only"))]
+        return [UserMessage(render.planning_prompt(context, goal,
+                                                  can_propose=mode != "read-only"))]
 
     return server
 
@@ -386,7 +375,7 @@ def _add_resources(server: MCPServer, home: Home) -> None:
                      mime_type="application/json",
                      description="The JSON schema of what propose_plan accepts (nothing else).")
     def plan_schema_resource() -> str:
-        return _json(planner.plan_schema())
+        return _json(planning.plan_schema())
 
     def manifest_json(manifest_id: str) -> str:
         manifests = load_registry(extra=home.user_registry)

@@ -1,7 +1,8 @@
-"""Readable text for the MCP tools' results: what a model (or a person in an MCP host) reads.
+"""Every text mcp-infra writes for a person or a model, in one place.
 
-Every tool also returns the same view as structured content; this text is its summary, written to
-be enough on its own for a model that only sees text, and bounded in size.
+The MCP tools and the CLI show the same words for the same view: each tool also returns the view
+as structured content, and this text is its summary, written to be enough on its own for a model
+that only sees text, and bounded in size. The planning prompt and the demo's table live here too.
 """
 
 from __future__ import annotations
@@ -9,7 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mcp_infra.contracts import CycleSummary
+from mcp_infra.core.gates import TaskCheck, TaskSpec
+from mcp_infra.core.units import fmt_pct
 from mcp_infra.flows import api as app
+from mcp_infra.flows.planning import LocalPlanResult, PlanningContext
+from mcp_infra.state.artifacts import PrepareResult
+from mcp_infra.state.evidence import Verification
 
 MAX_TEXT = 12_000
 
@@ -19,10 +26,6 @@ def _bounded(lines: list[str]) -> str:
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT].rsplit("\n", 1)[0] + "\n… (cut; the structured content is complete)"
     return text
-
-
-def _pct(speedup: float | None) -> str:
-    return f"{(speedup - 1) * 100:+.1f}%" if speedup is not None else "-"
 
 
 def status_text(view: app.StatusView) -> str:
@@ -84,8 +87,11 @@ def registry_text(view: app.RegistryView) -> str:
                 lines.append(f"    fails {check.name}: {check.detail}")
         for item in c.learned[-3:]:
             reason = f": {item.reasons[0]}" if item.reasons else ""
+            changed = "" if item.current else " (since then something changed)"
             lines.append(f"    cycle {item.cycle_id}: {item.decision} "
-                         f"({_pct(item.speedup_estimate)}){reason}")
+                         f"({fmt_pct(item.speedup_estimate)}){changed}{reason}")
+        if c.skip:
+            lines.append(f"    skipped in plans: {c.skip}")
     return _bounded(lines)
 
 
@@ -100,24 +106,9 @@ def evidence_text(view: app.EvidenceView) -> str:
                          + (f" ({s.speedup_pct:+.1f}%)" if s.speedup_pct is not None else "")
                          + f" — {s.reason}")
         return _bounded(lines)
-    lines = []
-    if view.summary:
-        s = view.summary
-        lines.append(f"Cycle {s.cycle_id} (plan {s.plan_id}): {s.outcome.value}"
-                     + (f", selected {s.selected}" if s.selected else "")
-                     + f"; live recipe after it: {s.active_recipe}. {s.reason}"
-                     + (" (interrupted, then recovered)" if s.interrupted else ""))
-    if view.verdict:
-        for c in view.verdict.candidates:
-            gates = ", ".join(f"{g.gate} {'ok' if g.passed else 'FAILED'}" for g in c.gates)
-            ci = (f" [{_pct(c.ci_low)}, {_pct(c.ci_high)}]" if c.ci_low is not None
-                  and c.ci_high is not None else "")
-            lines.append(f"- {c.candidate}: {c.decision.value}; speedup {_pct(c.speedup_estimate)}"
-                         f"{ci}; gates: {gates or 'none'}. " + "; ".join(c.reasons[:3]))
-    if view.table:
-        lines.append("Per prompt (baseline → candidate decode tok/s):")
-        lines += [f"  {r['candidate']} {r['prompt']}: {r['baseline_tps']} → {r['candidate_tps']} "
-                  f"(x{r['speedup']})" for r in view.table]
+    lines = verdict_table(view).splitlines() if (view.summary or view.verdict) else []
+    if view.summary and view.summary.interrupted:
+        lines.append("The cycle was interrupted, then recovered.")
     if view.gates is not None:
         for g in view.gates:
             lines.append(f"- {g['candidate']} {g['gate']}: {'passed' if g['passed'] else 'FAILED'}"
@@ -189,10 +180,10 @@ def verdict_table(view: app.EvidenceView) -> str:
     for c in verdict.candidates:
         tps = f"{c.candidate_tps:.1f}" if c.candidate_tps else "-"
         base = f"{c.baseline_tps:.1f}→" if c.baseline_tps else ""
-        speed = f"{(c.speedup_estimate - 1) * 100:+.1f}%" if c.speedup_estimate else "-"
-        ci = (f"[{(c.ci_low - 1) * 100:+.1f}, {(c.ci_high - 1) * 100:+.1f}]%"
+        speed = fmt_pct(c.speedup_estimate)
+        ci = (f"[{fmt_pct(c.ci_low)}, {fmt_pct(c.ci_high)}]"
               if c.ci_low is not None and c.ci_high is not None else "-")
-        worst = (f"{(c.worst_speedup - 1) * 100:+.1f}%" if c.worst_speedup else "-")
+        worst = fmt_pct(c.worst_speedup)
         gates = ",".join(f"{g.gate}:{'ok' if g.passed else 'FAIL'}" for g in c.gates) or "-"
         lines.append(f"{c.candidate:26} {base + tps:>13} {speed:>9} {ci:>17} {worst:>13}  "
                      f"{gates:24} {c.decision.value}")
@@ -203,4 +194,143 @@ def verdict_table(view: app.EvidenceView) -> str:
         for row in view.table:
             lines.append(f"    {row['candidate']:26} {row['prompt']:16} {row['baseline_tps']:8.1f} "
                          f"→ {row['candidate_tps']:8.1f} tok/s  x{row['speedup']:.3f}")
+    return "\n".join(lines)
+
+
+def planning_prompt(context: PlanningContext, goal: str | None = None, *,
+                  can_propose: bool = True) -> str:
+    """The planner's instructions with the live context, as one user message (kept compact: a
+    local model pays for every prompt token)."""
+    p = context.policy
+    out = [
+        "You plan a speed experiment for a local LLM service managed by mcp-infra. You only "
+        "propose: code measures each candidate you name against the live baseline on this "
+        "machine, gates it (lossless: greedy output identical to the baseline's, token for "
+        "token; lossy: a quality budget), selects by fixed thresholds, promotes only a "
+        "qualified winner and rolls back on trouble. Keeping the baseline is a valid result.",
+        "Goal: " + (goal.strip() if goal and goal.strip()
+                    else "faster decoding without changing answers") + ".",
+        f"Live recipe: {context.live_recipe} at {context.endpoint}.",
+        "",
+        "## Candidates you may propose (they pass preflight here)",
+    ]
+    if not context.runnable:
+        out.append("None: no candidate can run on this machine.")
+    for c in context.runnable:
+        knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or "defaults"
+        auto = "auto-promote" if c.auto_promote else "NOT auto-promoted: a person decides"
+        out.append(f"- {c.id}: {c.title} ({c.candidate_class}, {c.semantics}, {auto}; {knobs})")
+        out += [f"  past {h[:200]}" for h in c.history]
+    if context.unavailable:
+        out += ["", "## Not runnable here (do not propose)"]
+        groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for u in context.unavailable:
+            manifest, _, variant = u.id.partition(":")
+            groups.setdefault((manifest, tuple(u.reasons[:2])), []).append(variant)
+        for (manifest, reasons), variants in groups.items():
+            out.append(f"- {manifest}:{{{','.join(variants)}}}: {'; '.join(reasons)}")
+    out += ["", "## Baseline"]
+    b = context.baseline
+    if b is None:
+        out.append("Not measured yet (every cycle measures the live recipe first).")
+    else:
+        which = "live now" if b.is_live_recipe else "no longer live"
+        out.append(f"Cycle {b.cycle_id} measured {b.recipe} ({which}; suite {b.suite}, "
+                   f"{b.max_tokens} max tokens): median decode {b.decode_tps_median} tok/s, "
+                   f"median TTFT {b.ttft_s_median} s, peak memory {b.peak_memory_gb} GB, "
+                   f"{b.samples} requests, {b.errors} failed.")
+        if b.per_prompt_decode_tps:
+            out.append("Per prompt, decode tok/s: " + ", ".join(
+                f"{k} {v}" for k, v in b.per_prompt_decode_tps.items()) + ".")
+    out += ["", "## Past cycles (newest first, failures included)"]
+    if not context.past_cycles:
+        out.append("None yet.")
+    for cyc in context.past_cycles:
+        decided = ", ".join(line.split(" (", 1)[0] for line in cyc.candidates)
+        out.append(f"- {cyc.cycle_id}: {cyc.outcome}"
+                   + (f", selected {cyc.selected}" if cyc.selected else "")
+                   + (f" ({cyc.speedup_pct:+.1f}%)" if cyc.speedup_pct is not None else "")
+                   + (" [interrupted, recovered]" if cyc.interrupted else "")
+                   + f" — {cyc.reason[:160]}" + (f" [{decided}]" if decided else ""))
+    out += [
+        "", f"## Policy {p.name}",
+        f"- min_speedup_pct: default {p.min_speedup_pct.default}; a plan may only raise it, "
+        f"within [{p.min_speedup_pct.low}, {p.min_speedup_pct.high}].",
+        f"- max_peak_memory_gb: default {p.max_peak_memory_gb.default}; a plan may only lower "
+        f"it, within [{p.max_peak_memory_gb.low}, {p.max_peak_memory_gb.high}], never below "
+        "the baseline's measured peak.",
+        f"- no prompt may slow down by more than {p.worst_prompt_tolerance_pct}%; "
+        "auto-promotion: " + ", ".join(k for k, v in p.auto_promote.items() if v) + " only.",
+        f"- cycles start: {p.window}; protocol: suite {p.suite}, {p.repeats} repeats, "
+        f"{p.max_tokens} max tokens.",
+        "",
+        "## Your answer",
+        "Exactly one JSON object, nothing after it:",
+        '{"hypothesis": "<one line, at most 300 characters>", "candidates": ["<1 to 3 ids from '
+        'the list you may propose>"], "acceptance": {"min_speedup_pct": <number>, '
+        '"max_peak_memory_gb": <number>}, "notes": "<optional>"}',
+        "Use only listed ids; never the baseline (always measured first); omit acceptance "
+        "unless you want stricter thresholds; prefer untried or inconclusive candidates; do "
+        "not repeat one a past cycle rejected on a gate unless something changed.",
+        "The JSON goes to this MCP server's `propose_plan` tool (dry_run=true shows how it "
+        "would be sanitized)." if can_propose else "This MCP server is read-only: give the JSON "
+        "to a person, who can run `mcp-infra propose PLAN.json`.",
+    ]
+    return "\n".join(out)
+
+
+def local_plan_text(result: LocalPlanResult) -> str:
+    lines = [("accepted" if result.accepted else "not accepted") + f": {result.message}"]
+    if result.proposal:
+        p = result.proposal
+        if p.get("plan_id"):
+            lines.append(f"plan {p['plan_id']}: {', '.join(p.get('candidates', []))}"
+                         + (" (dry run, not queued)" if result.dry_run else ""))
+        lines += [f"  change: {c['field']} {c['action']}: {c['reason']}"
+                  for c in p.get("changes", [])]
+        lines += [f"  refused: {r['id']}: {r['reason']}" for r in p.get("refused", [])]
+        lines += [f"  problem: {x}" for x in p.get("problems", [])]
+        if p.get("follow"):
+            lines.append(f"follow: {p['follow']}")
+    elif result.reply_excerpt and not result.submitted:
+        excerpt = result.reply_excerpt.replace("\n", " ")[:300]
+        lines.append(f"model reply began: {excerpt!r}")
+    return "\n".join(lines)
+
+
+def cycles_text(view: app.EvidenceView) -> str:
+    """One line per sealed cycle (the CLI's `evidence list`)."""
+    return "\n".join(f"{c.cycle_id}  {c.outcome.value:20} {c.selected or '-':28} {c.reason}"
+                     for c in view.cycles or []) or "No sealed cycle yet."
+
+
+def verification_text(result: Verification) -> str:
+    return (f"{result.bundle}: hashes {'ok' if result.hashes_ok else 'MISMATCH'}; verdict "
+            f"{'recomputed identically' if result.verdict_ok else 'DIFFERS'}"
+            + "".join(f"\n  - {p}" for p in result.problems))
+
+
+def summary_line(summary: CycleSummary) -> str:
+    """A cycle's outcome in one line (supervise, approve)."""
+    return (f"{summary.cycle_id}: {summary.outcome.value}"
+            + (f", live recipe {summary.selected}" if summary.selected else "")
+            + (f" ({summary.speedup_pct:+.1f}%)" if summary.speedup_pct is not None else "")
+            + f" — {summary.reason}")
+
+
+def tasks_text(tasks: list[TaskSpec]) -> str:
+    return "\n".join(f"{t.id:12} {t.prompt}\n{'':12} checks: {t.checks}" for t in tasks)
+
+
+def task_check_text(result: TaskCheck) -> str:
+    return f"{result.task}: {'PASS' if result.passed else 'FAIL'} — {result.detail}"
+
+
+def prepared_text(result: PrepareResult) -> str:
+    lines = [f"{result.candidate}: prepared in {result.cache}"
+             + (" (offline: from the cache)" if result.offline else "")]
+    for a in result.artifacts:
+        lines.append(f"  {a.role:6} {a.repo}@{a.revision[:12]}: {a.files} files, "
+                     f"{a.bytes / 1e9:.2f} GB ({a.downloaded_bytes / 1e9:.2f} GB downloaded); "
+                     f"sha256 inventory {a.inventory}")
     return "\n".join(lines)

@@ -29,11 +29,12 @@ from mcp_infra.contracts import (
     PlanChange,
     Recipe,
     RefusedCandidate,
+    ServiceConfig,
     SupervisorRecord,
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.core.preflight import Check, preflight, registry_hash
+from mcp_infra.core.preflight import Check, find_candidate, manifest_hash, preflight, registry_hash
 from mcp_infra.core.sanitize import PlanRefused, parse_plan, policy_hash, sanitize
 from mcp_infra.procs.runtime import is_running, port_owner_is, probe_completion
 from mcp_infra.state import artifacts as hub
@@ -43,6 +44,7 @@ from mcp_infra.state.artifacts import (
     PREPARE_IGNORES,
     HubError,
     PrepareResult,
+    artifact_path,
     candidate_artifacts,
     resolve_recipe,
 )
@@ -575,8 +577,6 @@ def knobs_text(knobs: Knobs | dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in data.items()) or "defaults"
 
 
-def bundle_for(home: Home, ref: str) -> Path:
-    return evidence_mod.bundle_path(home, ref)
 
 
 def prepare_candidate(home: Any, candidate_id: str, *, cache: Path | None = None,
@@ -610,3 +610,22 @@ def prepare_candidate(home: Any, candidate_id: str, *, cache: Path | None = None
         raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
     return hub.prepare(manifest, candidate_id, variant.knobs.draft, policy, cache=cache,
                    offline=offline, progress=progress)
+
+
+def init_service(home: Home, candidate: str, port: int) -> str:
+    """`prepare --init-service`: a first config.yaml whose baseline serves the candidate's target
+    without a drafter (left alone if one exists)."""
+
+    if home.config.exists():
+        return f"config.yaml exists in {home.root}: left as it is"
+    found = find_candidate(load_registry(extra=home.user_registry), candidate)
+    assert found is not None
+    manifest, _ = found
+    baseline = Recipe(candidate_id=f"{manifest.id}:target", template=manifest.runtime.template,
+                      model_path=artifact_path(manifest.target, home.models, home.hf_cache),
+                      manifest_hash=manifest_hash(manifest))
+    home.ensure()
+    write_model(home.config, ServiceConfig(port=port, scratch_port=port + 10, baseline=baseline))
+    return (f"wrote {home.config}: the baseline serves {manifest.target.repo} with "
+            f"{manifest.runtime.template} on 127.0.0.1:{port} (scratch port {port + 10}); "
+            "start it with `mcp-infra service start`")

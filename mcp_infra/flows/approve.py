@@ -35,6 +35,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.sanitize import policy_hash
+from mcp_infra.core.units import speedup_pct
 from mcp_infra.errors import McpInfraError
 from mcp_infra.flows import cycle
 from mcp_infra.state import evidence, memory
@@ -190,7 +191,7 @@ def _approval_cycle(home: Home, config: object, plan: FrozenPlan, verdict: Verdi
             "manifest, policy and environment; artifacts match their inventory")
     journal(CycleState.PREPARE, "the measured recipe", recipes={
         recipe.candidate_id: recipe.model_dump(mode="json")})
-    speedup = (round((chosen.speedup_estimate - 1) * 100, 2)
+    speedup = (speedup_pct(chosen.speedup_estimate)
                if chosen.speedup_estimate is not None else None)
     try:
         outcome, selected, reason, speedup = cycle._promote(

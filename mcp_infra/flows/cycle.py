@@ -40,6 +40,7 @@ from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.selector import select
+from mcp_infra.core.units import speedup_pct
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.procs import bench
 from mcp_infra.procs.runtime import MemorySampler, is_running, log_tail
@@ -397,7 +398,7 @@ def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
 def _speedup_pct(verdict: Verdict, candidate: str) -> float | None:
     for item in verdict.candidates:
         if item.candidate == candidate and item.speedup_estimate is not None:
-            return round((item.speedup_estimate - 1) * 100, 2)
+            return speedup_pct(item.speedup_estimate)
     return None
 
 

@@ -43,7 +43,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import manifest_hash
 from mcp_infra.errors import McpInfraError
-from mcp_infra.state.store import read_model, utcnow, write_model
+from mcp_infra.state.store import read_model, sha256_file, utcnow, write_model
 
 __all__ = [
     "DEFAULT_ALLOW_PATTERNS", "NEVER_PATTERNS", "ArtifactPlan", "ArtifactTampered",
@@ -217,13 +217,7 @@ def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> str
         if progress:
             progress(key[1])
         return _MEMO[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-            if progress:
-                progress(len(chunk))
-    _MEMO[key] = digest.hexdigest()
+    _MEMO[key] = sha256_file(path, progress)
     return _MEMO[key]
 
 

@@ -21,8 +21,6 @@ def active_recipe(home: Home) -> Recipe:
     return active or load_config(home).baseline
 
 
-def previous_recipe(home: Home) -> Recipe | None:
-    return read_optional(home.previous_file, Recipe)
 
 
 def service_record(home: Home) -> ProcessRecord | None:

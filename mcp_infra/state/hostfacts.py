@@ -17,10 +17,13 @@ from mcp_infra.contracts import (
     EnvironmentFingerprint,
     Recipe,
 )
-from mcp_infra.core.digest import sha256_bytes
+from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import HostFacts
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state.artifacts import cached_hub_artifacts, hub_caches
+from mcp_infra.state.store import (
+    sha256_file,
+)
 
 
 def platform_tag() -> str:
@@ -158,3 +161,29 @@ def model_fingerprint(path: Path) -> str:
             for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
+
+
+SMALL_FILE_BYTES = 64 * 2**20
+
+
+def artifact_identity(path: str | None) -> str:
+    """What a model folder is, cheaply: see the module notes."""
+    if not path:
+        return "-"
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"missing:{path}"
+    if folder.parent.name == "snapshots" and folder.parents[1].name.startswith("models--"):
+        inventory = hub.read_inventory(folder)
+        if inventory is not None:
+            return f"inventory:{inventory.digest}"
+        return f"hub:{folder.parents[1].name}@{folder.name}"
+    parts = []
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        stat = file.stat()
+        rel = file.relative_to(folder).as_posix()
+        if stat.st_size <= SMALL_FILE_BYTES:
+            parts.append([rel, stat.st_size, sha256_file(file)])
+        else:
+            parts.append([rel, stat.st_size, stat.st_mtime_ns])
+    return "files:" + sha256_bytes(canonical_json(parts))

@@ -24,7 +24,6 @@ read from the bundle on the fly, with its environment from its own ``environment
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,7 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
-from mcp_infra.state import artifacts as hub
-from mcp_infra.state.hostfacts import environment, environment_from
+from mcp_infra.state.hostfacts import artifact_identity, environment, environment_from
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -51,18 +49,16 @@ from mcp_infra.state.store import (
     read_journal_file,
     read_model,
     read_optional,
-    sha256_file,
     utcnow,
     write_model,
 )
 
 __all__ = [
-    "PLAN_INDEPENDENT_GATES", "artifact_identity", "changed_candidates", "environment",
+    "PLAN_INDEPENDENT_GATES", "changed_candidates", "environment",
     "environment_key", "latest", "outcomes", "record", "skip_reason", "skips",
 ]
 
 PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
-SMALL_FILE_BYTES = 64 * 2**20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,27 +74,6 @@ SMALL_FILE_BYTES = 64 * 2**20
 
 
 
-def artifact_identity(path: str | None) -> str:
-    """What a model folder is, cheaply: see the module notes."""
-    if not path:
-        return "-"
-    folder = Path(path)
-    if not folder.is_dir():
-        return f"missing:{path}"
-    if folder.parent.name == "snapshots" and folder.parents[1].name.startswith("models--"):
-        inventory = hub.read_inventory(folder)
-        if inventory is not None:
-            return f"inventory:{inventory.digest}"
-        return f"hub:{folder.parents[1].name}@{folder.name}"
-    parts = []
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        stat = file.stat()
-        rel = file.relative_to(folder).as_posix()
-        if stat.st_size <= SMALL_FILE_BYTES:
-            parts.append([rel, stat.st_size, sha256_file(file)])
-        else:
-            parts.append([rel, stat.st_size, stat.st_mtime_ns])
-    return "files:" + sha256_bytes(canonical_json(parts))
 
 
 def environment_key(env: dict[str, str], recipe: Recipe | dict[str, Any],
@@ -312,11 +287,3 @@ def changed_candidates(home: Home, recipes: dict[str, Recipe], policy_hash: str,
     return out
 
 
-def describe(outcome: RememberedOutcome) -> dict[str, Any]:
-    """A compact, JSON-friendly line for agents and people."""
-    failed = [f"{g.gate}: {g.detail[:120]}" for g in outcome.gates if not g.passed]
-    return {"cycle_id": outcome.cycle_id, "decision": outcome.decision.value,
-            "selected": outcome.selected, "speedup_estimate": outcome.speedup_estimate,
-            "failed_gates": failed, "reason": (outcome.reasons or [""])[0][:200],
-            "sealed_at": outcome.sealed_at.isoformat() if isinstance(outcome.sealed_at, datetime)
-            else str(outcome.sealed_at)}

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,11 +54,14 @@ def default_home() -> Path:
 
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> str:
+    """The one file hasher; ``progress`` is told the size of each chunk read."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
             digest.update(chunk)
+            if progress:
+                progress(len(chunk))
     return digest.hexdigest()
 
 

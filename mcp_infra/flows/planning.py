@@ -1,0 +1,248 @@
+"""What a planner needs to know, read from the home directory without touching the service:
+what can run here, how fast the live recipe is, what past cycles found, the policy's bounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcp_infra.contracts import BASELINE_ID, CandidateRun, CycleSummary, Outcome, Plan, Verdict
+from mcp_infra.core.extraction import Extraction
+from mcp_infra.core.preflight import preflight
+from mcp_infra.core.units import fmt_pct
+from mcp_infra.state import evidence as evidence_mod
+from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.context import active_recipe, load_config
+from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.store import CorruptFile, Home, read_optional
+
+PROMPT_NAME = "propose_acceleration_plan"
+
+
+CLIENT_NAME = "mcp-infra-plan"
+
+
+MAX_GOAL = 500
+
+
+PAST_CYCLES = 8
+
+
+class Brief(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CandidateBrief(Brief):
+    id: str
+    title: str
+    candidate_class: str
+    semantics: str
+    knobs: dict[str, Any]
+    auto_promote: bool
+    history: list[str] = Field(default_factory=list)
+
+
+class UnavailableBrief(Brief):
+    id: str
+    reasons: list[str]
+
+
+class BaselineFigures(Brief):
+    cycle_id: str
+    recipe: str
+    is_live_recipe: bool
+    suite: str
+    max_tokens: int
+    decode_tps_median: float | None
+    ttft_s_median: float | None
+    per_prompt_decode_tps: dict[str, float]
+    peak_memory_gb: float | None
+    samples: int
+    errors: int
+
+
+class PastCycle(Brief):
+    cycle_id: str
+    outcome: str
+    selected: str | None
+    speedup_pct: float | None
+    reason: str
+    interrupted: bool
+    candidates: list[str] = Field(default_factory=list)
+
+
+class ThresholdBounds(Brief):
+    default: float
+    low: float
+    high: float
+
+
+class PolicyBounds(Brief):
+    name: str
+    min_speedup_pct: ThresholdBounds
+    max_peak_memory_gb: ThresholdBounds
+    worst_prompt_tolerance_pct: float
+    auto_promote: dict[str, bool]
+    window: str
+    suite: str
+    repeats: int
+    max_tokens: int
+
+
+class PlanningContext(Brief):
+    live_recipe: str
+    endpoint: str
+    runnable: list[CandidateBrief]
+    unavailable: list[UnavailableBrief]
+    baseline: BaselineFigures | None
+    past_cycles: list[PastCycle]
+    policy: PolicyBounds
+    plan_schema: dict[str, Any]
+
+
+def build_context(home: Home) -> PlanningContext:
+    """Everything a planner should know, read from the home directory (no service is touched)."""
+    config = load_config(home)
+    policy = load_policy(config.policy, extra=home.user_policy)
+    manifests = load_registry(extra=home.user_registry)
+    facts = host_facts(home.root, home.models, home.hf_cache)
+    live = active_recipe(home)
+    summaries = evidence_mod.list_cycles(home)
+    verdicts = {s.cycle_id: _verdict(home, s.cycle_id) for s in summaries[:50]}
+    history: dict[str, list[str]] = {}
+    for summary in reversed(summaries[:50]):
+        verdict = verdicts.get(summary.cycle_id)
+        for item in verdict.candidates if verdict else []:
+            reason = item.reasons[0] if item.reasons else ""
+            speed = (f" {fmt_pct(item.speedup_estimate)}"
+                     if item.speedup_estimate is not None else "")
+            history.setdefault(item.candidate, []).append(
+                f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"[:300])
+    runnable, unavailable = [], []
+    for manifest in manifests.values():
+        for variant in manifest.variants:
+            cid = f"{manifest.id}:{variant.id}"
+            check = preflight(manifest, variant, policy, facts)
+            if not check.passed:
+                unavailable.append(UnavailableBrief(id=cid, reasons=check.failures()[:3]))
+                continue
+            cls = manifest.class_of(variant)
+            runnable.append(CandidateBrief(
+                id=cid, title=variant.title or manifest.title, candidate_class=cls.value,
+                semantics=manifest.semantics_of(variant).value,
+                knobs=variant.knobs.model_dump(exclude_defaults=True),
+                auto_promote=bool(policy.auto_promote.get(cls, False)),
+                history=history.get(cid, [])[-4:]))
+    past = []
+    for summary in summaries[:PAST_CYCLES]:
+        verdict = verdicts.get(summary.cycle_id)
+        past.append(PastCycle(
+            cycle_id=summary.cycle_id, outcome=summary.outcome.value, selected=summary.selected,
+            speedup_pct=summary.speedup_pct, reason=summary.reason[:300],
+            interrupted=summary.interrupted,
+            candidates=[f"{c.candidate}: {c.decision.value}"
+                        + (f" ({c.reasons[0]})"[:240] if c.reasons else "")
+                        for c in (verdict.candidates if verdict else [])]))
+    window = policy.window
+    window_text = (f"{window.start}-{window.end} {window.timezone}" if window.mode == "window"
+                   else window.mode)
+    bounds = policy.thresholds
+    return PlanningContext(
+        live_recipe=live.candidate_id,
+        endpoint=f"http://{config.host}:{config.port}/v1",
+        runnable=runnable, unavailable=unavailable,
+        baseline=_baseline_figures(home, summaries, live.candidate_id),
+        past_cycles=past,
+        policy=PolicyBounds(
+            name=policy.name,
+            min_speedup_pct=ThresholdBounds(**bounds.min_speedup_pct.model_dump()),
+            max_peak_memory_gb=ThresholdBounds(**bounds.max_peak_memory_gb.model_dump()),
+            worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
+            auto_promote={k.value: v for k, v in policy.auto_promote.items()},
+            window=window_text, suite=policy.protocol.suite, repeats=policy.protocol.repeats,
+            max_tokens=policy.protocol.max_tokens),
+        plan_schema=plan_schema())
+
+
+def plan_schema() -> dict[str, Any]:
+    """The JSON schema of a plan, with no $defs (easy to embed and to read)."""
+    schema = Plan.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(defs[node["$ref"].split("/")[-1]])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
+def _verdict(home: Home, cycle_id: str) -> Verdict | None:
+    try:
+        return read_optional(home.bundle_files(cycle_id).verdict, Verdict)
+    except CorruptFile:
+        return None
+
+
+def _baseline_figures(home: Home, summaries: list[CycleSummary],
+                      live: str) -> BaselineFigures | None:
+    """Figures of the recipe that serves now, from the newest cycle that measured one."""
+    for summary in summaries:
+        measured_as = (summary.selected if summary.outcome == Outcome.PROMOTED
+                       and summary.selected else BASELINE_ID)
+        try:
+            run = read_optional(home.bundle_files(summary.cycle_id).run(measured_as),
+                                CandidateRun)
+        except CorruptFile:
+            run = None
+        if run is None or not run.samples:
+            continue
+        measured = [s for s in run.samples if s.phase == "measure"]
+        good = [s for s in measured if not s.error and s.decode_tps]
+        per_prompt: dict[str, list[float]] = {}
+        for sample in good:
+            per_prompt.setdefault(sample.prompt_id, []).append(sample.decode_tps or 0.0)
+        ttfts = [s.ttft_s for s in good if s.ttft_s is not None]
+        plan = _frozen_protocol(home, summary.cycle_id)
+        return BaselineFigures(
+            cycle_id=summary.cycle_id, recipe=summary.active_recipe,
+            is_live_recipe=summary.active_recipe == live,
+            suite=plan[0] if plan else "?", max_tokens=plan[1] if plan else 0,
+            decode_tps_median=(round(statistics.median([s.decode_tps or 0.0 for s in good]), 2)
+                               if good else None),
+            ttft_s_median=round(statistics.median(ttfts), 3) if ttfts else None,
+            per_prompt_decode_tps={k: round(statistics.median(v), 2)
+                                   for k, v in sorted(per_prompt.items())},
+            peak_memory_gb=round(run.peak_memory_gb, 3) if run.peak_memory_gb else None,
+            samples=len(measured), errors=len(measured) - len(good))
+    return None
+
+
+def _frozen_protocol(home: Home, cycle_id: str) -> tuple[str, int] | None:
+    from mcp_infra.contracts import FrozenPlan
+
+    try:
+        plan = read_optional(home.bundle_files(cycle_id).plan, FrozenPlan)
+    except CorruptFile:
+        return None
+    return (plan.protocol.suite, plan.protocol.max_tokens) if plan else None
+
+
+class LocalPlanResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str
+    submitted: bool = False
+    accepted: bool = False
+    dry_run: bool = False
+    message: str
+    reply_excerpt: str = ""
+    extraction: Extraction | None = None
+    proposal: dict[str, Any] | None = None
