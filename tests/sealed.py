@@ -1,7 +1,7 @@
 """Seal a cycle's evidence bundle without measuring: for tests of what happens *after* a cycle
 (recipe memory, approval). Everything but the timing figures is the product's own code: the plan
 is frozen by `app._freeze`, the verdict comes from `selector.select`, the journal from
-`cycle.Journal`, and `cycle._seal` seals the bundle (and records recipe memory). Greedy outputs
+`cycle.Journal`, and `cycle.seal` seals the bundle (and records recipe memory). Greedy outputs
 are given by the caller: synthetic token ids, or real outputs read from real servers.
 """
 
@@ -83,8 +83,8 @@ def seal(home: Home, plan: FrozenPlan, baseline: CandidateRun,
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(cdir / "verdict.json", verdict)
     assert verdict.selected is None, "these helpers seal cycles that keep the baseline"
-    return cycle._seal(home, plan, cycle_id, journal, started, Outcome.KEPT_BASELINE, None,
-                       verdict.reason, None)
+    return cycle.seal(home, plan, cycle_id, journal, started,
+                      cycle.CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason))
 
 
 def baseline_run(plan: FrozenPlan, greedy: list[Sample], tps: float = 10.0) -> CandidateRun:

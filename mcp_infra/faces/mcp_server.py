@@ -36,8 +36,8 @@ from mcp_infra.core.sanitize import MAX_PLAN_BYTES, has_non_finite, policy_hash
 from mcp_infra.faces import render
 from mcp_infra.flows import api as app
 from mcp_infra.flows import planning
-from mcp_infra.state.catalog import RegistryError, load_policy, load_registry
-from mcp_infra.state.context import load_config
+from mcp_infra.state.catalog import RegistryError, load_registry
+from mcp_infra.state.context import HomeContext
 from mcp_infra.state.store import CorruptFile, Home, utcnow
 
 Mode = Literal["read-only", "propose", "autonomous"]
@@ -367,8 +367,7 @@ def _add_resources(server: MCPServer, home: Home) -> None:
                      description="The policy that judges plans here: thresholds with the range a "
                      "plan may move them in, protocol, auto-promotion per class, window, budgets.")
     def policy_resource() -> str:
-        name = load_config(home).policy if home.config.exists() else "default"
-        policy = load_policy(name, extra=home.user_policy)
+        policy = HomeContext(home).policy
         return _json({"policy": policy.model_dump(mode="json"), "hash": policy_hash(policy)})
 
     @server.resource(f"{URI}plan-schema", name="plan-schema", title="Plan JSON schema",

@@ -34,8 +34,8 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.core.preflight import Check, find_candidate, manifest_hash, preflight, registry_hash
-from mcp_infra.core.sanitize import PlanRefused, parse_plan, policy_hash, sanitize
+from mcp_infra.core.preflight import Check, manifest_hash, preflight
+from mcp_infra.core.sanitize import PlanRefused, parse_plan, sanitize
 from mcp_infra.procs.runtime import is_running, port_owner_is, probe_completion
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
@@ -48,9 +48,7 @@ from mcp_infra.state.artifacts import (
     candidate_artifacts,
     resolve_recipe,
 )
-from mcp_infra.state.catalog import load_policy, load_registry
-from mcp_infra.state.context import active_recipe, load_config, service_record
-from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.context import HomeContext, service_record
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -125,9 +123,9 @@ def status(home: Home) -> StatusView:
     if not home.config.exists():
         return StatusView(configured=False, home=str(home.root),
                           problems=["no config.yaml: run `mcp-infra demo` or write one"])
+    ctx = HomeContext(home)
     try:
-        config = load_config(home)
-        recipe = active_recipe(home)
+        config, recipe = ctx.config, ctx.live
     except CorruptFile as exc:
         return StatusView(configured=False, home=str(home.root), problems=[str(exc)])
     record = None
@@ -163,13 +161,13 @@ def status(home: Home) -> StatusView:
                                                                     mode="json")))
     needs = _read_or_report(home.needs_operator_file, NeedsOperatorRecord, problems)
     cycles = evidence_mod.list_cycles(home)
-    policy = load_policy(config.policy, extra=home.user_policy)
+    policy = ctx.policy
     return StatusView(
         configured=True, home=str(home.root), service=service,
         supervisor_pid=sup.pid if sup and sup_running else None, supervisor_running=sup_running,
         cycle=cycle, queue=[p.stem.split("-", 1)[1] for p in home.queued()],
         last_cycle=cycles[0] if cycles else None, policy=policy.name,
-        window=policy.window.model_dump(), window_now=_window_text(home),
+        window=policy.window.model_dump(), window_now=_window_text(ctx),
         needs_operator=(needs.reason if needs else "the needs-operator record is unreadable"
                         if home.needs_operator_file.exists() else None),
         problems=problems)
@@ -291,14 +289,12 @@ def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str
 
 
 def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
-    manifests = load_registry(extra=home.user_registry)
-    policy = load_policy(load_config(home).policy if home.config.exists() else "default",
-                         extra=home.user_policy)
-    facts = host_facts(home.root, home.models, home.hf_cache)
+    ctx = HomeContext(home)
+    manifests, policy, facts = ctx.manifests, ctx.policy, ctx.facts
     recipes = {f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
                for m in manifests.values() for v in m.variants
                if not candidate_id or f"{m.id}:{v.id}" == candidate_id}
-    p_hash = policy_hash(policy)
+    p_hash = ctx.policy_hash
     learned = _learned(home, recipes, p_hash)
     skips = memory.skips(home, recipes, policy, p_hash)
     views = []
@@ -317,7 +313,7 @@ def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
                 preflight_passed=check.passed, checks=check.checks,
                 auto_promote=bool(policy.auto_promote.get(manifest.class_of(variant), False)),
                 learned=learned.get(cid, [])[-5:]))
-    live = active_recipe(home).candidate_id if home.config.exists() else None
+    live = ctx.live.candidate_id if ctx.configured else None
     return RegistryView(candidates=views, live_recipe=live)
 
 
@@ -385,21 +381,17 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
     return view
 
 
-def _window_text(home: Home) -> str:
+def _window_text(ctx: HomeContext) -> str:
     """Whether a queued plan may start now under the policy's window, and why (or when)."""
-    from mcp_infra.state.context import window_state
-
-    state = window_state(home)
+    state = ctx.window()
     return ("may start now: " if state.may_start else "waits: ") + state.reason
 
 
 def _freeze(home: Home, plan: Any, proposed_by: str) -> FrozenPlan:
     if not home.config.exists():
         raise PlanRefused("plan refused: no managed service is configured (config.yaml missing)")
-    config = load_config(home)
-    policy = load_policy(config.policy, extra=home.user_policy)
-    manifests = load_registry(extra=home.user_registry)
-    facts = host_facts(home.root, home.models, home.hf_cache)
+    ctx = HomeContext(home)
+    policy, manifests, facts = ctx.policy, ctx.manifests, ctx.facts
     checks, recipes = {}, {}
     for manifest in manifests.values():
         for variant in manifest.variants:
@@ -407,11 +399,11 @@ def _freeze(home: Home, plan: Any, proposed_by: str) -> FrozenPlan:
             checks[cid] = preflight(manifest, variant, policy, facts, require_artifacts=True)
             recipes[cid] = resolve_recipe(manifest, variant, home.models, home.hf_cache)
     live_peak = _last_baseline_peak(home)
-    p_hash = policy_hash(policy)
+    p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
     return sanitize(plan, manifests=manifests, policy=policy, preflights=checks,
-                    live_recipe=active_recipe(home), live_peak_memory_gb=live_peak,
-                    registry_hash=registry_hash(manifests), policy_hash=p_hash,
+                    live_recipe=ctx.live, live_peak_memory_gb=live_peak,
+                    registry_hash=ctx.registry_hash, policy_hash=p_hash,
                     proposed_by=proposed_by, now=utcnow(), candidate_recipes=recipes,
                     skip=memory.skips(home, wanted, policy, p_hash))
 
@@ -579,27 +571,20 @@ def knobs_text(knobs: Knobs | dict[str, Any]) -> str:
 
 
 
-def prepare_candidate(home: Any, candidate_id: str, *, cache: Path | None = None,
+def prepare_candidate(home: Home, candidate_id: str, *, cache: Path | None = None,
                       offline: bool | None = None, progress: bool = True) -> PrepareResult:
     """Preflight a candidate (all but its artifacts), then prepare its pinned hub artifacts.
 
     ``home`` is a ``store.Home``; the policy is the configured one (``default`` if none).
     """
-    from mcp_infra.core.preflight import find_candidate, preflight
-    from mcp_infra.state.catalog import load_policy, load_registry
-    from mcp_infra.state.context import load_config
-    from mcp_infra.state.hostfacts import host_facts
-
-    manifests = load_registry(extra=home.user_registry)
-    found = find_candidate(manifests, candidate_id)
+    ctx = HomeContext(home)
+    found = ctx.find(candidate_id)
     if found is None:
         raise HubError(f"{candidate_id}: not a candidate of the registry (see `mcp-infra "
                        "registry`)")
     manifest, variant = found
-    policy = load_policy(load_config(home).policy if home.config.exists() else "default",
-                         extra=home.user_policy)
-    facts = host_facts(home.root, home.models, home.hf_cache)
-    checks = preflight(manifest, variant, policy, facts)
+    policy = ctx.policy
+    checks = ctx.preflight(manifest, variant)
     blocking = [f"{c.name}: {c.detail}" for c in checks.checks
                 if not c.passed and c.name not in PREPARE_IGNORES]
     if blocking:
@@ -609,7 +594,7 @@ def prepare_candidate(home: Any, candidate_id: str, *, cache: Path | None = None
             manifest, variant.knobs.draft):
         raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
     return hub.prepare(manifest, candidate_id, variant.knobs.draft, policy, cache=cache,
-                   offline=offline, progress=progress)
+                       offline=offline, progress=progress)
 
 
 def init_service(home: Home, candidate: str, port: int) -> str:
@@ -618,7 +603,7 @@ def init_service(home: Home, candidate: str, port: int) -> str:
 
     if home.config.exists():
         return f"config.yaml exists in {home.root}: left as it is"
-    found = find_candidate(load_registry(extra=home.user_registry), candidate)
+    found = HomeContext(home).find(candidate)
     assert found is not None
     manifest, _ = found
     baseline = Recipe(candidate_id=f"{manifest.id}:target", template=manifest.runtime.template,

@@ -33,16 +33,15 @@ from mcp_infra.contracts import (
     Recipe,
     Verdict,
 )
-from mcp_infra.core.preflight import find_candidate, preflight
+from mcp_infra.core.preflight import preflight
 from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.core.units import speedup_pct
 from mcp_infra.errors import McpInfraError
 from mcp_infra.flows import cycle
 from mcp_infra.state import evidence, memory
 from mcp_infra.state.artifacts import resolve_recipe
-from mcp_infra.state.catalog import load_policy, load_registry
-from mcp_infra.state.context import active_recipe, load_config
-from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.context import HomeContext
+from mcp_infra.state.hostfacts import folder_fingerprint
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -132,25 +131,24 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
             raise ApprovalRefused(f"the bundle of {cycle_id} is incomplete: {exc}") from exc
         chosen = _choose(verdict, cycle_id, candidate)
         name = chosen.candidate
-        live = active_recipe(home)
+        ctx = HomeContext(home)
+        live = ctx.live
         if summary.active_recipe != live.candidate_id:
             raise ApprovalRefused(
                 f"the live recipe is {live.candidate_id}, not {summary.active_recipe} that cycle "
                 f"{cycle_id} measured as its baseline: propose a new cycle with {name}")
         measured = _recipes_of(bundle).get(name)
-        found = find_candidate(load_registry(extra=home.user_registry), name)
+        found = ctx.find(name)
         if measured is None or found is None:
             raise ApprovalRefused(f"{name} is no longer in the registry or was not resolved in "
                                   f"cycle {cycle_id}")
         manifest, variant = found
-        config = load_config(home)
-        policy = load_policy(config.policy, extra=home.user_policy)
-        facts = host_facts(home.root, home.models, home.hf_cache)
-        pre = preflight(manifest, variant, policy, facts, require_artifacts=True)
+        config, policy = ctx.config, ctx.policy
+        pre = preflight(manifest, variant, policy, ctx.facts, require_artifacts=True)
         if not pre.passed:
             raise ApprovalRefused(f"{name} fails preflight now: " + "; ".join(pre.failures()))
         recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
-                                fingerprint=cycle._fingerprint)  # hub artifacts: sha256 check
+                                fingerprint=folder_fingerprint)  # hub artifacts: sha256 check
         if recipe.manifest_hash != measured.manifest_hash:
             raise ApprovalRefused(f"the manifest of {name} changed since cycle {cycle_id}: "
                                   "propose a new cycle")
@@ -194,14 +192,10 @@ def _approval_cycle(home: Home, config: object, plan: FrozenPlan, verdict: Verdi
     speedup = (speedup_pct(chosen.speedup_estimate)
                if chosen.speedup_estimate is not None else None)
     try:
-        outcome, selected, reason, speedup = cycle._promote(
-            home, config, plan, journal, live, recipe, run, speedup, verdict)
-        if outcome == Outcome.PROMOTED:
-            reason = (f"approved by a person from cycle {source}; verified online; "
-                      f"{chosen.reasons[0]}")
+        result = cycle.promote(home, config, plan, journal, live, recipe, run, speedup, verdict)
+        if result.outcome == Outcome.PROMOTED:
+            result = result._replace(reason=f"approved by a person from cycle {source}; "
+                                     f"verified online; {chosen.reasons[0]}")
     except Exception as exc:  # as in run_cycle: restore, then account for it
-        reason = f"cycle failed: {type(exc).__name__}: {str(exc)[:300]}"
-        journal(CycleState.ROLLBACK, "unexpected error; restoring the live recipe", step="enter",
-                error=reason)
-        outcome, selected, speedup = cycle._restore(home, journal, reason), None, None
-    return cycle._seal(home, plan, cycle_id, journal, started, outcome, selected, reason, speedup)
+        result = cycle.restore_after_error(home, journal, exc)
+    return cycle.seal(home, plan, cycle_id, journal, started, result)

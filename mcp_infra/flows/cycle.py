@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -33,6 +33,7 @@ from mcp_infra.contracts import (
     ProcessRecord,
     Recipe,
     Sample,
+    ServiceConfig,
     SupervisorRecord,
     Verdict,
 )
@@ -55,9 +56,15 @@ from mcp_infra.procs.service import (
 )
 from mcp_infra.state import evidence, memory
 from mcp_infra.state.artifacts import HubError, resolve_recipe
-from mcp_infra.state.catalog import load_policy, load_registry, load_suite
-from mcp_infra.state.context import active_recipe, load_config, service_record, window_state
-from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint, host_facts
+from mcp_infra.state.catalog import load_suite
+from mcp_infra.state.context import (
+    HomeContext,
+    active_recipe,
+    load_config,
+    service_record,
+    window_state,
+)
+from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint
 from mcp_infra.state.store import (
     CycleFiles,
     Home,
@@ -72,6 +79,15 @@ PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
 
 class NeedsOperator(McpInfraError, RuntimeError):
     """The service could not be restored; no cycle runs until a person (or `recover`) acts."""
+
+
+class CycleResult(NamedTuple):
+    """How a cycle (or an approval) ended, before it is sealed."""
+
+    outcome: Outcome
+    selected: str | None
+    reason: str
+    speedup_pct: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,18 +247,23 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
     try:
-        outcome, selected, reason, speedup = _run(home, plan, cycle_id, journal)
+        result = _run(home, plan, cycle_id, journal)
     except NeedsOperator as exc:
-        outcome, selected, reason, speedup = Outcome.NEEDS_OPERATOR, None, str(exc), None
+        result = CycleResult(Outcome.NEEDS_OPERATOR, None, str(exc))
     except Exception as exc:  # any unexpected failure: restore, then account for it
-        reason = f"cycle failed: {type(exc).__name__}: {str(exc)[:300]}"
-        journal(CycleState.ROLLBACK, "unexpected error; restoring the live recipe", step="enter",
-                error=reason)
-        outcome, selected, speedup = _restore(home, journal, reason), None, None
+        result = restore_after_error(home, journal, exc)
     try:
-        return _seal(home, plan, cycle_id, journal, started, outcome, selected, reason, speedup)
+        return seal(home, plan, cycle_id, journal, started, result)
     except OSError as exc:
         raise _seal_failed(home, journal, exc) from exc
+
+
+def restore_after_error(home: Home, journal: Journal, exc: Exception) -> CycleResult:
+    """An unexpected failure: journal it, bring the live recipe back, and say so."""
+    reason = f"cycle failed: {type(exc).__name__}: {str(exc)[:300]}"
+    journal(CycleState.ROLLBACK, "unexpected error; restoring the live recipe", step="enter",
+            error=reason)
+    return CycleResult(restore(home, journal, reason), None, reason)
 
 
 class SealFailed(McpInfraError, RuntimeError):
@@ -264,18 +285,15 @@ def _seal_failed(home: Home, journal: Journal, exc: OSError) -> SealFailed:
     return SealFailed(message)
 
 
-def _run(home: Home, plan: FrozenPlan, cycle_id: str,
-         journal: Journal) -> tuple[Outcome, str | None, str, float | None]:
-    config = load_config(home)
-    policy = load_policy(config.policy, extra=home.user_policy)
+def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> CycleResult:
+    ctx = HomeContext(home)
+    config, policy = ctx.config, ctx.policy
     deadline = time.monotonic() + policy.budgets.cycle_minutes * 60
     journal(CycleState.PREFLIGHT, "checking candidates and the live service")
     if stable_port_held_by_stranger(home, config):
-        return (Outcome.REFUSED, None, f"port {config.port} is held by a process mcp-infra did "
-                "not start; refusing to touch it", None)
-    manifests = load_registry(extra=home.user_registry)
-    facts = host_facts(home.root, home.models, home.hf_cache)
-    live = active_recipe(home)
+        return CycleResult(Outcome.REFUSED, None, f"port {config.port} is held by a process "
+                           "mcp-infra did not start; refusing to touch it")
+    manifests, facts, live = ctx.manifests, ctx.facts, ctx.live
     try:
         ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
     except ServerUnavailable as exc:
@@ -361,11 +379,11 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         if not is_serving(home, live, config):  # the live server died during the cycle
             reason = f"{verdict.reason}; the live service stopped answering during the cycle"
             journal(CycleState.ROLLBACK, "the live service is down; restoring it", step="enter")
-            return _restore(home, journal, reason), None, reason, None
-        return Outcome.KEPT_BASELINE, None, verdict.reason, None
+            return CycleResult(restore(home, journal, reason), None, reason)
+        return CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason)
     winner = recipes[verdict.selected]
     speedup = _speedup_pct(verdict, verdict.selected)
-    return _promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
+    return promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
                     verdict)
 
 
@@ -402,35 +420,37 @@ def _speedup_pct(verdict: Verdict, candidate: str) -> float | None:
     return None
 
 
-def _promote(home: Home, config: Any, plan: FrozenPlan, journal: Journal, live: Recipe,
-             winner: Recipe, run: CandidateRun, speedup: float | None,
-             verdict: Verdict) -> tuple[Outcome, str | None, str, float | None]:
+def promote(home: Home, config: ServiceConfig, plan: FrozenPlan, journal: Journal, live: Recipe,
+            winner: Recipe, run: CandidateRun, speedup: float | None,
+            verdict: Verdict) -> CycleResult:
+    """Put ``winner`` on the stable port, verify it online, commit it; roll back on any failure.
+    Used by the cycle and by a person's approval."""
     journal(CycleState.PROMOTE, f"restarting the stable port with {winner.candidate_id}",
             step="enter", recipe=winner.model_dump(mode="json"), previous=live.candidate_id)
     if stable_port_held_by_stranger(home, config):
         reason = (f"port {config.port} is held by a process mcp-infra did not start; "
                   "promotion refused, nothing was touched")
         journal(CycleState.ROLLBACK, reason, step="enter")
-        return _restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason, None
+        return rolled_back(home, journal, reason)
     try:
         start_service(home, winner, config, cycle_id=journal.cycle_id,
                       timeout=plan.protocol.ready_timeout_s)
     except ServerUnavailable as exc:
         reason = f"the winner did not start on the stable port: {str(exc)[:300]}"
         journal(CycleState.ROLLBACK, reason, step="enter")
-        return _restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason, None
+        return rolled_back(home, journal, reason)
     journal(CycleState.VERIFY, "checking the promoted service online", step="enter")
     failure = verify_online(home, config, plan, winner, run)
     if failure:
         journal(CycleState.VERIFY, failure, step="failed")
         journal(CycleState.ROLLBACK, "verification failed; restoring the previous recipe",
                 step="enter")
-        return _restore(home, journal, failure, outcome=Outcome.ROLLED_BACK), None, failure, None
+        return rolled_back(home, journal, failure)
     journal(CycleState.VERIFY, "the stable port reproduces the measured greedy outputs",
             step="passed")
     journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe")
     commit(home, live, winner)
-    return Outcome.PROMOTED, winner.candidate_id, verdict.reason, speedup
+    return CycleResult(Outcome.PROMOTED, winner.candidate_id, verdict.reason, speedup)
 
 
 def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
@@ -462,8 +482,14 @@ def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
     return None
 
 
-def _restore(home: Home, journal: Journal, reason: str,
-             outcome: Outcome = Outcome.RESTORED_AFTER_ERROR) -> Outcome:
+def rolled_back(home: Home, journal: Journal, reason: str) -> CycleResult:
+    """A promotion that did not hold: the previous recipe serves again (or an operator is
+    needed), and the reason says why."""
+    return CycleResult(restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason)
+
+
+def restore(home: Home, journal: Journal, reason: str,
+            outcome: Outcome = Outcome.RESTORED_AFTER_ERROR) -> Outcome:
     """Stop stray candidates and bring the stable port back to the active recipe."""
     stopped = stop_stray_candidates(home)
     config = load_config(home)
@@ -485,9 +511,12 @@ def mark_needs_operator(home: Home, cycle_id: str, reason: str) -> None:
                 NeedsOperatorRecord(cycle_id=cycle_id, reason=reason, ts=utcnow()))
 
 
-def _seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started: datetime,
-          outcome: Outcome, selected: str | None, reason: str, speedup: float | None,
-          *, interrupted: bool = False, recovery: str | None = None) -> CycleSummary:
+def seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started: datetime,
+         result: CycleResult, *, interrupted: bool = False,
+         recovery: str | None = None) -> CycleSummary:
+    """Journal the outcome, seal the evidence bundle, then remember the outcomes (recipe memory
+    never fails a sealed cycle)."""
+    outcome, selected, reason, speedup = result
     journal(CycleState.SEALED, f"outcome: {outcome.value}", step="enter", outcome=outcome.value,
             selected=selected, reason=reason, speedup_pct=speedup)
     summary = CycleSummary(
@@ -537,16 +566,16 @@ def recover(home: Home) -> list[str]:
             if live.key() != winner.key():
                 commit(home, live, winner)
             selected = winner.candidate_id
-            outcome = _restore(home, journal, decision.reason, outcome=Outcome.PROMOTED)
+            outcome = restore(home, journal, decision.reason, outcome=Outcome.PROMOTED)
         elif decision.action in (Action.RESTORE_PREVIOUS, Action.FINISH_SEALING):
-            outcome = _restore(home, journal, decision.reason, outcome=outcome)
+            outcome = restore(home, journal, decision.reason, outcome=outcome)
         if plan is None:
             notes.append(f"{cycle_id}: no readable plan; journal kept as is")
             continue
         where = decision.last_state.value if decision.last_state else "?"
-        _seal(home, plan, cycle_id, journal, events[0].ts if events else utcnow(), outcome,
-              selected, f"interrupted in {where}: {decision.reason}", None, interrupted=True,
-              recovery=decision.action.value)
+        seal(home, plan, cycle_id, journal, events[0].ts if events else utcnow(),
+             CycleResult(outcome, selected, f"interrupted in {where}: {decision.reason}"),
+             interrupted=True, recovery=decision.action.value)
         _retire_queue_entries(home, plan.plan_id)  # an interrupted plan is never silently re-run
         notes.append(f"{cycle_id}: {decision.action.value} → {outcome.value}")
     return notes
@@ -570,7 +599,7 @@ def _maybe_retry(home: Home, plan: FrozenPlan, summary: CycleSummary) -> None:
     if summary.outcome != Outcome.RESTORED_AFTER_ERROR or not summary.reason.startswith(
             "cycle failed"):
         return
-    budgets = load_policy(load_config(home).policy, extra=home.user_policy).budgets
+    budgets = HomeContext(home).policy.budgets
     attempts = failed_attempts(home, plan.plan_id)
     if attempts > budgets.retries:
         return

@@ -14,9 +14,7 @@ from mcp_infra.core.extraction import Extraction
 from mcp_infra.core.preflight import preflight
 from mcp_infra.core.units import fmt_pct
 from mcp_infra.state import evidence as evidence_mod
-from mcp_infra.state.catalog import load_policy, load_registry
-from mcp_infra.state.context import active_recipe, load_config
-from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.context import HomeContext
 from mcp_infra.state.store import CorruptFile, Home, read_optional
 
 PROMPT_NAME = "propose_acceleration_plan"
@@ -105,11 +103,9 @@ class PlanningContext(Brief):
 
 def build_context(home: Home) -> PlanningContext:
     """Everything a planner should know, read from the home directory (no service is touched)."""
-    config = load_config(home)
-    policy = load_policy(config.policy, extra=home.user_policy)
-    manifests = load_registry(extra=home.user_registry)
-    facts = host_facts(home.root, home.models, home.hf_cache)
-    live = active_recipe(home)
+    ctx = HomeContext(home)
+    config, policy, manifests, facts, live = (ctx.config, ctx.policy, ctx.manifests, ctx.facts,
+                                              ctx.live)
     summaries = evidence_mod.list_cycles(home)
     verdicts = {s.cycle_id: _verdict(home, s.cycle_id) for s in summaries[:50]}
     history: dict[str, list[str]] = {}

@@ -25,12 +25,10 @@ from typing import Any
 
 from mcp_infra.contracts import CycleSummary, RecheckAttempt, WatchState
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.flows.cycle import supervise
 from mcp_infra.state import memory
 from mcp_infra.state.artifacts import resolve_recipe
-from mcp_infra.state.catalog import load_policy, load_registry
-from mcp_infra.state.context import active_recipe, load_config, window_state
+from mcp_infra.state.context import HomeContext, window_state
 from mcp_infra.state.store import CorruptFile, Home, LockHeld, read_optional, write_model
 
 __all__ = ["recheck_plan", "watch"]
@@ -49,16 +47,14 @@ def _load_state(home: Home) -> WatchState:
 
 def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] | None, str]:
     """The re-check plan the watcher would propose now (None and why not, if none)."""
-    config = load_config(home)
-    policy = load_policy(config.policy, extra=home.user_policy)
+    ctx = HomeContext(home)
+    policy = ctx.policy
     if not policy.watch.recheck_changed:
         return None, "the policy does not re-check changed candidates (watch.recheck_changed)"
-    manifests = load_registry(extra=home.user_registry)
     recipes = {f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
-               for m in manifests.values() for v in m.variants}
-    live = active_recipe(home)
-    recipes = {c: r for c, r in recipes.items() if r.key() != live.key()}
-    p_hash = policy_hash(policy)
+               for m in ctx.manifests.values() for v in m.variants}
+    recipes = {c: r for c, r in recipes.items() if r.key() != ctx.live.key()}
+    p_hash = ctx.policy_hash
     changed = memory.changed_candidates(home, recipes, p_hash)
     state = _load_state(home)
     attempts = state.rechecks
@@ -136,7 +132,7 @@ def watch(home: Home, *, interval_s: float | None = None, max_cycles: int | None
                         continue  # run it now
             if max_looks is not None and looks >= max_looks:
                 break
-            policy = load_policy(load_config(home).policy, extra=home.user_policy)
+            policy = HomeContext(home).policy
             pause = interval_s if interval_s is not None else policy.watch.interval_s
             if home.queued() and not state.may_start and not ignore_window:
                 wait = state.wait_s(datetime.now(UTC))

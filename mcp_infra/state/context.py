@@ -1,14 +1,26 @@
-"""What a home says now: its service configuration, the live recipe, the stable server's record,
-and the maintenance window under its policy.
+"""What a home says now, loaded once: its service configuration, its policy, the registry, this
+machine's facts, the live recipe, the stable server's record and the maintenance window.
+
+Every flow starts from one ``HomeContext`` instead of re-reading config → policy → registry → host
+facts → live recipe itself. Each part is read the first time it is asked for and kept for the
+life of the object (one tool call, one cycle), so a cheap question never pays for an expensive
+one (host facts look at disks and caches).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cached_property
 
-from mcp_infra.contracts import ProcessRecord, Recipe, ServiceConfig
+from mcp_infra.contracts import Manifest, Policy, ProcessRecord, Recipe, ServiceConfig, Variant
+from mcp_infra.core.preflight import HostFacts, Preflight, find_candidate, preflight, registry_hash
+from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.core.schedule import WindowState, check
+from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.hostfacts import host_facts
 from mcp_infra.state.store import Home, read_model, read_optional
+
+DEFAULT_POLICY = "default"
 
 
 def load_config(home: Home) -> ServiceConfig:
@@ -21,17 +33,63 @@ def active_recipe(home: Home) -> Recipe:
     return active or load_config(home).baseline
 
 
-
-
 def service_record(home: Home) -> ProcessRecord | None:
     return read_optional(home.service_file, ProcessRecord)
 
 
+class HomeContext:
+    """One home, loaded once. ``configured`` is False before a config.yaml exists; then the
+    policy is the shipped default and asking for ``config`` or ``live`` raises
+    FileNotFoundError."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+
+    @property
+    def configured(self) -> bool:
+        return self.home.config.exists()
+
+    @cached_property
+    def config(self) -> ServiceConfig:
+        return load_config(self.home)
+
+    @cached_property
+    def policy(self) -> Policy:
+        name = self.config.policy if self.configured else DEFAULT_POLICY
+        return load_policy(name, extra=self.home.user_policy)
+
+    @cached_property
+    def policy_hash(self) -> str:
+        return policy_hash(self.policy)
+
+    @cached_property
+    def manifests(self) -> dict[str, Manifest]:
+        return load_registry(extra=self.home.user_registry)
+
+    @cached_property
+    def registry_hash(self) -> str:
+        return registry_hash(self.manifests)
+
+    @cached_property
+    def facts(self) -> HostFacts:
+        return host_facts(self.home.root, self.home.models, self.home.hf_cache)
+
+    @cached_property
+    def live(self) -> Recipe:
+        return active_recipe(self.home)
+
+    def find(self, candidate: str) -> tuple[Manifest, Variant] | None:
+        return find_candidate(self.manifests, candidate)
+
+    def preflight(self, manifest: Manifest, variant: Variant) -> Preflight:
+        return preflight(manifest, variant, self.policy, self.facts)
+
+    def window(self, now: datetime | None = None) -> WindowState:
+        """May a cycle start now under the policy's window, with its cycle budget?"""
+        return check(self.policy.window, now or datetime.now(UTC),
+                     self.policy.budgets.cycle_minutes)
+
+
 def window_state(home: Home, now: datetime | None = None) -> WindowState:
     """The window check for a home's configured policy and cycle budget, at ``now`` (UTC now)."""
-    from mcp_infra.state.catalog import load_policy
-    from mcp_infra.state.context import load_config
-
-    name = load_config(home).policy if home.config.exists() else "default"
-    policy = load_policy(name, extra=home.user_policy)
-    return check(policy.window, now or datetime.now(UTC), policy.budgets.cycle_minutes)
+    return HomeContext(home).window(now)
