@@ -345,9 +345,10 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
     home.ensure()
     raw_hash = sha256_bytes(json.dumps(raw, sort_keys=True, default=str).encode()
                             if not isinstance(raw, str) else raw.encode())
+    ctx = HomeContext(home)
     try:
         plan = parse_plan(raw)
-        frozen = _freeze(home, plan, proposed_by)
+        frozen = _freeze(ctx, plan, proposed_by)
     except PlanRefused as exc:
         view = ProposalView(accepted=False, dry_run=dry_run, message=str(exc),
                             problems=exc.problems)
@@ -361,7 +362,7 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
                         candidates=frozen.candidates,
                         thresholds=frozen.thresholds.model_dump(), changes=frozen.changes,
                         refused=frozen.refused, plan_hash=frozen.content_hash,
-                        window=_window_text(home))
+                        window=_window_text(ctx))
     if dry_run:
         home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200],
                                       plan_hash=frozen.content_hash, accepted=True,
@@ -387,10 +388,10 @@ def _window_text(ctx: HomeContext) -> str:
     return ("may start now: " if state.may_start else "waits: ") + state.reason
 
 
-def _freeze(home: Home, plan: Any, proposed_by: str) -> FrozenPlan:
-    if not home.config.exists():
+def _freeze(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
+    home = ctx.home
+    if not ctx.configured:
         raise PlanRefused("plan refused: no managed service is configured (config.yaml missing)")
-    ctx = HomeContext(home)
     policy, manifests, facts = ctx.policy, ctx.manifests, ctx.facts
     checks, recipes = {}, {}
     for manifest in manifests.values():
