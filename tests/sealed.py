@@ -1,6 +1,6 @@
 """Seal a cycle's evidence bundle without measuring: for tests of what happens *after* a cycle
 (recipe memory, approval). Everything but the timing figures is the product's own code: the plan
-is frozen by `app._freeze`, the verdict comes from `selector.select`, the journal from
+is frozen by `app.freeze_plan`, the verdict comes from `selector.select`, the journal from
 `cycle.Journal`, and `cycle.seal` seals the bundle (and records recipe memory). Greedy outputs
 are given by the caller: synthetic token ids, or real outputs read from real servers.
 """
@@ -23,13 +23,14 @@ from mcp_infra.flows import api as app
 from mcp_infra.flows import cycle
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry, load_suite
-from mcp_infra.state.context import active_recipe
+from mcp_infra.state.context import HomeContext, active_recipe
 from mcp_infra.state.hostfacts import fingerprint_environment
 from mcp_infra.state.store import Home, utcnow, write_model
 
 
 def freeze(home: Home, candidates: list[str]) -> FrozenPlan:
-    return app._freeze(home, parse_plan({"hypothesis": "test", "candidates": candidates}), "test")
+    plan = parse_plan({"hypothesis": "test", "candidates": candidates})
+    return app.freeze_plan(HomeContext(home), plan, "test")
 
 
 def prompts(plan: FrozenPlan) -> list[str]:

@@ -348,7 +348,7 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
     ctx = HomeContext(home)
     try:
         plan = parse_plan(raw)
-        frozen = _freeze(ctx, plan, proposed_by)
+        frozen = freeze_plan(ctx, plan, proposed_by)
     except PlanRefused as exc:
         view = ProposalView(accepted=False, dry_run=dry_run, message=str(exc),
                             problems=exc.problems)
@@ -388,7 +388,9 @@ def _window_text(ctx: HomeContext) -> str:
     return ("may start now: " if state.may_start else "waits: ") + state.reason
 
 
-def _freeze(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
+def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
+    """Sanitize a parsed plan against this home (policy, registry, preflight, memory) into the
+    frozen plan a cycle runs; raises PlanRefused with our own words."""
     home = ctx.home
     if not ctx.configured:
         raise PlanRefused("plan refused: no managed service is configured (config.yaml missing)")
