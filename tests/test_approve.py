@@ -38,7 +38,6 @@ def real_greedy(base_url: str, candidate: str, plan: FrozenPlan):
             for p in suite.prompts]
 
 
-@pytest.mark.slow
 def test_awaiting_approval_then_approve_after_online_verification(
         home: Home, capsys: pytest.CaptureFixture[str]) -> None:
     config = load_config(home)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_env
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -32,7 +33,7 @@ def stdio_params(home: Home) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable, args=["-m", "mcp_infra", "--home", str(home.root), "serve"],
         env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""),
-             "HF_HUB_OFFLINE": "1"})
+             "HF_HUB_OFFLINE": "1", **run_env()})
 
 
 async def wait_sealed(client: Client, plan_id: str, timeout: float = 600) -> dict:

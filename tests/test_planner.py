@@ -131,7 +131,6 @@ def run_plan(home: Home, *args: str) -> tuple[int, dict[str, Any], str]:
     return result.returncode, json.loads(result.stdout), result.stderr
 
 
-@pytest.mark.slow
 def test_tiny_model_reply_changes_nothing(home: Home) -> None:
     config = load_config(home)
     ensure_serving(home, config.baseline, config)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import Spawn
 from faultkit import stranger as start_stranger
 
 from mcp_infra import bench
@@ -103,7 +104,9 @@ def test_a_recycled_pid_is_not_mistaken_for_our_server(tmp_path: Path) -> None:
         proc.wait(timeout=5)
 
 
-def test_server_that_cannot_load_its_model_fails_fast_with_the_reason(tmp_path: Path) -> None:
+def test_server_that_cannot_load_its_model_fails_fast_with_the_reason(tmp_path: Path,
+                                                                      spawn: Spawn) -> None:
+    """A real mlx_lm.server process (`spawn` marks the test slow and stops it if it hangs)."""
     bad = recipe().model_copy(update={"model_path": str(tmp_path / "no-such-model")})
     record, proc = start_server(bad, port=free_port(), role="candidate", log_path=tmp_path / "l",
                                 hf_cache=tmp_path / "hf")

@@ -21,7 +21,7 @@ from mcp_infra.evidence import verify
 from mcp_infra.service import ensure_serving, load_config
 from mcp_infra.store import Home, read_model
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 MARKER = Path("/tmp/mcp-infra-cycle-pwned")
 HYPOTHESIS = f"drafting helps $(touch {MARKER}) `touch {MARKER}`"
