@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_env
+from conftest import PROMOTE_ANY_GAIN, run_env, write_test_policy
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -53,6 +53,7 @@ def greedy_ids(port: int) -> list[int] | None:
 
 
 async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(home: Home) -> None:
+    write_test_policy(home, thresholds=PROMOTE_ANY_GAIN)  # a promotion by policy, not by speed
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     before = greedy_ids(config.port)
@@ -72,7 +73,7 @@ async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(h
     summary = CycleSummary.model_validate(ev["summary"])
     assert summary.outcome == Outcome.PROMOTED, summary.reason
     assert summary.selected in {"demo-tiny:draft-k4", "demo-tiny:draft-k2"}
-    assert summary.speedup_pct is not None and summary.speedup_pct > 5
+    assert summary.speedup_pct is not None and summary.speedup_pct >= 0  # any measured gain
     # Promotion proven on the wire: the stable port now runs the drafter and gives the
     # baseline's greedy tokens.
     record = service_record(home)

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx2
 import pytest
 from conftest import Spawn
 from faultkit import stranger as start_stranger
@@ -127,7 +128,9 @@ def test_real_mlx_server_starts_answers_and_stops(tmp_path: Path,
                                 hf_cache=tmp_path / "hf")
     try:
         waited = wait_ready(record, timeout=120)
-        assert waited > 0
+        assert 0 < waited <= 120 and port_open(port)
+        health = httpx2.get(f"http://127.0.0.1:{port}/health", timeout=5)
+        assert health.status_code == 200, "ready means the server answers its health check"
         messages = [{"role": "user", "content": "hello"}]
         sample = bench.stream_chat(f"http://127.0.0.1:{port}", messages, max_tokens=16,
                                    timeout=60, candidate="baseline", prompt_id="p", repeat=0)
