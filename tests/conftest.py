@@ -68,12 +68,20 @@ def run_env(**extra: str) -> dict[str, str]:
     return {RUN_ENV: RUN_ID, **extra}
 
 
-def _ours(proc: psutil.Process, since: float) -> bool:
+def _key(proc: psutil.Process) -> tuple[int, float]:
+    return proc.pid, proc.create_time()
+
+
+def _ours(proc: psutil.Process, since: float = RUN_START,
+          before: frozenset[tuple[int, float]] = frozenset()) -> bool:
     """Started by this run (marker in its environment, or a path under this run's temporary
-    root on its command line, for children whose environment was built by hand), after
-    ``since``, and not this process."""
+    root on its command line, for children whose environment was built by hand), not this
+    process, and not one of ``before`` (pid and start time: what was running when a test began).
+
+    Start times are compared with psutil's (boot time + ticks), never with ``time.time()``:
+    on a VM the wall clock drifts from it by seconds."""
     try:
-        if proc.pid == _ME.pid or proc.create_time() < since:
+        if proc.pid == _ME.pid or proc.create_time() < since or _key(proc) in before:
             return False
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
@@ -82,7 +90,8 @@ def _ours(proc: psutil.Process, since: float) -> bool:
         cmdline = proc.cmdline()
     except psutil.Error:
         return False
-    return any(str(root) in part for root in _basetemp for part in cmdline)
+    # with the separator: /tmp/pytest-of-root/pytest-4 must not match another run's pytest-41
+    return any(f"{root}{os.sep}" in part for root in _basetemp for part in cmdline)
 
 
 def _orphan_of_a_dead_run(proc: psutil.Process) -> bool:
@@ -96,20 +105,31 @@ def _orphan_of_a_dead_run(proc: psutil.Process) -> bool:
     pid, _, started = marker.partition(":")
     try:
         owner = psutil.Process(int(pid))
-        return f"{owner.create_time():.3f}" != started
+        return abs(owner.create_time() - float(started)) > 2.0  # that pid is another process now
     except (psutil.NoSuchProcess, ValueError):
         return True
     except psutil.Error:
         return False
 
 
-def sweep(since: float = RUN_START, *, orphans: bool = False) -> list[str]:
-    """Stop every process this run started since ``since`` (TERM, then KILL after 3 s).
-
-    psutil checks the recorded start time before it signals, so a recycled pid is never hit.
+def sweep(before: frozenset[tuple[int, float]] = frozenset(), *,
+          orphans: bool = False) -> list[str]:
+    """Stop every process this run started, but those in ``before`` (TERM, then KILL after
+    3 s). psutil checks the recorded start time before it signals: a recycled pid is never hit.
     """
     return _stop([proc for proc in psutil.process_iter()
-                  if _ours(proc, since) or (orphans and _orphan_of_a_dead_run(proc))])
+                  if _ours(proc, before=before) or (orphans and _orphan_of_a_dead_run(proc))])
+
+
+def _running(children_only: bool) -> frozenset[tuple[int, float]]:
+    procs = _ME.children(recursive=True) if children_only else psutil.process_iter()
+    keys = set()
+    for proc in procs:
+        try:
+            keys.add(_key(proc))
+        except psutil.Error:
+            continue
+    return frozenset(keys)
 
 
 def _stop(found: list[psutil.Process]) -> list[str]:
@@ -170,12 +190,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 sys.addaudithook(_audit)
 
 
-def _heavy_children(since: float) -> list[str]:
-    """Descendants of this run started since ``since`` that the fast tier must not start."""
+def _heavy_children(before: frozenset[tuple[int, float]]) -> list[str]:
+    """Descendants of this run, not in ``before``, that the fast tier must not start."""
     found = []
     for proc in _ME.children(recursive=True):
         try:
-            if proc.create_time() >= since and _forbidden(proc.cmdline()):
+            if _key(proc) not in before and _forbidden(proc.cmdline()):
                 found.append(" ".join(proc.cmdline())[:120])
         except psutil.Error:
             continue
@@ -230,8 +250,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fast tier: fail a test that starts a heavy process. Slow tier: stop what it started."""
-    started = time.time()
     slow = request.node.get_closest_marker("slow") is not None
+    before = _running(children_only=not slow)
     if not slow:
         _fast_test[:] = [request.node.nodeid]
         _violations.clear()
@@ -240,10 +260,10 @@ def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         _fast_test.clear()
     if slow:
-        sweep(started)
+        sweep(before)
         return
-    heavy = _heavy_children(started)
-    _stop([c for c in _ME.children(recursive=True) if _ours(c, started)])
+    heavy = _heavy_children(before)
+    _stop([c for c in _ME.children(recursive=True) if _ours(c, before=before)])
     if _violations or heavy:
         pytest.fail("fast tier: " + "; ".join([*_violations, *heavy]), pytrace=False)
 
