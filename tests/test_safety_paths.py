@@ -34,8 +34,13 @@ BASELINE, WINNER = "demo-tiny:target", "demo-tiny:draft-k4"
 
 
 @contextmanager
-def on_journal(home: Home, when: Callable[[Event], bool], action: Callable[[], None],
-               *, every_cycle: bool = False) -> Iterator[list[str]]:
+def on_journal(
+    home: Home,
+    when: Callable[[Event], bool],
+    action: Callable[[], None],
+    *,
+    every_cycle: bool = False,
+) -> Iterator[list[str]]:
     """Run ``action`` as soon as a journal line matching ``when`` is durable (once, or once per
     cycle); yields the ids of the cycles it acted in."""
     acted: list[str] = []
@@ -83,12 +88,15 @@ def states(home: Home, summary: CycleSummary) -> list[str]:
 
 def promoted_or_explain(summary: CycleSummary) -> None:
     if summary.outcome == Outcome.KEPT_BASELINE:
-        pytest.fail("the drafter was not measured faster than the baseline at all, so nothing "
-                    f"was promoted and this path was not reached: {summary.reason}")
+        pytest.fail(
+            "the drafter was not measured faster than the baseline at all, so nothing "
+            f"was promoted and this path was not reached: {summary.reason}"
+        )
 
 
 def test_a_winner_that_cannot_start_on_the_stable_port_is_rolled_back(
-        tmp_path: Path, demo_models: dict[str, Path]) -> None:
+    tmp_path: Path, demo_models: dict[str, Path]
+) -> None:
     home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
     own_models(home, demo_models, "draft")
     start_live(home)
@@ -113,7 +121,8 @@ def test_a_winner_that_cannot_start_on_the_stable_port_is_rolled_back(
 
 
 def test_a_promotion_that_fails_online_verification_is_rolled_back(
-        tmp_path: Path, demo_models: dict[str, Path]) -> None:
+    tmp_path: Path, demo_models: dict[str, Path]
+) -> None:
     """The target's weights change on disk between measurement and promotion (the final norm
     negated: every logit flips sign), so the stable port's greedy output is not the measured one."""
     home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
@@ -148,8 +157,7 @@ def test_a_promotion_that_fails_online_verification_is_rolled_back(
     assert after.verified and after.outcome == "rolled_back"
 
 
-def test_the_cycle_time_budget_running_out(tmp_path: Path,
-                                           demo_models: dict[str, Path]) -> None:
+def test_the_cycle_time_budget_running_out(tmp_path: Path, demo_models: dict[str, Path]) -> None:
     """A policy budget of 0.06 s: spent by the baseline's measurement, so no candidate starts."""
     home = make_home(tmp_path / "home", demo_models, budgets={"cycle_minutes": 0.001}, **FAST)
     start_live(home)
@@ -168,11 +176,13 @@ def test_the_cycle_time_budget_running_out(tmp_path: Path,
 
 
 def test_a_cycle_failed_by_error_is_retried_with_backoff_a_bounded_number_of_times(
-        tmp_path: Path, demo_models: dict[str, Path]) -> None:
+    tmp_path: Path, demo_models: dict[str, Path]
+) -> None:
     """The live server is SIGKILLed while each attempt measures it: the cycle fails by error,
     is restored, and re-queued once (retries: 1) after the backoff; then no more."""
-    home = make_home(tmp_path / "home", demo_models,
-                     budgets={"retries": 1, "retry_backoff_s": 2.0}, **FAST)
+    home = make_home(
+        tmp_path / "home", demo_models, budgets={"retries": 1, "retry_backoff_s": 2.0}, **FAST
+    )
     start_live(home)
     plan_id = queue_plan(home, {"hypothesis": "h", "candidates": [WINNER]})
     killed: list[int] = []
@@ -191,8 +201,9 @@ def test_a_cycle_failed_by_error_is_retried_with_backoff_a_bounded_number_of_tim
     first, second = sorted(summaries, key=lambda s: s.started_at)
     for summary in (first, second):
         assert summary.outcome == Outcome.RESTORED_AFTER_ERROR
-        assert summary.reason.startswith("cycle failed: RuntimeError: the live service failed "
-                                         "while its baseline was measured")
+        assert summary.reason.startswith(
+            "cycle failed: RuntimeError: the live service failed while its baseline was measured"
+        )
     waited = (second.started_at - first.ended_at).total_seconds()
     assert waited >= 2.0, f"the retry waited the policy's backoff (2 s), not {waited:.2f} s"
     assert home.queued() == [], "not re-queued after the last allowed attempt"
