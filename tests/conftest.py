@@ -1,16 +1,32 @@
-"""Shared fixtures: real tiny models (built once per session), real homes on free ports.
+"""Shared fixtures: real tiny models (built once per session), real homes on free ports, and the
+test tiers.
 
 Tests start real `mlx_lm.server` processes on these models; nothing here is a fake. The `test`
 policy placed in each home is the demo policy with fewer repeats and tokens, so a whole cycle fits
 the 2-core CI machine; it is real configuration the code loads like any user's own policy.
+
+Tiers (README "Development"): a test that uses a fixture in ``SLOW_FIXTURES`` (a home, the demo
+models, a spawned process) is marked ``slow`` by ``pytest_collection_modifyitems``, never by
+hand. ``pytest -m "not slow"`` is the fast tier: no mlx server, supervisor or `mcp-infra`
+process; a Python audit hook and a check after each fast test fail any test that starts one.
+
+No leftovers: every process of this run carries ``RUN_ENV`` in its environment (inherited by
+servers, supervisors and fronts; tests that build a child environment pass it on via
+``run_env``). ``sweep`` stops the run's processes by pid and start time, group leader or not; it
+runs after each slow test, at the start and end of the session, at exit and on SIGTERM.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
-from collections.abc import Iterator
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -25,28 +41,313 @@ from mcp_infra.state.store import CorruptFile, Home, write_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+# ---------------------------------------------------------------------------------------------
+# The run's marker, the sweep, and the fast-tier guard
+# ---------------------------------------------------------------------------------------------
+
+RUN_ENV = "MCP_INFRA_TEST_RUN"
+_ME = psutil.Process()
+RUN_START = _ME.create_time()
+RUN_ID = f"{_ME.pid}:{RUN_START:.3f}"
+os.environ[RUN_ENV] = RUN_ID  # inherited by every child that gets os.environ
+
+# Fixtures that start real processes, or stand for a home that a server will serve: a test
+# using any of them (directly or through another fixture) is slow.
+SLOW_FIXTURES = frozenset({"home", "demo_models", "fast_home", "http_server", "spawn"})
+FAST_TIMEOUT_S = 60  # the global default is in pyproject.toml ([tool.pytest.ini_options])
+SLOW_TIMEOUT_S = 1500  # a whole cycle, or the demo, on a loaded 2-core machine
+
+# A fixed hypothesis seed in CI (CI=true): a failure there is replayed with the same seed.
+HYPOTHESIS_CI_SEED = 20261129
+
+_basetemp: list[Path] = []  # this run's pytest temporary root, once known
+
+
+def run_env(**extra: str) -> dict[str, str]:
+    """The marker a child must carry (for tests that build a child's environment by hand)."""
+    return {RUN_ENV: RUN_ID, **extra}
+
+
+def _key(proc: psutil.Process) -> tuple[int, float]:
+    return proc.pid, proc.create_time()
+
+
+def _ours(proc: psutil.Process, since: float = RUN_START,
+          before: frozenset[tuple[int, float]] = frozenset()) -> bool:
+    """Started by this run (marker in its environment, or a path under this run's temporary
+    root on its command line, for children whose environment was built by hand), not this
+    process, and not one of ``before`` (pid and start time: what was running when a test began).
+
+    Start times are compared with psutil's (boot time + ticks), never with ``time.time()``:
+    on a VM the wall clock drifts from it by seconds."""
+    try:
+        if proc.pid == _ME.pid or proc.create_time() < since or _key(proc) in before:
+            return False
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if proc.environ().get(RUN_ENV) == RUN_ID:
+            return True
+        cmdline = proc.cmdline()
+    except psutil.Error:
+        return False
+    # with the separator: /tmp/pytest-of-root/pytest-4 must not match another run's pytest-41
+    return any(f"{root}{os.sep}" in part for root in _basetemp for part in cmdline)
+
+
+def _orphan_of_a_dead_run(proc: psutil.Process) -> bool:
+    """A process of an earlier run whose pytest is gone (killed with SIGKILL, say)."""
+    try:
+        marker = proc.environ().get(RUN_ENV)
+    except psutil.Error:
+        return False
+    if not marker or marker == RUN_ID:
+        return False
+    pid, _, started = marker.partition(":")
+    try:
+        owner = psutil.Process(int(pid))
+        return abs(owner.create_time() - float(started)) > 2.0  # that pid is another process now
+    except (psutil.NoSuchProcess, ValueError):
+        return True
+    except psutil.Error:
+        return False
+
+
+def sweep(before: frozenset[tuple[int, float]] = frozenset(), *,
+          orphans: bool = False) -> list[str]:
+    """Stop every process this run started, but those in ``before`` (TERM, then KILL after
+    3 s). psutil checks the recorded start time before it signals: a recycled pid is never hit.
+    """
+    return _stop([proc for proc in psutil.process_iter()
+                  if _ours(proc, before=before) or (orphans and _orphan_of_a_dead_run(proc))])
+
+
+def _running(children_only: bool) -> frozenset[tuple[int, float]]:
+    procs = _ME.children(recursive=True) if children_only else psutil.process_iter()
+    keys = set()
+    for proc in procs:
+        try:
+            keys.add(_key(proc))
+        except psutil.Error:
+            continue
+    return frozenset(keys)
+
+
+def _stop(found: list[psutil.Process]) -> list[str]:
+    stopped = []
+    for proc in found:
+        try:
+            stopped.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
+            proc.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(found, timeout=3)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=3)
+    return stopped
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Stop the run's processes first, then die of SIGTERM as asked."""
+    sweep()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+class FastTierViolation(RuntimeError):
+    """A fast-tier test started an mlx server, a supervisor or an `mcp-infra` process."""
+
+
+_fast_test: list[str] = []  # the node id of the fast-tier test now running, if any
+_violations: list[str] = []
+
+
+def _forbidden(argv: Sequence[str]) -> bool:
+    """An mlx server/tool, or `mcp-infra` (python -m mcp_infra, or the console script)."""
+    parts = [str(a) for a in argv]
+    if any("mlx_lm" in p or "mlx_vlm" in p for p in parts):
+        return True
+    if any(Path(p).name == "mcp-infra" for p in parts[:1]):
+        return True
+    return any(a == "-m" and b.startswith("mcp_infra") for a, b in zip(parts, parts[1:],
+                                                                        strict=False))
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "subprocess.Popen" or not _fast_test:
+        return
+    argv = args[1] if isinstance(args[1], list | tuple) else [args[1]]
+    if _forbidden(argv):
+        message = (f"{_fast_test[0]} is in the fast tier but started {list(argv)[:4]}: use a "
+                   "fixture in conftest.SLOW_FIXTURES (e.g. `spawn`)")
+        _violations.append(message)
+        raise FastTierViolation(message)
+
+
+sys.addaudithook(_audit)
+
+
+def _heavy_children(before: frozenset[tuple[int, float]]) -> list[str]:
+    """Descendants of this run, not in ``before``, that the fast tier must not start."""
+    found = []
+    for proc in _ME.children(recursive=True):
+        try:
+            if _key(proc) not in before and _forbidden(proc.cmdline()):
+                found.append(" ".join(proc.cmdline())[:120])
+        except psutil.Error:
+            continue
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# pytest hooks
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("CI", "").lower() == "true" and config.getoption(
+            "hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = HYPOTHESIS_CI_SEED
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    atexit.register(sweep)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    seed = config.getoption("hypothesis_seed", None)
+    return [f"mcp-infra: run marker {RUN_ENV}={RUN_ID}; hypothesis seed: "
+            f"{seed if seed is not None else 'random (set CI=true or --hypothesis-seed)'}"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        _basetemp.append(factory.getbasetemp())
+    left = sweep(orphans=True)
+    if left:
+        print(f"\nmcp-infra: stopped {len(left)} leftover process(es) of an earlier run")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = sweep()
+    if left:
+        print(f"\nmcp-infra: the end-of-run sweep stopped {len(left)} process(es): {left}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` and a longer timeout for every test that uses a process-starting fixture."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fast tier: fail a test that starts a heavy process. Slow tier: stop what it started."""
+    slow = request.node.get_closest_marker("slow") is not None
+    before = _running(children_only=not slow)
+    if not slow:
+        _fast_test[:] = [request.node.nodeid]
+        _violations.clear()
+    try:
+        yield
+    finally:
+        _fast_test.clear()
+    if slow:
+        sweep(before)
+        return
+    heavy = _heavy_children(before)
+    _stop([c for c in _ME.children(recursive=True) if _ours(c, before=before)])
+    if _violations or heavy:
+        pytest.fail("fast tier: " + "; ".join([*_violations, *heavy]), pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_demo_models(tmp_path_factory.mktemp("models"))
 
 
-def write_test_policy(home: Home, **protocol: object) -> None:
+class Spawn:
+    """Real child processes of a test (`mcp-infra` subcommands, mlx tools), with the run's
+    marker in their environment; whatever is still running at teardown is stopped."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[Any]] = []
+
+    @staticmethod
+    def env(env: dict[str, str] | None = None) -> dict[str, str]:
+        return {**(os.environ if env is None else env), **run_env()}
+
+    def run(self, argv: list[str], *, env: dict[str, str] | None = None,
+            timeout: float = 300, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        return subprocess.run(argv, env=self.env(env), timeout=timeout, check=False, **kwargs)
+
+    def mcp_infra(self, home: Home | Path | str, *args: str, **kwargs: Any
+                  ) -> subprocess.CompletedProcess[str]:
+        root = home.root if isinstance(home, Home) else home
+        return self.run([sys.executable, "-m", "mcp_infra", "--home", str(root), *args],
+                        **kwargs)
+
+    def popen(self, argv: list[str], *, env: dict[str, str] | None = None,
+              **kwargs: Any) -> subprocess.Popen[Any]:
+        proc = subprocess.Popen(argv, env=self.env(env), **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    spawner = Spawn()
+    yield spawner
+    spawner.close()
+
+
+# Thresholds that let a measured gain promote whatever its size (a promotion by policy, not
+# by this machine's speed): any estimate above 1.000x with an interval above 0.5x, and no
+# per-prompt floor. Identical measurements still never qualify (selector.judge: "No gain").
+PROMOTE_ANY_GAIN = {"min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
+                    "worst_prompt_tolerance_pct": 100.0}
+
+
+def write_test_policy(home: Home, thresholds: dict[str, object] | None = None,
+                      budgets: dict[str, object] | None = None, **protocol: object) -> None:
     """The demo policy, with a smaller protocol, saved as the home's own `test` policy."""
     data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
     data["name"] = "test"
     data["protocol"].update({"repeats": 3, "warmup": 1, "max_tokens": 32,
                              "bootstrap_resamples": 500, "ready_timeout_s": 120,
                              "request_timeout_s": 60, **protocol})
+    data["thresholds"].update(thresholds or {})
+    data["budgets"].update(budgets or {})
     home.user_policy.mkdir(parents=True, exist_ok=True)
     (home.user_policy / "test.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def make_home(root: Path, models: dict[str, Path], **protocol: object) -> Home:
+def make_home(root: Path, models: dict[str, Path], thresholds: dict[str, object] | None = None,
+              budgets: dict[str, object] | None = None, **protocol: object) -> Home:
     home = Home(root).ensure()
     home.models.rmdir()
     home.models.symlink_to(models["target"].parent, target_is_directory=True)
-    write_test_policy(home, **protocol)
+    write_test_policy(home, thresholds, budgets, **protocol)
     port = free_port()
     scratch = free_port()
     while scratch == port:
@@ -59,20 +360,13 @@ def make_home(root: Path, models: dict[str, Path], **protocol: object) -> Home:
 
 
 def _kill_leftovers(home: Home) -> None:
-    """Stop what this home's records name, then anything still holding our argv (belt and
-    braces for a failed test, so later tests do not inherit busy CPUs)."""
+    """Stop what this home's records name (the run-wide sweep in `_tier_guard` then stops any
+    other process the test started, group leader or not)."""
     for stop in (stop_stray_candidates, stop_service):
         try:
             stop(home, grace=3)
         except CorruptFile:
-            continue  # a test corrupted the record on purpose; the sweep below still runs
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = proc.info.get("cmdline") or []
-        if any(str(home.root) in part for part in cmdline):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                continue
+            continue  # a test corrupted the record on purpose; the sweep still runs
 
 
 @pytest.fixture
@@ -85,3 +379,13 @@ def home(tmp_path: Path, demo_models: dict[str, Path]) -> Iterator[Home]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from conftest import run_env
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -22,9 +23,10 @@ PLAN = {"hypothesis": "A 2-token drafter speeds up greedy decoding.",
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """What a host would pass: a minimal environment (the stdio client passes only a few)."""
+    """What a host would pass: a minimal environment (the stdio client passes only a few), plus
+    the test run's marker so that the run's sweep finds the server and what it starts."""
     return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
-            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **extra}
+            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **run_env(), **extra}
 
 
 def serve_argv(home: Home, *extra: str) -> list[str]:

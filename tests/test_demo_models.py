@@ -11,8 +11,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mcp_infra.demo import models as demo_models  # noqa: E402
 from mcp_infra.demo.models import DEFAULT_SPEC, DEMO_SPEC_VERSION, MARKER_NAME, build_demo_models
+from mcp_infra.demo.run import models as demo_models  # noqa: E402
 from mcp_infra.state.hostfacts import model_fingerprint
 
 REQUIRED_FILES = {
@@ -111,6 +111,9 @@ def test_other_spec_is_not_reused(tmp_path: Path) -> None:
 
 
 def test_crash_leaves_no_half_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand-in, and why: a crash after the target is written but before the build is renamed
+    into place cannot be provoked from outside at that exact instant; the real writer runs,
+    then raises, so what is tested is the build's own clean-up of its temporary folder."""
     real = demo_models._write_model
 
     def crash_on_target(folder: Path, spec, role: str, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]

@@ -112,9 +112,31 @@ async def test_mcp_clients_over_http(home: Home, http_server: HttpServer, anyio_
     assert not home.queued()
     assert [r.accepted for r in audit(home)] == [True, False]
 
-    with pytest.raises(Exception):  # noqa: B017 - any failure: the client is refused
+    with pytest.raises(BaseException) as refused:  # the SDK wraps it (task groups)
         async with client(http_server.url, "x" * 43, mode=era) as mcp:
             await mcp.list_tools()
+    assert 401 in statuses(refused.value), f"a wrong token must be a 401: {refused.value!r}"
+
+
+def statuses(exc: BaseException) -> set[int]:
+    """HTTP status codes anywhere in an exception, its groups, causes and contexts."""
+    found: set[int] = set()
+    stack, seen = [exc], set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        response = getattr(e, "response", None)
+        if isinstance(getattr(response, "status_code", None), int):
+            found.add(response.status_code)
+        if isinstance(getattr(e, "status_code", None), int):
+            found.add(e.status_code)
+        if "401" in str(e):
+            found.add(401)
+        stack += [x for x in (e.__cause__, e.__context__) if x is not None]
+        stack += list(getattr(e, "exceptions", ()))
+    return found
 
 
 def test_non_loopback_needs_token_file_and_allowed_hosts(home: Home, tmp_path: Path) -> None:

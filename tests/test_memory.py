@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sealed import baseline_run, freeze, greedy_ids, prompts, seal, timing
+from synthetic_bundle import baseline_run, freeze, greedy_ids, prompts, seal, timing
 
 from mcp_infra.contracts import CandidateRun, Decision
 from mcp_infra.core.sanitize import PlanRefused
@@ -81,7 +81,9 @@ def test_failure_is_remembered_skipped_and_reset_by_a_manifest_change(
     assert learned.failed_gates[0].startswith("lossless: ")
     assert registry[SLOW].skip is None and registry[SLOW].learned[0].decision == "rejected"
 
-    # another environment (here: another mlx-vlm) is a change: it may run again
+    # another environment (here: another mlx-vlm) is a change: it may run again.
+    # Stand-in, and why: installing a second mlx-vlm version inside a test is not possible
+    # offline; the detected environment is the real one with one version changed.
     real = memory.environment()
     monkeypatch.setattr(memory, "environment", lambda: {**real, "mlx-vlm": "99.0"})
     assert memory.skips(home, {BAD: registry_recipe(home, BAD)}, *policy_and_hash(home)) == {}
@@ -104,8 +106,12 @@ def test_a_bundle_sealed_without_memory_is_read_from_the_bundle(home: Home) -> N
     assert {o.candidate: o.model_dump() for o in memory.outcomes(home)}.keys() == recorded.keys()
     assert not app.propose(home, {"hypothesis": "x", "candidates": [BAD]}, proposed_by="test",
                            dry_run=True).accepted
-    assert memory.record(home, cycle_id) is not None  # recording later is idempotent
-    assert memory.record(home, cycle_id) == memory.record(home, cycle_id)
+    first = memory.record(home, cycle_id)  # recording later is idempotent
+    assert first is not None
+    written = (home.memory / f"{cycle_id}.json").read_bytes()
+    assert {o.candidate: o.model_dump() for o in memory.outcomes(home)} == recorded
+    again = memory.record(home, cycle_id)
+    assert again == first and (home.memory / f"{cycle_id}.json").read_bytes() == written
 
 
 def registry_recipe(home: Home, cid: str):

@@ -137,6 +137,8 @@ def test_preflight_on_this_machine_demo_passes_and_dflash2_fails_on_platform(
             assert not result.passed
             assert checks["platform"].detail == (
                 f"this machine is {platform_tag()}; the manifest runs only on darwin-arm64")
+        else:  # on the one platform it supports, the platform check passes (artifacts do not)
+            assert checks["platform"].passed and not result.passed
 
 
 def test_each_failing_check_says_why_and_hides_no_other(facts: HostFacts) -> None:
@@ -167,3 +169,5 @@ def test_registry_command_shows_both_manifests_and_why(home: Home,
     assert f"{DFLASH2}:dflash-b3" in out
     if platform_tag() != "darwin-arm64":
         assert "fails platform: this machine is" in out
+    else:
+        assert "fails platform" not in out

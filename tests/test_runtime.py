@@ -7,7 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+import httpx2
 import pytest
+from conftest import Spawn
 from faultkit import stranger as start_stranger
 
 from mcp_infra.contracts import Knobs, Recipe
@@ -103,7 +105,9 @@ def test_a_recycled_pid_is_not_mistaken_for_our_server(tmp_path: Path) -> None:
         proc.wait(timeout=5)
 
 
-def test_server_that_cannot_load_its_model_fails_fast_with_the_reason(tmp_path: Path) -> None:
+def test_server_that_cannot_load_its_model_fails_fast_with_the_reason(tmp_path: Path,
+                                                                      spawn: Spawn) -> None:
+    """A real mlx_lm.server process (`spawn` marks the test slow and stops it if it hangs)."""
     bad = recipe().model_copy(update={"model_path": str(tmp_path / "no-such-model")})
     record, proc = start_server(bad, port=free_port(), role="candidate", log_path=tmp_path / "l",
                                 hf_cache=tmp_path / "hf")
@@ -124,7 +128,9 @@ def test_real_mlx_server_starts_answers_and_stops(tmp_path: Path,
                                 hf_cache=tmp_path / "hf")
     try:
         waited = wait_ready(record, timeout=120)
-        assert waited > 0
+        assert 0 < waited <= 120 and port_open(port)
+        health = httpx2.get(f"http://127.0.0.1:{port}/health", timeout=5)
+        assert health.status_code == 200, "ready means the server answers its health check"
         messages = [{"role": "user", "content": "hello"}]
         sample = bench.stream_chat(f"http://127.0.0.1:{port}", messages, max_tokens=16,
                                    timeout=60, candidate="baseline", prompt_id="p", repeat=0)

@@ -22,10 +22,13 @@ from mcp_infra.state.context import load_config
 from mcp_infra.state.evidence import verify
 from mcp_infra.state.store import Home, read_model
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
-MARKER = Path("/tmp/mcp-infra-cycle-pwned")
-HYPOTHESIS = f"drafting helps $(touch {MARKER}) `touch {MARKER}`"
+
+
+def injection(marker: Path) -> str:
+    """Plan text that would create `marker` (a per-test temporary file) if a shell ever ran it."""
+    return f"drafting helps $(touch {marker}) `touch {marker}`"
 
 
 def sealed_for(home: Home, plan_id: str) -> CycleSummary | None:
@@ -36,7 +39,10 @@ def sealed_for(home: Home, plan_id: str) -> CycleSummary | None:
     return None
 
 
-async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_backend: str) -> None:
+async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_backend: str,
+                                                         tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    hypothesis = injection(marker)
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     seen: dict = {}
@@ -47,11 +53,11 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
             assert before["healthy"] is True and before["pid"] and before["since"]
             assert "1-token" in before["health_check"]
 
-            started = time.monotonic()
             result = await client.call_tool("propose_plan", {"plan": {
-                "hypothesis": HYPOTHESIS, "candidates": ["demo-tiny:draft-k2"]}})
-            assert time.monotonic() - started < 10, "propose_plan returns at once"
+                "hypothesis": hypothesis, "candidates": ["demo-tiny:draft-k2"]}})
             proposal = result.structured_content
+            # propose_plan returns at once: the cycle it queued is not sealed yet
+            assert sealed_for(home, proposal["plan_id"]) is None
             assert proposal["accepted"] is True and proposal["queue_position"] == 1
             seen["plan_id"] = proposal["plan_id"]
 
@@ -94,8 +100,8 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
               .splitlines()]
     assert "RECOVER" not in states and states[-1] == "SEALED"
     frozen = read_model(bundle / "plan.json", FrozenPlan)
-    assert frozen.proposed_by == "mcp:mcp" and frozen.proposed.hypothesis == HYPOTHESIS
-    assert not MARKER.exists(), "plan text never reaches a shell"
+    assert frozen.proposed_by == "mcp:mcp" and frozen.proposed.hypothesis == hypothesis
+    assert not marker.exists(), "plan text never reaches a shell"
     for record in home.state.glob("*.json"):
         assert "touch" not in record.read_text(), f"plan text reached {record.name}"
     assert [r.plan_id for r in audit(home)] == [seen["plan_id"]]

@@ -110,7 +110,8 @@ async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: s
 
 @pytest.mark.parametrize("era", ERAS)
 async def test_untrusted_input_is_refused_in_our_words(home: Home, anyio_backend: str,
-                                                       era: str) -> None:
+                                                       era: str, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"  # created only if plan text ever reached a shell
     before = files_under(home.plans)
     async with stdio_client(home, mode=era) as client:
         # an extra top-level argument (the SDK alone would silently drop it)
@@ -134,7 +135,7 @@ async def test_untrusted_input_is_refused_in_our_words(home: Home, anyio_backend
 
         shell = "demo-tiny:draft-k2; rm -rf ~ #"
         injected = await call(client, "propose_plan", {"plan": {
-            "hypothesis": "$(touch /tmp/mcp-infra-pwned)", "candidates": [shell]}})
+            "hypothesis": f"$(touch {marker})", "candidates": [shell]}})
         assert injected.structured_content["accepted"] is False
         assert "rm -rf" not in text(injected) and "rm -rf" not in json.dumps(
             injected.structured_content)
@@ -183,7 +184,7 @@ async def test_untrusted_input_is_refused_in_our_words(home: Home, anyio_backend
     refused = [r for r in records if not r.accepted]
     assert len(refused) == 9
     assert all(len(r.detail) <= 300 and "rm -rf" not in r.detail for r in refused)
-    assert not Path("/tmp/mcp-infra-pwned").exists()
+    assert not marker.exists()
 
 
 async def test_nan_from_a_raw_peer(home: Home, anyio_backend: str) -> None:
@@ -262,16 +263,12 @@ async def test_read_only_mode_has_no_propose_plan(home: Home, anyio_backend: str
 
 async def test_propose_queues_and_returns_at_once(home: Home, anyio_backend: str) -> None:
     """Queued (not run: --no-supervisor), with a position and how to follow it; audited."""
-    import time
-
     async with stdio_client(home, "--no-supervisor", mode="legacy") as client:
-        started = time.monotonic()
         first = await client.call_tool("propose_plan", {"plan": PLAN})
-        elapsed = time.monotonic() - started
+        assert not any(home.cycles.iterdir()), "returned at once: nothing ran"
         second = await client.call_tool("propose_plan", {"plan": {
             "hypothesis": "more drafted tokens", "candidates": ["demo-tiny:draft-k4"]}})
         status = await client.call_tool("status", {})
-    assert elapsed < 10
     f, s = first.structured_content, second.structured_content
     assert f["accepted"] and s["accepted"]
     assert (f["queue_position"], s["queue_position"]) == (1, 2)

@@ -6,7 +6,6 @@ on the demo's tiny text-only Qwen3 target, measured by the same benchmark code a
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx2 as httpx
 import psutil
 import pytest
+from conftest import Spawn
 
 from mcp_infra.contracts import Knobs, Recipe
 from mcp_infra.procs import bench
@@ -73,10 +73,12 @@ def test_kv_cache_knobs_and_refusals() -> None:
         build_argv(recipe, 18000, host="0.0.0.0")
 
 
-def test_every_flag_the_template_emits_is_a_real_mlx_vlm_server_flag(tmp_path: Path) -> None:
+def test_every_flag_the_template_emits_is_a_real_mlx_vlm_server_flag(tmp_path: Path,
+                                                                     spawn: Spawn) -> None:
     pytest.importorskip("mlx_vlm", reason="mlx-vlm is in the dev and vlm extras")
-    help_text = subprocess.run([sys.executable, "-m", "mlx_vlm.server", "--help"],
-                               capture_output=True, text=True, timeout=120, check=True).stdout
+    result = spawn.run([sys.executable, "-m", "mlx_vlm.server", "--help"], timeout=120)
+    assert result.returncode == 0, result.stderr
+    help_text = result.stdout
     real = set(re.findall(r"--[a-z][a-z-]+", help_text))
     recipe = Recipe(candidate_id="x:all", template="mlx_vlm_server", model_path="/m",
                     draft_path="/d", knobs=Knobs(draft=True, draft_kind="dflash",
@@ -100,7 +102,6 @@ def _wait_loaded(base: str, record, timeout: float = 90.0) -> str:
     raise AssertionError(f"not ready: {log_tail(record.log_path)}")
 
 
-@pytest.mark.slow
 def test_a_real_mlx_vlm_server_through_the_template_measured_by_bench(
         tmp_path: Path, demo_models: dict[str, Path]) -> None:
     pytest.importorskip("mlx_vlm", reason="mlx-vlm is in the dev and vlm extras")

@@ -65,14 +65,7 @@ from mcp_infra.state.context import (
     window_state,
 )
 from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint
-from mcp_infra.state.store import (
-    CycleFiles,
-    Home,
-    read_model,
-    read_optional,
-    utcnow,
-    write_model,
-)
+from mcp_infra.state.store import CycleFiles, Home, read_model, read_optional, utcnow, write_model
 
 PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
 

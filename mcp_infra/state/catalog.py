@@ -11,11 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from mcp_infra.contracts import (
-    ID_PATTERN,
-    Manifest,
-    Policy,
-)
+from mcp_infra.contracts import ID_PATTERN, Manifest, Policy
 from mcp_infra.core.suites import Suite
 from mcp_infra.errors import McpInfraError
 

@@ -13,17 +13,12 @@ from pathlib import Path
 
 import psutil
 
-from mcp_infra.contracts import (
-    EnvironmentFingerprint,
-    Recipe,
-)
+from mcp_infra.contracts import EnvironmentFingerprint, Recipe
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import HostFacts
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state.artifacts import cached_hub_artifacts, hub_caches
-from mcp_infra.state.store import (
-    sha256_file,
-)
+from mcp_infra.state.store import sha256_file
 
 
 def platform_tag() -> str:

@@ -1,8 +1,17 @@
-"""Seal a cycle's evidence bundle without measuring: for tests of what happens *after* a cycle
-(recipe memory, approval). Everything but the timing figures is the product's own code: the plan
-is frozen by `app.freeze_plan`, the verdict comes from `selector.select`, the journal from
-`cycle.Journal`, and `cycle.seal` seals the bundle (and records recipe memory). Greedy outputs
-are given by the caller: synthetic token ids, or real outputs read from real servers.
+"""SYNTHETIC evidence bundles: a cycle sealed without measuring its speed.
+
+For tests of what happens *after* a cycle (recipe memory, approval, evidence verification),
+which must not depend on how fast this machine runs the demo models. What is synthetic, and only
+this: the timing samples (`timing`: a fixed decode rate the caller picks, e.g. 13 tok/s for
+`demo-tiny:kv8` against the baseline's 10, a "speedup" that KV quantization does NOT give on
+this CPU) and, where the caller asks for them, the greedy token ids (`greedy_ids`). Nothing
+measured by these helpers is a figure about any machine; never read them as one.
+
+Everything else is the product's own code: the plan is frozen by `app.freeze_plan`, the verdict
+comes from `selector.select`, the journal is written by `cycle.Journal` in the order a real cycle
+writes it (QUEUED, PREFLIGHT, PREPARE, BASELINE, MAINTENANCE, EXPERIMENT per candidate, SELECT,
+SEALED), and `cycle.seal` seals the bundle (and records recipe memory). Greedy outputs may also
+be real ones read from real servers (tests/test_approve.py).
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ def prompts(plan: FrozenPlan) -> list[str]:
 
 
 def timing(candidate: str, plan: FrozenPlan, tps: float) -> list[Sample]:
-    """Measured samples with a fixed decode rate (small, deterministic spread per repeat)."""
+    """SYNTHETIC timing samples at a fixed decode rate (small, deterministic spread per repeat):
+    invented numbers, so a test's verdict does not depend on this machine's speed."""
     return [Sample(candidate=candidate, prompt_id=pid, repeat=r, order=i, prompt_tokens=20,
                    completion_tokens=32, ttft_s=0.05, decode_s=31 / (tps * (1 + 0.002 * r)),
                    decode_tps=tps * (1 + 0.002 * r), e2e_s=1.0, finish_reason="length",
@@ -62,6 +72,7 @@ def seal(home: Home, plan: FrozenPlan, baseline: CandidateRun,
     journal = cycle.Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
+    journal(CycleState.PREFLIGHT, "checking candidates and the live service")
     manifests = load_registry(extra=home.user_registry)
     recipes = {}
     for run in runs:
@@ -70,9 +81,17 @@ def seal(home: Home, plan: FrozenPlan, baseline: CandidateRun,
     journal(CycleState.PREPARE, "artifacts resolved",
             recipes={c: r.model_dump(mode="json") for c, r in recipes.items()})
     live = active_recipe(home)
-    write_model(cdir / "environment.json", fingerprint_environment([live, *recipes.values()]))
+    journal(CycleState.BASELINE, "synthetic: the live service's samples are given, not measured",
+            recipe=live.candidate_id)
     write_model(cdir / "runs" / "baseline.json", baseline)
-    for run in runs:
+    write_model(cdir / "environment.json", fingerprint_environment([live, *recipes.values()]))
+    journal(CycleState.MAINTENANCE, "experiments run on the scratch port; the live service keeps "
+            "serving", expected_downtime_s=0)
+    for index, run in enumerate(runs, start=1):
+        journal(CycleState.EXPERIMENT, f"measuring {run.candidate}", candidate=run.candidate,
+                index=index, total=len(runs))
+        journal(CycleState.EXPERIMENT, f"synthetic: {run.candidate}'s samples are given",
+                step="measuring", candidate=run.candidate)
         recipe = recipes[run.candidate]
         run = run.model_copy(update={"candidate_class": recipe.candidate_class,
                                      "semantics": recipe.semantics, "knobs": recipe.knobs})
