@@ -256,10 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-serving", action="store_true")
 
     serve = sub.add_parser("serve", help="the MCP server (stdio by default, or --transport http)")
-    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default="propose",
-                       help="read-only: no propose_plan; propose (default): plans are queued and "
-                       "run when the policy's window allows; autonomous: also keeps a watching "
-                       "supervisor running")
+    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default=None,
+                       help="read-only: no propose_plan; propose (default; read-only with "
+                       "--auth none): plans are queued and run when the policy's window allows; "
+                       "autonomous: also keeps a watching supervisor running")
+    serve.add_argument("--auth", choices=["token", "none"], default="token",
+                       help="http: token (default): a bearer token on every request; none: no "
+                       "token, for test suites on loopback only (read-only unless --mode is "
+                       "given)")
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1",
                        help="http: address to bind (default 127.0.0.1; any other needs "
@@ -350,7 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--task", required=True)
     gc.add_argument("--text", help="the text to judge (default: stdin)")
     gc.add_argument("--json", action="store_true")
+    _global_options_anywhere([*sub.choices.values(), *gsub.choices.values()])
     return parser
+
+
+def _global_options_anywhere(parsers: list[argparse.ArgumentParser]) -> None:
+    """`mcp-infra demo --home DIR` as well as `mcp-infra --home DIR demo` (SUPPRESS: a value
+    given before the subcommand is kept when none is given after it)."""
+    for child in parsers:
+        child.add_argument("--home", default=argparse.SUPPRESS,
+                           help="home directory (also accepted before the subcommand)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,10 +392,14 @@ def _dispatch(home: Home, args: argparse.Namespace) -> int:
     if command == "serve":
         from mcp_infra.server import serve
 
-        return serve(home, mode=args.mode, transport=args.transport, host=args.host,
+        if args.auth == "none" and args.transport != "http":
+            print("mcp-infra serve: --auth applies to --transport http only", file=sys.stderr)
+            return 2
+        mode = args.mode or ("read-only" if args.auth == "none" else "propose")
+        return serve(home, mode=mode, transport=args.transport, host=args.host,
                      port=args.port, token_file=args.token_file,
                      allowed_hosts=args.allowed_host, allowed_origins=args.allowed_origin,
-                     start_supervisor=not args.no_supervisor)
+                     start_supervisor=not args.no_supervisor, auth=args.auth)
     if command == "plan":
         from mcp_infra.planner import cli_plan
 

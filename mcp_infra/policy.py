@@ -29,7 +29,8 @@ from mcp_infra.contracts import (
     Recipe,
     RefusedCandidate,
 )
-from mcp_infra.registry import REPO_ROOT, Preflight, find_candidate
+from mcp_infra.datafiles import shipped_dir
+from mcp_infra.registry import Preflight, find_candidate
 from mcp_infra.store import canonical_json, sha256_bytes
 
 MAX_PLAN_BYTES = 16_384
@@ -38,13 +39,15 @@ MAX_PLAN_BYTES = 16_384
 class PlanRefused(ValueError):
     """The plan cannot be accepted; the message is ours and never echoes raw input."""
 
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+    def __init__(self, message: str, problems: list[str] | None = None,
+                 refused: list[RefusedCandidate] | None = None) -> None:
         super().__init__(message)
         self.problems = problems or []
+        self.refused = refused or []
 
 
 def policy_dir() -> Path:
-    return REPO_ROOT / "policy"
+    return shipped_dir("policy")
 
 
 def load_policy(name: str = "default", directory: Path | None = None,
@@ -79,6 +82,7 @@ def _describe_errors(exc: ValidationError) -> list[str]:
             "too_long": "too many items",
             "too_short": "too few items",
             "finite_number": "must be a finite number",
+            "float_type": "must be a number (not text, not true/false)",
         }.get(kind)
         if message is None:
             ctx = err.get("ctx") or {}
@@ -185,7 +189,7 @@ def sanitize(
         kept.append(candidate)
     if not kept:
         raise PlanRefused("plan refused: no runnable candidate remains",
-                          [f"{r.id}: {r.reason}" for r in refused])
+                          [f"{r.id}: {r.reason}" for r in refused], refused)
     changes.insert(0, PlanChange(field="candidates", action="added", value=BASELINE_ID,
                                  reason="the live recipe is measured first as the baseline"))
 

@@ -28,6 +28,7 @@ from mcp_infra.contracts import (
     Recipe,
     Variant,
 )
+from mcp_infra.datafiles import shipped_dir
 from mcp_infra.store import canonical_json, sha256_bytes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +70,7 @@ class Preflight(Part):
 
 
 def registry_dir() -> Path:
-    return REPO_ROOT / "registry"
+    return shipped_dir("registry")
 
 
 def load_manifest(path: Path) -> Manifest:

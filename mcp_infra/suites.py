@@ -15,9 +15,10 @@ import yaml
 from pydantic import Field, model_validator
 
 from mcp_infra.contracts import ID_PATTERN, Contract, Part
+from mcp_infra.datafiles import shipped_dir
 from mcp_infra.gates import list_tasks
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "policy" / "suites"
+SUITES_DIR = shipped_dir("suites")
 
 PromptClass = Literal["code", "reasoning", "prose", "long_context", "multi_turn"]
 
