@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Literal
 
 Kind = Literal["registry", "policy", "suites"]
-_PARTS: dict[str, tuple[str, ...]] = {"registry": ("registry",), "policy": ("policy",),
-                                      "suites": ("policy", "suites")}
+_PARTS: dict[str, tuple[str, ...]] = {
+    "registry": ("registry",),
+    "policy": ("policy",),
+    "suites": ("policy", "suites"),
+}
 
 
 def shipped_dir(kind: Kind) -> Path:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from mcp_infra import __version__, app, planner, render
 from mcp_infra.contracts import AuditRecord, text_problem
+from mcp_infra.faces.live_status import STATUS_URI, StatusNotifier
 from mcp_infra.policy import MAX_PLAN_BYTES, load_policy, policy_hash
 from mcp_infra.registry import RegistryError, load_registry, manifest_hash
 from mcp_infra.service import load_config
@@ -395,6 +396,17 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             return _result(view, render.proposal_text(view))
 
     _add_resources(server, home)
+
+    @server.resource(STATUS_URI, name="status", title="Live status",
+                     mime_type="application/json",
+                     description="The same view as the status tool. Subscribe to it "
+                     "(resources/subscribe) to be told when a cycle changes state or finishes, "
+                     "the queue changes or the live recipe changes.")
+    def status_resource() -> str:
+        view = app.status(home).model_copy(update={"server_mode": mode})
+        return _json(view.model_dump(mode="json"))
+
+    StatusNotifier(server, home).install()
     for name in tools:  # extra arguments are refused (ArgumentGuard): say so in the schema
         server._tool_manager.get_tool(name).parameters["additionalProperties"] = False
 
