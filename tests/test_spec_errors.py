@@ -246,3 +246,13 @@ async def test_http_unknown_tool_is_a_json_rpc_error(home: Home, anyio_backend: 
     finally:
         log = server.stop()
     assert "Traceback" not in log
+
+
+def test_auth_none_is_loopback_only(tmp_path: Path) -> None:
+    from mcp_infra.http_transport import HttpConfigError, HttpPlan
+
+    home = Home(tmp_path / "h")
+    with pytest.raises(HttpConfigError, match="not a loopback"):
+        HttpPlan(home, host="0.0.0.0", auth="none", token_file=tmp_path / "t",
+                 allowed_hosts=["example.org"])
+    assert HttpPlan(home, host="127.0.0.1", auth="none").auth == "none"
