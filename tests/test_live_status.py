@@ -69,13 +69,8 @@ async def test_legacy_subscriber_is_told(home: Home, anyio_backend: str, transpo
         else stdio_client(home, "--mode", "read-only", mode="legacy", message_handler=on_message)
     )
     async with client:
-        init = (
-            client.session.get_server_capabilities()
-            if hasattr(client.session, "get_server_capabilities")
-            else None
-        )
-        if init is not None:
-            assert init.resources is not None and init.resources.subscribe is True
+        caps = client.server_capabilities
+        assert caps.resources is not None and caps.resources.subscribe is True
         await _subscribe(client)
         await anyio.sleep(0.3)
         journal_event(home, CycleState.BASELINE)
