@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from mcp_infra import app, evidence
-from mcp_infra.cycle import SealFailed
 from mcp_infra.store import ENV_HOME, CorruptFile, Home, LockHeld
 
 
@@ -382,7 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"another supervisor is running ({exc}); it owns the service, so this one exits",
               file=sys.stderr)
         return 4
-    except SealFailed as exc:
+    except Exception as exc:
+        from mcp_infra.cycle import SealFailed  # not at the top: `serve` starts without it
+
+        if not isinstance(exc, SealFailed):
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 5
 

@@ -14,7 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from mcp_infra.contracts import (
@@ -31,6 +30,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.datafiles import shipped_dir
 from mcp_infra.registry import Preflight, find_candidate
+from mcp_infra.state.filecache import load_yaml
 from mcp_infra.store import canonical_json, sha256_bytes
 
 MAX_PLAN_BYTES = 16_384
@@ -56,7 +56,7 @@ def load_policy(name: str = "default", directory: Path | None = None,
     path = (directory or policy_dir()) / f"{name}.yaml"
     if extra is not None and (extra / f"{name}.yaml").is_file():
         path = extra / f"{name}.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = load_yaml(path)
     return Policy.model_validate(data)
 
 

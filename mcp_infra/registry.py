@@ -10,7 +10,6 @@ from __future__ import annotations
 import platform
 import re
 import shutil
-from importlib import metadata
 from pathlib import Path
 
 import psutil
@@ -29,6 +28,8 @@ from mcp_infra.contracts import (
     Variant,
 )
 from mcp_infra.datafiles import shipped_dir
+from mcp_infra.state.filecache import installed_version as cached_version
+from mcp_infra.state.filecache import load_yaml
 from mcp_infra.store import canonical_json, sha256_bytes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +76,7 @@ def registry_dir() -> Path:
 
 def load_manifest(path: Path) -> Manifest:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path)
         manifest = Manifest.model_validate(data)
     except (OSError, yaml.YAMLError) as exc:
         raise RegistryError(f"{path.name}: cannot read: {exc}") from exc
@@ -154,10 +155,7 @@ def platform_tag() -> str:
 
 
 def installed_version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
+    return cached_version(package)
 
 
 def artifact_key(artifact: ArtifactRef) -> str:
