@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -189,7 +189,7 @@ class ArgumentGuard:
     Every ``propose_plan`` attempt is audited here or in ``app.propose``: refused arguments, and,
     in read-only mode (where the tool is not offered), the attempt itself."""
 
-    def __init__(self, home: Home, tools: set[str], prompts: set[str] = frozenset()) -> None:
+    def __init__(self, home: Home, tools: set[str], prompts: Iterable[str] = ()) -> None:
         self.home = home
         self.tools = tools
         self.prompts = set(prompts)
