@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 from mcp_infra import __version__, app, planner, render
 from mcp_infra.contracts import AuditRecord, text_problem
 from mcp_infra.faces.live_status import STATUS_URI, StatusNotifier
+from mcp_infra.faces.read_cache import ReadCache, registry_inputs
 from mcp_infra.policy import MAX_PLAN_BYTES, load_policy, policy_hash
 from mcp_infra.registry import RegistryError, load_registry, manifest_hash
 from mcp_infra.service import load_config
@@ -294,6 +295,7 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     _one_line_logging()
+    reads = ReadCache()
     tools = {"status", "registry", "evidence"} | ({"propose_plan"} if mode != "read-only"
                                                    else set())
     server = MCPServer("mcp-infra", version=__version__, instructions=instructions(mode),
@@ -335,7 +337,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         be promoted automatically, and what past cycles decided about it. Only candidates with
         preflight_passed=true can run. Use these ids in propose_plan."""
         try:
-            view = app.registry_view(home, candidate_id)
+            view = reads.get(("registry", candidate_id), registry_inputs(home),
+                             lambda: app.registry_view(home, candidate_id))
         except BROKEN as exc:
             raise _broken(exc) from exc
         if candidate_id and not view.candidates:

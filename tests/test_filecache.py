@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from mcp_infra.state.filecache import installed_version, load_yaml
+from mcp_infra.store import Home
 
 
 def test_an_edit_is_seen_and_copies_are_private(tmp_path: Path) -> None:
@@ -26,3 +29,26 @@ def test_installed_version_matches_metadata() -> None:
 
     assert installed_version("pydantic") == metadata.version("pydantic")
     assert installed_version("no-such-package-mcp-infra") is None
+
+
+@pytest.mark.anyio
+async def test_registry_answer_follows_a_new_manifest(home: Home, anyio_backend: str) -> None:
+    """The `registry` tool's cached answer is recomputed when a manifest is added."""
+    import yaml
+    from mcp import Client
+
+    from mcp_infra.datafiles import shipped_dir
+    from mcp_infra.server import build_server
+
+    async with Client(build_server(home, "read-only", start_supervisor=False)) as client:
+        first = await client.call_tool("registry", {})
+        again = await client.call_tool("registry", {})
+        assert first.structured_content == again.structured_content
+        data = yaml.safe_load((shipped_dir("registry") / "demo-tiny.yaml").read_text())
+        data["id"] = "demo-copy"
+        home.user_registry.mkdir(parents=True, exist_ok=True)
+        (home.user_registry / "demo-copy.yaml").write_text(yaml.safe_dump(data))
+        later = await client.call_tool("registry", {})
+    ids = {c["id"] for c in later.structured_content["candidates"]}
+    assert "demo-copy:draft-k2" in ids
+    assert "demo-copy:draft-k2" not in {c["id"] for c in first.structured_content["candidates"]}

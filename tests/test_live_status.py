@@ -90,3 +90,46 @@ async def test_listen_subscriber_is_told(home: Home, anyio_backend: str) -> None
             async for event in sub:
                 assert event.uri == STATUS_URI
                 break
+
+
+@pytest.mark.slow
+async def test_subscriber_follows_a_real_cycle(home: Home, anyio_backend: str) -> None:
+    """A read-only stdio session subscribes; a real supervisor runs a real cycle (mlx_lm.server
+    on the demo models); the session is told as it moves, and once more when it is sealed."""
+    import json
+
+    from mcp_infra import app
+    from mcp_infra.service import ensure_serving, load_config
+
+    config = load_config(home)
+    ensure_serving(home, config.baseline, config)
+    updates: list[float] = []
+    notified = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        uri = getattr(getattr(getattr(message, "root", message), "params", None), "uri", None)
+        if str(uri) == STATUS_URI:
+            updates.append(anyio.current_time())
+            notified.set()
+
+    async with stdio_client(
+        home, "--mode", "read-only", "--no-supervisor", mode="legacy", message_handler=on_message
+    ) as client:
+        await _subscribe(client)
+        view = app.propose(
+            home,
+            {"hypothesis": "a 2-token drafter is faster", "candidates": ["demo-tiny:draft-k2"]},
+            proposed_by="test",
+        )
+        assert view.accepted
+        states: set[str] = set()
+        with anyio.fail_after(900):
+            while True:
+                await notified.wait()
+                notified = anyio.Event()
+                status = json.loads((await client.read_resource(STATUS_URI)).contents[0].text)
+                if status.get("cycle"):
+                    states.add(status["cycle"]["state"])
+                if status.get("last_cycle") and not status.get("cycle"):
+                    break
+    assert len(updates) >= 3 and len(states) >= 2, (len(updates), states)
