@@ -253,6 +253,11 @@ def test_auth_none_is_loopback_only(tmp_path: Path) -> None:
 
     home = Home(tmp_path / "h")
     with pytest.raises(HttpConfigError, match="not a loopback"):
-        HttpPlan(home, host="0.0.0.0", auth="none", token_file=tmp_path / "t",
-                 allowed_hosts=["example.org"])
+        HttpPlan(
+            home,
+            host="0.0.0.0",
+            auth="none",
+            token_file=tmp_path / "t",
+            allowed_hosts=["example.org"],
+        )
     assert HttpPlan(home, host="127.0.0.1", auth="none").auth == "none"
