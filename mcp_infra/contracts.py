@@ -326,9 +326,30 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
+# Characters refused in free text that people and models read later: C0 controls (a multi-line
+# field keeps \n and \t), DEL, C1 controls (NEL included), bidi embeddings, overrides, isolates
+# and marks, and the Unicode line and paragraph separators.
+_UNSAFE_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                              "\u2066-\u2069\u2028\u2029]")
+_UNSAFE_MULTI_LINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f"
+                                "\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def text_problem(value: str, *, multiline: bool = False) -> str | None:
+    """Why free text is refused (the caller names the field), never repeating the text; None if
+    it is fine."""
+    if (_UNSAFE_MULTI_LINE if multiline else _UNSAFE_ONE_LINE).search(value):
+        return ("must be plain text: control, bidi-override and line-separator characters are "
+                "not allowed" + ("" if multiline else " (one line)"))
+    return None
+
+
 class Acceptance(Part):
-    min_speedup_pct: float | None = Field(None, ge=-100, le=10_000)
-    max_peak_memory_gb: float | None = Field(None, gt=0, le=100_000)
+    """Numbers only (not "5", not true) and finite. A value outside the policy's range is
+    clamped to it, with a reason; a plan can only tighten the policy's thresholds."""
+
+    min_speedup_pct: float | None = Field(None, strict=True)
+    max_peak_memory_gb: float | None = Field(None, strict=True)
 
     _check_finite = field_validator("min_speedup_pct", "max_peak_memory_gb")(_finite)
 
@@ -337,9 +358,11 @@ class Plan(Part):
     """What an agent may send. Nothing else is accepted."""
 
     hypothesis: str = Field(min_length=1, max_length=300)
-    candidates: list[Annotated[str, Field(min_length=1, max_length=130)]] = Field(
-        min_length=1, max_length=3
-    )
+    # The pattern is advertised in the schema; an id that misses it is refused by sanitize, with
+    # a reason, like any other id that is not a runnable candidate.
+    candidates: list[Annotated[str, Field(min_length=1, max_length=130,
+                                          json_schema_extra={"pattern": CANDIDATE_ID_PATTERN})]] = (
+        Field(min_length=1, max_length=3))
     acceptance: Acceptance | None = None
     notes: str = Field("", max_length=2000)
 
@@ -348,6 +371,15 @@ class Plan(Part):
     def _one_line(cls, value: str) -> str:
         if "\n" in value or "\r" in value:
             raise ValueError("hypothesis must be one line")
+        if problem := text_problem(value):
+            raise ValueError(problem)
+        return value
+
+    @field_validator("notes")
+    @classmethod
+    def _plain_notes(cls, value: str) -> str:
+        if problem := text_problem(value, multiline=True):
+            raise ValueError(problem)
         return value
 
 

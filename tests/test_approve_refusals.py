@@ -21,8 +21,9 @@ from mcp_infra.contracts import CandidateRun, CycleSummary, EvidenceManifest
 from mcp_infra.faces import cli
 from mcp_infra.flows import cycle
 from mcp_infra.flows.approve import ApprovalRefused, approve
-from mcp_infra.state.catalog import REPO_ROOT
 from mcp_infra.state.store import Home, read_model, sha256_file, write_model
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 KV8, MY_KV8, DRAFT = "demo-tiny:kv8", "mytiny:kv8", "demo-tiny:draft-k2"
 

@@ -17,9 +17,10 @@ from mcp_clients import supervisors
 
 from mcp_infra.procs import bench
 from mcp_infra.procs.runtime import port_open
-from mcp_infra.state.catalog import REPO_ROOT
 from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 SHIPPED = sorted(p.parent for p in (REPO_ROOT / "evidence").glob("*/MANIFEST.json"))
 PLAN = {"hypothesis": "a drafter speeds up decoding", "candidates": ["demo-tiny:draft-k2"]}

@@ -18,8 +18,9 @@ import pytest
 from mcp_infra.contracts import EvidenceManifest, Verdict
 from mcp_infra.faces import cli
 from mcp_infra.state import evidence
-from mcp_infra.state.catalog import REPO_ROOT
 from mcp_infra.state.store import read_model, sha256_file, write_model
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 SHIPPED = sorted(p.parent for p in (REPO_ROOT / "evidence").glob("*/MANIFEST.json"))
 

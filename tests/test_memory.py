@@ -13,8 +13,9 @@ from mcp_infra.contracts import CandidateRun, Decision
 from mcp_infra.core.sanitize import PlanRefused
 from mcp_infra.flows import api as app
 from mcp_infra.state import memory
-from mcp_infra.state.catalog import REPO_ROOT
 from mcp_infra.state.store import Home
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 BAD, SLOW = "mytiny:draft-k4-cache", "mytiny:draft-k2"
 

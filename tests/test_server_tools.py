@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import MCPError
 from mcp_clients import PLAN, RawStdio, audit, files_under, stdio_client
 
 from mcp_infra.state.store import Home
@@ -42,7 +43,9 @@ async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: s
                     hints.destructive_hint) == (True, True, False, False), name
         propose = tools["propose_plan"].annotations
         assert propose is not None and propose.read_only_hint is False
-        assert propose.destructive_hint is False and propose.open_world_hint is False
+        assert propose.destructive_hint is True and propose.open_world_hint is False
+        for tool in tools.values():  # extra arguments are refused, and the schema says so
+            assert tool.input_schema.get("additionalProperties") is False, tool.name
         for tool in tools.values():
             assert tool.output_schema and tool.output_schema.get("type") == "object"
             assert len(tool.description or "") > 200, f"{tool.name} needs a usable description"
@@ -250,15 +253,20 @@ async def test_read_only_mode_has_no_propose_plan(home: Home, anyio_backend: str
     async with stdio_client(home, "--mode", "read-only", mode="legacy") as client:
         tools = {t.name for t in (await client.list_tools()).tools}
         assert tools == {"status", "registry", "evidence"}
-        refused = await client.call_tool("propose_plan", {"plan": PLAN})
-        assert refused.is_error and "read-only mode" in refused.content[0].text
-        other = await client.call_tool("x" * 300, {})
-        assert other.is_error and "xxxx" not in other.content[0].text
+        with pytest.raises(MCPError, match="read-only mode") as refused:
+            await client.call_tool("propose_plan", {"plan": PLAN})
+        assert refused.value.error.code == -32602
+        with pytest.raises(MCPError, match="unknown tool") as other:
+            await client.call_tool("x" * 300, {})
+        assert other.value.error.code == -32602 and "xxxx" not in str(other.value)
         status = await client.call_tool("status", {})
         assert status.structured_content["server_mode"] == "read-only"
         got = await client.get_prompt("propose_acceleration_plan", {})
         assert "read-only" in got.messages[0].content.text
-    assert not home.queued() and not audit(home)
+    assert not home.queued()
+    records = audit(home)  # the refused attempt is audited like any propose_plan call
+    assert [(r.accepted, r.client) for r in records] == [(False, "mcp:mcp")]
+    assert "read-only" in records[0].detail
 
 
 async def test_propose_queues_and_returns_at_once(home: Home, anyio_backend: str) -> None:

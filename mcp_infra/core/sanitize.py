@@ -38,9 +38,11 @@ MAX_PLAN_BYTES = 16_384
 class PlanRefused(McpInfraError, ValueError):
     """The plan cannot be accepted; the message is ours and never echoes raw input."""
 
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+    def __init__(self, message: str, problems: list[str] | None = None,
+                 refused: list[RefusedCandidate] | None = None) -> None:
         super().__init__(message)
         self.problems = problems or []
+        self.refused = refused or []
 
 
 
@@ -69,6 +71,7 @@ def _describe_errors(exc: ValidationError) -> list[str]:
             "too_long": "too many items",
             "too_short": "too few items",
             "finite_number": "must be a finite number",
+            "float_type": "must be a number (not text, not true/false)",
         }.get(kind)
         if message is None:
             ctx = err.get("ctx") or {}
@@ -179,7 +182,7 @@ def sanitize(
         kept.append(candidate)
     if not kept:
         raise PlanRefused("plan refused: no runnable candidate remains",
-                          [f"{r.id}: {r.reason}" for r in refused])
+                          [f"{r.id}: {r.reason}" for r in refused], refused)
     changes.insert(0, PlanChange(field="candidates", action="added", value=BASELINE_ID,
                                  reason="the live recipe is measured first as the baseline"))
 

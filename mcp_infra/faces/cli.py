@@ -12,10 +12,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from mcp_infra.contracts import Outcome
-from mcp_infra.errors import ExitCode
+from mcp_infra.errors import ExitCode, McpInfraError
 from mcp_infra.faces import render
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import SealFailed
 from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, load_config, window_state
 from mcp_infra.state.store import ENV_HOME, CorruptFile, Home, LockHeld
@@ -50,9 +49,13 @@ def cmd_demo(home: Home, args: argparse.Namespace) -> int:
 def cmd_serve(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.faces.mcp_server import serve
 
-    return serve(home, mode=args.mode, transport=args.transport, host=args.host, port=args.port,
+    if args.auth == "none" and args.transport != "http":
+        return _fail("mcp-infra serve: --auth applies to --transport http only")
+    mode = args.mode or ("read-only" if args.auth == "none" else "propose")
+    return serve(home, mode=mode, transport=args.transport, host=args.host, port=args.port,
                  token_file=args.token_file, allowed_hosts=args.allowed_host,
-                 allowed_origins=args.allowed_origin, start_supervisor=not args.no_supervisor)
+                 allowed_origins=args.allowed_origin, start_supervisor=not args.no_supervisor,
+                 auth=args.auth)
 
 
 def cmd_plan(home: Home, args: argparse.Namespace) -> int:
@@ -207,10 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-serving", action="store_true")
 
     serve = sub.add_parser("serve", help="the MCP server (stdio by default, or --transport http)")
-    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default="propose",
-                       help="read-only: no propose_plan; propose (default): plans are queued and "
-                       "run when the policy's window allows; autonomous: also keeps a watching "
-                       "supervisor running")
+    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default=None,
+                       help="read-only: no propose_plan; propose (default; read-only with "
+                       "--auth none): plans are queued and run when the policy's window allows; "
+                       "autonomous: also keeps a watching supervisor running")
+    serve.add_argument("--auth", choices=["token", "none"], default="token",
+                       help="http: token (default): a bearer token on every request; none: no "
+                       "token, for test suites on loopback only (read-only unless --mode is "
+                       "given)")
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1",
                        help="http: address to bind (default 127.0.0.1; any other needs "
@@ -301,7 +308,16 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--task", required=True)
     gc.add_argument("--text", help="the text to judge (default: stdin)")
     gc.add_argument("--json", action="store_true")
+    _global_options_anywhere([*sub.choices.values(), *gsub.choices.values()])
     return parser
+
+
+def _global_options_anywhere(parsers: list[argparse.ArgumentParser]) -> None:
+    """`mcp-infra demo --home DIR` as well as `mcp-infra --home DIR demo` (SUPPRESS: a value
+    given before the subcommand is kept when none is given after it)."""
+    for child in parsers:
+        child.add_argument("--home", default=argparse.SUPPRESS,
+                           help="home directory (also accepted before the subcommand)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,7 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     except LockHeld as exc:
         return _fail(f"another supervisor is running ({exc}); it owns the service, so this one "
                      "exits", ExitCode.LOCKED)
-    except SealFailed as exc:
+    except McpInfraError as exc:
+        from mcp_infra.flows.cycle import SealFailed  # not at the top: `serve` starts without it
+
+        if not isinstance(exc, SealFailed):
+            raise
         return _fail(f"error: {exc}", ExitCode.SEAL_FAILED)
 
 

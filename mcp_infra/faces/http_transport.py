@@ -9,6 +9,11 @@
   or in a log: the server prints the file's path, not its content.
 * Binding an address that is not loopback is refused unless a token file and the allowed Host
   names are given explicitly (``--token-file``, ``--allowed-host``).
+* ``--auth none`` (for test suites such as the MCP conformance suite, which send no headers)
+  drops the token check only: it is refused unless the bind address is loopback, printed as a
+  warning at start, and the server is read-only unless a mode is given explicitly.
+* The token is compared exactly (``Authorization: Bearer <token>``, one space, nothing around
+  it); Host and Origin are compared case-insensitively (they are lower-cased for the SDK too).
 
 The checks run in one ASGI guard in front of the SDK's app (which repeats the Host/Origin checks
 with the same lists), comparing tokens with ``hmac.compare_digest``.
@@ -96,7 +101,8 @@ def ensure_token(path: Path) -> str:
 def _host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
     if not host:
         return False
-    for pattern in allowed:
+    host = host.lower()  # host names are case-insensitive (RFC 3986 section 3.2.2)
+    for pattern in (p.lower() for p in allowed):
         if pattern.endswith(":*"):
             base = pattern[:-2]
             if host == base or (host.startswith(base + ":") and host[len(base) + 1:].isdigit()):
@@ -113,10 +119,11 @@ def _origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
 class Guard:
     """ASGI middleware: Host (421), Origin (403), then bearer token (401), on every request."""
 
-    def __init__(self, app: ASGIApp, *, token: str, allowed_hosts: Sequence[str],
+    def __init__(self, app: ASGIApp, *, token: str | None, allowed_hosts: Sequence[str],
                  allowed_origins: Sequence[str]) -> None:
+        """``token=None``: no token check (``--auth none``, loopback only)."""
         self.app = app
-        self.token = token.encode()
+        self.token = token.encode() if token is not None else None
         self.allowed_hosts = list(allowed_hosts)
         self.allowed_origins = list(allowed_origins)
 
@@ -134,15 +141,28 @@ class Guard:
         if origin is not None and not _origin_allowed(origin, self.allowed_origins):
             await PlainTextResponse("Invalid Origin header", status_code=403)(scope, receive, send)
             return
-        scheme, _, value = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(),
-                                                                 self.token):
+        if self.token is not None and not _bearer_matches(headers.get("authorization", ""),
+                                                          self.token):
             await PlainTextResponse(
                 "A bearer token is required (Authorization: Bearer <token from the server's "
                 "token file>)", status_code=401,
                 headers={"WWW-Authenticate": 'Bearer realm="mcp-infra"'})(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        await self.app(_lower_host(scope), receive, send)
+
+
+def _bearer_matches(header: str, token: bytes) -> bool:
+    """``Bearer <token>`` exactly: the scheme in any case (RFC 7235), one space, the token with
+    nothing before or after it."""
+    scheme, _, value = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        value.encode("utf-8", errors="replace"), token)
+
+
+def _lower_host(scope: Scope) -> Scope:
+    """The same request with Host and Origin lower-cased (the SDK compares them exactly)."""
+    headers = [(k, v.lower() if k in (b"host", b"origin") else v) for k, v in scope["headers"]]
+    return {**scope, "headers": headers}
 
 
 class HttpPlan:
@@ -150,11 +170,17 @@ class HttpPlan:
 
     def __init__(self, home: Home, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  token_file: str | Path | None = None, allowed_hosts: Sequence[str] = (),
-                 allowed_origins: Sequence[str] = ()) -> None:
+                 allowed_origins: Sequence[str] = (), auth: str = "token") -> None:
         if not 1 <= port <= 65535:
             raise HttpConfigError("--port must be between 1 and 65535")
-        self.host, self.port = host, port
+        if auth not in ("token", "none"):
+            raise HttpConfigError("--auth must be token or none")
+        self.host, self.port, self.auth = host, port, auth
         loopback = is_loopback(host)
+        if auth == "none" and not loopback:
+            raise HttpConfigError(f"refusing --auth none on {host}, which is not a loopback "
+                                  "address: without a token anyone who can reach it could call "
+                                  "the server")
         if not loopback and (token_file is None or not allowed_hosts):
             raise HttpConfigError(
                 f"refusing to bind {host}, which is not a loopback address, without both "
@@ -171,7 +197,7 @@ class HttpPlan:
         return f"http://{host}:{self.port}{MCP_PATH}"
 
     def app(self, server: MCPServer) -> Guard:
-        token = ensure_token(self.token_file)
+        token = ensure_token(self.token_file) if self.auth == "token" else None
         security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                              allowed_hosts=self.allowed_hosts,
                                              allowed_origins=self.allowed_origins)
@@ -186,9 +212,14 @@ def serve_http(server: MCPServer, plan: HttpPlan, mode: str) -> None:
     import uvicorn
 
     app = plan.app(server)
-    print(f"mcp-infra: MCP (streamable HTTP, mode {mode}) at {plan.url}; every request needs "
-          f"'Authorization: Bearer <token>' with the token in {plan.token_file}",
-          file=sys.stderr, flush=True)
+    if plan.auth == "none":
+        print(f"mcp-infra: WARNING: --auth none: MCP (streamable HTTP, mode {mode}) at {plan.url} "
+              "WITHOUT a bearer token; any local process can call it (loopback only)",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"mcp-infra: MCP (streamable HTTP, mode {mode}) at {plan.url}; every request needs "
+              f"'Authorization: Bearer <token>' with the token in {plan.token_file}",
+              file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=plan.host, port=plan.port, log_level="warning",
                             access_log=False, lifespan="on", server_header=False)
     uvicorn.Server(config).run()

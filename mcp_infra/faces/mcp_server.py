@@ -15,8 +15,9 @@ kept running).
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -29,11 +30,13 @@ from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotatio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from mcp_infra import __version__
-from mcp_infra.contracts import AuditRecord
+from mcp_infra.contracts import AuditRecord, text_problem
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import manifest_hash
 from mcp_infra.core.sanitize import MAX_PLAN_BYTES, has_non_finite, policy_hash
 from mcp_infra.faces import render
+from mcp_infra.faces.live_status import STATUS_URI, StatusNotifier
+from mcp_infra.faces.read_cache import ReadCache, registry_inputs
 from mcp_infra.flows import api as app
 from mcp_infra.flows import planning
 from mcp_infra.state.catalog import RegistryError, load_registry
@@ -44,10 +47,24 @@ Mode = Literal["read-only", "propose", "autonomous"]
 MODES: tuple[str, ...] = ("read-only", "propose", "autonomous")
 URI = "mcp-infra://"
 CYCLE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"
+logger = logging.getLogger("mcp_infra.server")
+
+
+def _one_line_logging() -> None:
+    """Refusals are logged as one plain line on stderr (the SDK's Rich handler wraps long lines;
+    stdout is the stdio wire)."""
+    if not logger.handlers:
+        import sys
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
 
 READ_ONLY = ToolAnnotations(title=None, read_only_hint=True, destructive_hint=False,
                             idempotent_hint=True, open_world_hint=False)
-PROPOSE = ToolAnnotations(title=None, read_only_hint=False, destructive_hint=False,
+PROPOSE = ToolAnnotations(title=None, read_only_hint=False, destructive_hint=True,
                           idempotent_hint=False, open_world_hint=False)
 
 
@@ -158,33 +175,80 @@ def client_name(session: Any) -> str:
 
 
 class ArgumentGuard:
-    """Server middleware: refuse a tools/call whose arguments are not exactly right."""
+    """Server middleware: refuse a tools/call whose arguments are not exactly right, and answer
+    protocol mistakes (unknown tool or prompt, malformed params) with JSON-RPC -32602 and one
+    WARNING line, never a traceback.
 
-    def __init__(self, home: Home, tools: set[str]) -> None:
+    Every ``propose_plan`` attempt is audited here or in ``app.propose``: refused arguments, and,
+    in read-only mode (where the tool is not offered), the attempt itself."""
+
+    def __init__(self, home: Home, tools: set[str], prompts: Iterable[str] = ()) -> None:
         self.home = home
         self.tools = tools
+        self.prompts = set(prompts)
+
+    def _audit_refusal(self, ctx: ServerRequestContext[Any, Any], arguments: Any,
+                       text: str) -> None:
+        raw = canonical_json(arguments)[:MAX_PLAN_BYTES * 4] if arguments is not None else b""
+        self.home.append_audit(AuditRecord(
+            ts=utcnow(), client=client_name(ctx.session), plan_hash=sha256_bytes(raw),
+            accepted=False, detail=text[:300]))
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any],
                        call_next: CallNext) -> HandlerResult:
-        if ctx.method != "tools/call" or not isinstance(ctx.params, Mapping):
+        if ctx.method == "prompts/get":
+            return await self._prompt(ctx, call_next)
+        if ctx.method != "tools/call":
             return await call_next(ctx)
-        name = ctx.params.get("name")
-        if not isinstance(name, str) or name not in self.tools:
-            text = (f"unknown tool; this server has: {', '.join(sorted(self.tools))}"
-                    + (" (propose_plan is not offered: the server runs in read-only mode)"
-                       if name == "propose_plan" else ""))
-            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-        arguments = ctx.params.get("arguments")
+        params = ctx.params
+        if not isinstance(params, Mapping) or not isinstance(params.get("name"), str):
+            raise protocol_error("tools/call needs params {name: string, arguments?: object}")
+        name = params["name"]
+        arguments = params.get("arguments")
+        if name not in self.tools:
+            if name == "propose_plan":  # read-only mode: refused, and audited like any attempt
+                text = ("refused: propose_plan is not offered: the server runs in read-only "
+                        "mode")
+                self._audit_refusal(ctx, arguments, text)
+                raise protocol_error(text)
+            raise protocol_error(f"unknown tool; this server has: {', '.join(sorted(self.tools))}")
+        if arguments is not None and not isinstance(arguments, Mapping):
+            if name == "propose_plan":
+                self._audit_refusal(ctx, None, "refused: arguments must be a JSON object")
+            raise protocol_error("tools/call arguments must be a JSON object")
         problems = argument_problems(name, arguments)
         if not problems:
             return await call_next(ctx)
         text = f"refused: invalid arguments for {name}: " + "; ".join(problems)
         if name == "propose_plan":
-            raw = canonical_json(arguments)[:MAX_PLAN_BYTES * 4]
-            self.home.append_audit(AuditRecord(
-                ts=utcnow(), client=client_name(ctx.session), plan_hash=sha256_bytes(raw),
-                accepted=False, detail=text[:300]))
+            self._audit_refusal(ctx, arguments, text)
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+    async def _prompt(self, ctx: ServerRequestContext[Any, Any],
+                      call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if not isinstance(params, Mapping) or not isinstance(params.get("name"), str):
+            raise protocol_error("prompts/get needs params {name: string, arguments?: object}")
+        if params["name"] not in self.prompts:
+            raise protocol_error("unknown prompt; this server has: "
+                                 + ", ".join(sorted(self.prompts)))
+        arguments = params.get("arguments")
+        if arguments is not None and not (isinstance(arguments, Mapping) and all(
+                isinstance(v, str) for v in arguments.values())):
+            raise protocol_error("prompt arguments must be an object of strings")
+        try:
+            return await call_next(ctx)
+        except MCPError:
+            raise
+        except Exception as exc:  # the SDK would answer code 0 and log a traceback per request
+            raise protocol_error(f"prompt refused: {type(exc).__name__}") from None
+
+
+def protocol_error(message: str) -> MCPError:
+    """JSON-RPC -32602 with our own short message, logged as one WARNING line (the message is
+    ours: it never repeats what the client sent)."""
+    logger.warning("refused request: %s", message)
+    return MCPError(code=INVALID_PARAMS, message=message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,10 +286,13 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     (someone runs `mcp-infra supervise`)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    _one_line_logging()
+    reads = ReadCache()
     tools = {"status", "registry", "evidence"} | ({"propose_plan"} if mode != "read-only"
                                                    else set())
     server = MCPServer("mcp-infra", version=__version__, instructions=instructions(mode),
-                       middleware=[ArgumentGuard(home, tools)], log_level="WARNING")
+                       middleware=[ArgumentGuard(home, tools, {planning.PROMPT_NAME})],
+                       log_level="WARNING")
 
     def tool(title: str, annotations: ToolAnnotations) -> Any:
         """`server.tool` with the docstring as a one-paragraph description."""
@@ -262,7 +329,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         be promoted automatically, and what past cycles decided about it. Only candidates with
         preflight_passed=true can run. Use these ids in propose_plan."""
         try:
-            view = app.registry_view(home, candidate_id)
+            view = reads.get(("registry", candidate_id), registry_inputs(home),
+                             lambda: app.registry_view(home, candidate_id))
         except BROKEN as exc:
             raise _broken(exc) from exc
         if candidate_id and not view.candidates:
@@ -324,6 +392,19 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
 
     _add_resources(server, home)
 
+    @server.resource(STATUS_URI, name="status", title="Live status",
+                     mime_type="application/json",
+                     description="The same view as the status tool. Subscribe to it "
+                     "(resources/subscribe) to be told when a cycle changes state or finishes, "
+                     "the queue changes or the live recipe changes.")
+    def status_resource() -> str:
+        view = app.status(home).model_copy(update={"server_mode": mode})
+        return _json(view.model_dump(mode="json"))
+
+    StatusNotifier(server, home).install()
+    for name in tools:  # extra arguments are refused (ArgumentGuard): say so in the schema
+        server._tool_manager.get_tool(name).parameters["additionalProperties"] = False
+
     @server.prompt(name=planning.PROMPT_NAME, title="Plan an acceleration experiment",
                    description="Instructions for a planner with the live context: candidates "
                    "that pass preflight, the baseline's figures, what past cycles found "
@@ -338,8 +419,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         if goal is not None and len(goal) > planning.MAX_GOAL:
             raise MCPError(code=INVALID_PARAMS,
                            message=f"goal is too long (at most {planning.MAX_GOAL} characters)")
-        if goal is not None and ("\n" in goal or "\r" in goal):
-            raise MCPError(code=INVALID_PARAMS, message="goal must be one line")
+        if goal is not None and (problem := text_problem(goal)):
+            raise protocol_error(f"goal {problem}")
         try:
             context = planning.build_context(home)
         except FileNotFoundError as exc:
@@ -429,7 +510,7 @@ def serve(home: Home, *, mode: Mode = "propose", transport: str = "stdio",
           host: str = "127.0.0.1", port: int = 8765, token_file: str | None = None,
           allowed_hosts: list[str] | tuple[str, ...] = (),
           allowed_origins: list[str] | tuple[str, ...] = (),
-          start_supervisor: bool = True) -> int:
+          start_supervisor: bool = True, auth: str = "token") -> int:
     """`mcp-infra serve`: stdio (stdout is the wire: nothing else is printed there) or HTTP."""
     import sys
 
@@ -443,7 +524,8 @@ def serve(home: Home, *, mode: Mode = "propose", transport: str = "stdio",
 
     try:
         plan = HttpPlan(home, host=host, port=port, token_file=token_file,
-                        allowed_hosts=allowed_hosts, allowed_origins=allowed_origins)
+                        allowed_hosts=allowed_hosts, allowed_origins=allowed_origins,
+                        auth=auth)
         serve_http(server, plan, mode)
     except HttpConfigError as exc:
         print(f"mcp-infra serve: {exc}", file=sys.stderr)

@@ -351,7 +351,7 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
         frozen = freeze_plan(ctx, plan, proposed_by)
     except PlanRefused as exc:
         view = ProposalView(accepted=False, dry_run=dry_run, message=str(exc),
-                            problems=exc.problems)
+                            problems=exc.problems, refused=exc.refused)
         home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200], plan_hash=raw_hash,
                                       accepted=False,
                                       detail=("dry run: " if dry_run else "") + str(exc)[:300]))

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from mcp_infra.contracts import ID_PATTERN, Manifest, Policy
 from mcp_infra.core.suites import Suite
 from mcp_infra.errors import McpInfraError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from mcp_infra.state.datafiles import shipped_dir
+from mcp_infra.state.filecache import load_yaml
 
 
 class RegistryError(McpInfraError, ValueError):
@@ -23,12 +23,12 @@ class RegistryError(McpInfraError, ValueError):
 
 
 def registry_dir() -> Path:
-    return REPO_ROOT / "registry"
+    return shipped_dir("registry")
 
 
 def load_manifest(path: Path) -> Manifest:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path)
         manifest = Manifest.model_validate(data)
     except (OSError, yaml.YAMLError) as exc:
         raise RegistryError(f"{path.name}: cannot read: {exc}") from exc
@@ -62,7 +62,7 @@ def load_registry(directory: Path | None = None, extra: Path | None = None) -> d
 
 
 def policy_dir() -> Path:
-    return REPO_ROOT / "policy"
+    return shipped_dir("policy")
 
 
 def load_policy(name: str = "default", directory: Path | None = None,
@@ -71,11 +71,11 @@ def load_policy(name: str = "default", directory: Path | None = None,
     path = (directory or policy_dir()) / f"{name}.yaml"
     if extra is not None and (extra / f"{name}.yaml").is_file():
         path = extra / f"{name}.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = load_yaml(path)
     return Policy.model_validate(data)
 
 
-SUITES_DIR = REPO_ROOT / "policy" / "suites"
+SUITES_DIR = shipped_dir("suites")
 
 
 def list_suites(suites_dir: Path | None = None) -> list[str]:
@@ -97,7 +97,7 @@ def load_suite(name: str, suites_dir: Path | None = None) -> Suite:
     if not path.is_file():
         known = ", ".join(list_suites(folder)) or "none"
         raise FileNotFoundError(f"no suite {name!r} in {folder} (known: {known})")
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = load_yaml(path)
     suite = Suite.model_validate(data)
     if suite.id != name:
         raise ValueError(f"{path} declares id {suite.id!r}, expected {name!r}")

@@ -8,7 +8,6 @@ import hashlib
 import os
 import platform
 import shutil
-from importlib import metadata
 from pathlib import Path
 
 import psutil
@@ -18,6 +17,7 @@ from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import HostFacts
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state.artifacts import cached_hub_artifacts, hub_caches
+from mcp_infra.state.filecache import installed_version as cached_version
 from mcp_infra.state.store import sha256_file
 
 
@@ -32,10 +32,8 @@ def platform_tag() -> str:
 
 
 def installed_version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
+    """The installed version of a package (cached while the import path is unchanged)."""
+    return cached_version(package)
 
 
 def host_facts(home_root: Path, models_dir: Path, hf_cache: Path | None = None) -> HostFacts:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_infra.contracts import BASELINE_ID, AuditRecord, Event, FrozenPlan
 from mcp_infra.errors import McpInfraError
+from mcp_infra.state.filecache import load_yaml
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -109,7 +110,7 @@ def read_model(path: Path, cls: type[M]) -> M:
     except FileNotFoundError:
         raise
     try:
-        data = yaml.safe_load(raw) if path.suffix in {".yaml", ".yml"} else json.loads(raw)
+        data = load_yaml(path) if path.suffix in {".yaml", ".yml"} else json.loads(raw)
         return cls.model_validate(data)
     except (ValueError, yaml.YAMLError, ValidationError) as exc:
         raise CorruptFile(f"{path} is not a valid {cls.__name__}: {str(exc)[:300]}") from exc

@@ -1,0 +1,84 @@
+"""The `registry` tool's answer, kept while nothing it depends on has changed.
+
+`registry` is the costliest read (manifests, policy, host facts, a preflight per candidate, what
+past cycles learned) and an agent calls it over and over. Its answer is kept keyed by the
+identity, size and modification time of every file and folder it reads (shipped and home
+manifests and policies, the home's config, service record, memory and evidence, the model and
+hub cache folders, the import path for installed versions). Host facts that drift without a file
+changing (free memory and disk) are re-read at most ``ttl`` seconds later.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from mcp_infra.state.artifacts import hub_cache
+from mcp_infra.state.datafiles import shipped_dir
+from mcp_infra.state.store import Home
+
+T = TypeVar("T")
+Stamp = tuple[tuple[str, int, int, int], ...]
+
+
+def _stamps(paths: Iterable[Path]) -> Stamp:
+    out = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            out.append((str(path), 0, 0, 0))
+            continue
+        out.append((str(path), info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(out)
+
+
+def _listing(folder: Path) -> list[Path]:
+    try:
+        return [folder, *sorted(folder.iterdir())]
+    except OSError:
+        return [folder]
+
+
+def registry_inputs(home: Home) -> Stamp:
+    """Everything `registry` reads, as (path, inode, size, mtime) stamps."""
+    paths: list[Path] = []
+    for folder in (
+        shipped_dir("registry"),
+        shipped_dir("policy"),
+        home.user_registry,
+        home.user_policy,
+        home.memory,
+        home.models,
+        home.hf_cache,
+        hub_cache(),
+    ):
+        paths += _listing(folder)
+    paths += [home.config, home.state / "service.json", home.evidence]
+    paths += [Path(entry or ".") for entry in sys.path]
+    return _stamps(paths)
+
+
+class ReadCache:
+    """One cached answer per key, recomputed when the inputs' stamps change or ``ttl`` passes."""
+
+    def __init__(self, ttl: float = 10.0) -> None:
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._entries: dict[object, tuple[Stamp, float, object]] = {}
+
+    def get(self, key: object, inputs: Stamp, compute: Callable[[], T]) -> T:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and hit[0] == inputs and now - hit[1] < self.ttl:
+            return hit[2]  # type: ignore[return-value]
+        value = compute()
+        with self._lock:
+            self._entries[key] = (inputs, now, value)
+        return value

@@ -1,0 +1,136 @@
+"""Issue 13: `mcp-infra://status` supports resources/subscribe (2025-11-25) and
+subscriptions/listen (2026-07-28); a journal event appended by the supervisor's own code path
+(`Home.append_event`) reaches a subscribed client as notifications/resources/updated.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, MCPError
+from mcp_clients import stdio_client
+
+from mcp_infra.contracts import CycleState, Event
+from mcp_infra.faces.live_status import STATUS_URI, fingerprint
+from mcp_infra.faces.mcp_server import build_server
+from mcp_infra.state.store import Home, utcnow
+
+pytestmark = pytest.mark.anyio
+
+
+def journal_event(home: Home, state: CycleState) -> None:
+    home.append_event(
+        Event(
+            ts=utcnow(),
+            cycle_id="c-20990101-000000-live",
+            state=state,
+            message=f"now {state.value}",
+        )
+    )
+
+
+def test_fingerprint_moves_with_the_journal(home: Home) -> None:
+    before = fingerprint(home)
+    journal_event(home, CycleState.BASELINE)
+    middle = fingerprint(home)
+    journal_event(home, CycleState.EXPERIMENT)
+    assert before != middle != fingerprint(home)
+
+
+async def _subscribe(client: Client) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # resources/subscribe is deprecated in the 2026 era
+        await client.subscribe_resource(STATUS_URI)
+        with pytest.raises(MCPError):
+            await client.subscribe_resource("mcp-infra://policy")
+
+
+@pytest.mark.parametrize("transport", ["memory", "stdio"])
+async def test_legacy_subscriber_is_told(home: Home, anyio_backend: str, transport: str) -> None:
+    got = anyio.Event()
+    seen: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        uri = getattr(getattr(getattr(message, "root", message), "params", None), "uri", None)
+        if uri is not None:
+            seen.append(str(uri))
+            got.set()
+
+    client = (
+        Client(
+            build_server(home, "read-only", start_supervisor=False),
+            mode="legacy",
+            message_handler=on_message,
+        )
+        if transport == "memory"
+        else stdio_client(home, "--mode", "read-only", mode="legacy", message_handler=on_message)
+    )
+    async with client:
+        caps = client.server_capabilities
+        assert caps.resources is not None and caps.resources.subscribe is True
+        await _subscribe(client)
+        await anyio.sleep(0.3)
+        journal_event(home, CycleState.BASELINE)
+        with anyio.fail_after(10):
+            await got.wait()
+        assert seen[0] == STATUS_URI
+        status = await client.read_resource(STATUS_URI)
+        assert '"configured": true' in status.contents[0].text
+
+
+async def test_listen_subscriber_is_told(home: Home, anyio_backend: str) -> None:
+    client = Client(build_server(home, "read-only", start_supervisor=False), mode="auto")
+    async with client, client.listen(resource_subscriptions=[STATUS_URI]) as sub:
+        await anyio.sleep(0.3)
+        journal_event(home, CycleState.EXPERIMENT)
+        with anyio.fail_after(10):
+            async for event in sub:
+                assert event.uri == STATUS_URI
+                break
+
+
+@pytest.mark.slow
+async def test_subscriber_follows_a_real_cycle(home: Home, anyio_backend: str) -> None:
+    """A read-only stdio session subscribes; a real supervisor runs a real cycle (mlx_lm.server
+    on the demo models); the session is told as it moves, and once more when it is sealed."""
+    import json
+
+    from mcp_infra.flows import api as app
+    from mcp_infra.procs.service import ensure_serving
+    from mcp_infra.state.context import load_config
+
+    config = load_config(home)
+    ensure_serving(home, config.baseline, config)
+    updates: list[float] = []
+    notified = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        uri = getattr(getattr(getattr(message, "root", message), "params", None), "uri", None)
+        if str(uri) == STATUS_URI:
+            updates.append(anyio.current_time())
+            notified.set()
+
+    async with stdio_client(
+        home, "--mode", "read-only", "--no-supervisor", mode="legacy", message_handler=on_message
+    ) as client:
+        await _subscribe(client)
+        view = app.propose(
+            home,
+            {"hypothesis": "a 2-token drafter is faster", "candidates": ["demo-tiny:draft-k2"]},
+            proposed_by="test",
+        )
+        assert view.accepted
+        states: set[str] = set()
+        with anyio.fail_after(900):
+            while True:
+                await notified.wait()
+                notified = anyio.Event()
+                status = json.loads((await client.read_resource(STATUS_URI)).contents[0].text)
+                if status.get("cycle"):
+                    states.add(status["cycle"]["state"])
+                if status.get("last_cycle") and not status.get("cycle"):
+                    break
+    assert len(updates) >= 3 and len(states) >= 2, (len(updates), states)
