@@ -42,6 +42,7 @@ from mcp_infra.demo_models import model_fingerprint
 from mcp_infra.gates import compare_greedy, smoke_failures
 from mcp_infra.hub import HubError
 from mcp_infra.policy import load_policy
+from mcp_infra.procs import usage
 from mcp_infra.recovery import Action, decide
 from mcp_infra.registry import (
     find_candidate,
@@ -273,6 +274,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     cdir = home.cycle_dir(cycle_id)
     cdir.mkdir(parents=True, exist_ok=True)
     write_model(cdir / "plan.json", plan)
+    usage.cycle_start(cdir, service_record(home))
     journal = Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
@@ -411,6 +413,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         return Outcome.KEPT_BASELINE, None, verdict.reason, None
     winner = recipes[verdict.selected]
     speedup = _speedup_pct(verdict, verdict.selected)
+    usage.snapshot(home.cycle_dir(cycle_id), service_record(home))  # before the port restarts
     return _promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
                     verdict)
 
@@ -439,6 +442,7 @@ def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
         run = measure(f"http://{config.host}:{config.scratch_port}", recipe.candidate_id, plan,
                       record)
     finally:
+        usage.snapshot(home.cycle_dir(journal.cycle_id), record)
         stop_candidate(home, record)
     return run.model_copy(update={"candidate_class": recipe.candidate_class,
                                   "semantics": recipe.semantics, "knobs": recipe.knobs,
@@ -497,6 +501,7 @@ def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
                                 timeout=plan.protocol.request_timeout_s,
                                 candidate=winner.candidate_id, prompt_id=p.id, phase="verify")
               for p in suite.prompts]
+    _keep_online(home, winner, online)
     errors = [s for s in online if s.error]
     if errors:
         return f"verification request failed: {errors[0].error}"
@@ -510,6 +515,14 @@ def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
         if new:
             return f"smoke check failed online on {sample.prompt_id}: {new[0]}"
     return None
+
+
+def _keep_online(home: Home, winner: Recipe, online: list[Sample]) -> None:
+    """Keep the online check's samples in the cycle folder (sealed into the bundle)."""
+    current = json.loads((home.state / "current.json").read_text())
+    write_model(home.cycle_dir(current["cycle_id"]) / "online.json",
+                CandidateRun(candidate=winner.candidate_id, samples=online, knobs=winner.knobs,
+                             semantics=winner.semantics))
 
 
 def _restore(home: Home, journal: Journal, reason: str,
@@ -545,7 +558,7 @@ def _seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started
         outcome=outcome, selected=selected, speedup_pct=speedup, reason=reason,
         active_recipe=active_recipe(home).candidate_id, interrupted=interrupted,
         recovery=recovery)
-    evidence.seal(home, cycle_id, summary)
+    evidence.seal(home, cycle_id, summary, usage.cycle_cost(home, cycle_id, speedup))
     journal(CycleState.SEALED, "evidence sealed", step="done")
     try:  # recipe memory is derived from the sealed bundle; it never fails a sealed cycle
         memory.record(home, cycle_id)

@@ -14,6 +14,8 @@ from pydantic import Field
 
 from mcp_infra.contracts import (
     CandidateRun,
+    CheckResult,
+    CycleCost,
     CycleSummary,
     EvidenceManifest,
     FrozenPlan,
@@ -29,11 +31,17 @@ from mcp_infra.store import (
     write_model,
 )
 
-BUNDLE_FILES = ("plan.json", "environment.json", "verdict.json", "journal.ndjson")
+BUNDLE_FILES = ("plan.json", "environment.json", "verdict.json", "journal.ndjson",
+                "online.json", "service_impact.json")
+SIGNATURE = "SIGNATURE.dsse.json"
 
 
-def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
-    """Copy the cycle's durable files into ``evidence/<cycle_id>/`` with a hash manifest."""
+def seal(home: Home, cycle_id: str, summary: CycleSummary, cost: CycleCost | None = None) -> Path:
+    """Copy the cycle's durable files and the inputs needed to re-judge it (suites, policy and
+    manifest texts) into ``evidence/<cycle_id>/`` with a hash manifest, sign a Statement over
+    them with the home's key, and link the bundle to the home's previous one."""
+    from mcp_infra.state import sealing
+
     source = home.cycle_dir(cycle_id)
     final = home.evidence / cycle_id
     if (final / "MANIFEST.json").exists():
@@ -48,13 +56,18 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
         (tmp / "runs").mkdir()
         for run in sorted((source / "runs").glob("*.json")):
             shutil.copy2(run, tmp / "runs" / run.name)
+    sealing.copy_inputs(home, tmp)
     write_model(tmp / "summary.json", summary)
+    if cost is not None:
+        write_model(tmp / "cost.json", cost)
     files = {str(p.relative_to(tmp)): sha256_file(p)
              for p in sorted(tmp.rglob("*")) if p.is_file()}
     write_model(tmp / "MANIFEST.json", EvidenceManifest(cycle_id=cycle_id, files=files))
+    digest = sealing.sign_bundle(home, tmp, cycle_id)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    sealing.advance_chain(home, cycle_id, digest)
     return final
 
 
@@ -76,10 +89,13 @@ class Verification(Part):
     hashes_ok: bool
     verdict_ok: bool
     problems: list[str] = Field(default_factory=list)
+    checks: list[CheckResult] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list, description="names of the failed checks")
+    key_fingerprint: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.hashes_ok and self.verdict_ok
+        return self.hashes_ok and self.verdict_ok and not self.failed
 
 
 def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
@@ -108,43 +124,15 @@ def recompute(bundle: Path) -> Verdict | None:
     return select(baseline, runs, plan.thresholds, plan.protocol, plan.auto_promote)
 
 
-def verify(bundle: Path) -> Verification:
-    problems: list[str] = []
-    try:
-        manifest = read_model(bundle / "MANIFEST.json", EvidenceManifest)
-    except (FileNotFoundError, CorruptFile) as exc:
-        return Verification(bundle=str(bundle), hashes_ok=False, verdict_ok=False,
-                            problems=[f"MANIFEST.json unreadable: {exc}"])
-    present = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()}
-    present.discard("MANIFEST.json")
-    for name, digest in sorted(manifest.files.items()):
-        path = bundle / name
-        if not path.is_file():
-            problems.append(f"{name}: missing")
-        elif sha256_file(path) != digest:
-            problems.append(f"{name}: sha256 differs from the manifest")
-    for extra in sorted(present - set(manifest.files)):
-        problems.append(f"{extra}: not listed in the manifest")
-    hashes_ok = not problems
-    verdict_ok = False
-    try:
-        if (bundle / "verdict.json").exists():
-            recorded = read_model(bundle / "verdict.json", Verdict)
-            again = recompute(bundle)
-            if again is None:
-                problems.append("no baseline run to recompute from")
-            elif again.model_dump(mode="json") != recorded.model_dump(mode="json"):
-                problems.append("recomputed verdict differs from verdict.json "
-                                f"(recomputed selection: {again.selected}, "
-                                f"recorded: {recorded.selected})")
-            else:
-                verdict_ok = True
-        else:
-            verdict_ok = True  # a cycle that never reached SELECT has no verdict to recompute
-    except (CorruptFile, FileNotFoundError) as exc:
-        problems.append(f"cannot recompute: {exc}")
-    return Verification(bundle=str(bundle), hashes_ok=hashes_ok, verdict_ok=verdict_ok,
-                        problems=problems)
+def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> Verification:
+    """Every named check of ``state.audit``: hashes, signature and chain, the plan and its
+    inputs, every sample, the verdict, gates, summary and journal recomputed or compared."""
+    from mcp_infra.state import audit, signing
+
+    if home is None and key is None and bundle.resolve().parent.name == "evidence":
+        owner = Home(bundle.resolve().parent.parent)  # a bundle inside a home: that home's key
+        home = owner if signing.public_key_path(owner).is_file() else None
+    return audit.verify(bundle, key=key, home=home)  # type: ignore[return-value]
 
 
 def list_cycles(home: Home) -> list[CycleSummary]:
