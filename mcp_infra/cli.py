@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from mcp_infra import app, evidence
 from mcp_infra.cycle import SealFailed
+from mcp_infra.faces import evidence_cli
 from mcp_infra.store import ENV_HOME, CorruptFile, Home, LockHeld
 
 
@@ -117,7 +118,7 @@ def verdict_table(view: app.EvidenceView) -> str:
 def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
     words = list(args.words)
     action = "list"
-    if words and words[0] in {"list", "show", "verify"}:
+    if words and words[0] in {"list", "show", "verify", "report", "export"}:
         action = words.pop(0)
     elif words:
         action = "show"
@@ -132,17 +133,14 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
         return 2
     ref = words[0]
     if action == "verify":
-        try:
-            bundle = evidence.bundle_path(home, ref)
-        except FileNotFoundError as exc:
-            print(str(exc), file=sys.stderr)
+        return evidence_cli.cmd_verify(home, ref, args)
+    if action == "report":
+        return evidence_cli.cmd_report(home, ref, args)
+    if action == "export":
+        if len(words) < 2:
+            print("evidence export needs a cycle id and a folder", file=sys.stderr)
             return 2
-        result = evidence.verify(bundle)
-        text = (f"{bundle}: hashes {'ok' if result.hashes_ok else 'MISMATCH'}; verdict "
-                f"{'recomputed identically' if result.verdict_ok else 'DIFFERS'}"
-                + "".join(f"\n  - {p}" for p in result.problems))
-        _print(result.model_dump() | {"ok": result.ok}, args.json, text)
-        return 0 if result.ok else 1
+        return evidence_cli.cmd_export(home, ref, words[1], args)
     try:
         view = app.evidence_view(home, ref, args.section)
     except FileNotFoundError as exc:
@@ -150,6 +148,8 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
         return 2
     _print(view, args.json, verdict_table(view) if args.section in (None, "summary", "table",
                                                                      "verdict") else None)
+    if not args.json and args.section in (None, "summary"):
+        print(evidence_cli.show_cost(evidence.bundle_path(home, ref)))
     if not args.json and args.section not in (None, "summary", "table", "verdict"):
         print(json.dumps(view.model_dump(mode="json", exclude_none=True), indent=2, default=str))
     return 0
@@ -326,8 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "registry":
             p.add_argument("candidate", nargs="?")
 
-    ev = sub.add_parser("evidence", help="evidence [list] | [show] ID | verify ID|PATH")
+    ev = sub.add_parser("evidence", help="evidence [list] | [show] ID | verify ID|PATH [--key "
+                        "FILE] | report ID [-o FILE] | export ID FOLDER")
     ev.add_argument("words", nargs="*")
+    ev.add_argument("--key", help="verify with this public key (PEM) instead of the home's: "
+                    "for a bundle copied elsewhere")
+    ev.add_argument("-o", "--output", help="report: write the HTML here (default: "
+                    "<home>/reports/<id>.html)")
     ev.add_argument("--section", choices=["summary", "table", "gates", "verdict", "journal",
                                           "plan"])
     ev.add_argument("--json", action="store_true")
