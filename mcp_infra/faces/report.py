@@ -200,6 +200,20 @@ def _decision(summary: CycleSummary, verdict: Verdict | None) -> str:
     return f"{words.get(summary.outcome.value, summary.outcome.value)}: {summary.reason}"
 
 
+def _verified_line(verification: Any | None) -> str:
+    if verification is None:
+        return ""
+    if not verification.failed:
+        return (
+            f"<p class='ok'>Evidence verified: {len(verification.checks)} checks passed "
+            "(signature, chain, hashes, every sample, verdict and gates recomputed).</p>"
+        )
+    return (
+        f"<p class='failed'>Evidence does NOT verify: failed "
+        f"{_e(', '.join(verification.failed))} (details at the end).</p>"
+    )
+
+
 def _table(rows: list[list[str]], head: list[str]) -> str:
     out = ["<table><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr>"]
     for row in rows:
@@ -278,7 +292,7 @@ def _cost_html(cost: CycleCost | None) -> str:
             _e(s.note),
         ]
         for s in cost.servers
-    ]
+    ] or [["none recorded", "", "", "", "", ""]]
     return _table([[_e(a), b] for a, b in rows], ["figure", "value"]) + _table(
         servers, ["server", "role", "pid", "CPU s", "peak memory GB", "note"]
     )
@@ -336,6 +350,7 @@ def render(bundle: Path, verification: Any | None = None) -> str:
         f"<p class='muted'>plan {_e(summary.plan_id)} · {_e(summary.started_at)} → "
         f"{_e(summary.ended_at)} · live recipe now <code>{_e(summary.active_recipe)}</code></p>",
         f"<p class='decision'>{_e(_decision(summary, verdict))}</p>",
+        _verified_line(verification),
         "<h2>Speedup per prompt</h2>",
         f"<figure>{chart_svg(per_prompt, 'median decode tok/s, candidate / baseline', threshold)}"
         "</figure>",
