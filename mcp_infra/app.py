@@ -21,6 +21,8 @@ from mcp_infra import evidence as evidence_mod
 from mcp_infra import memory
 from mcp_infra.contracts import (
     AuditRecord,
+    CheckResult,
+    CycleCost,
     CycleSummary,
     FrozenPlan,
     Knobs,
@@ -99,6 +101,8 @@ class StatusView(View):
     server_mode: str | None = Field(None, description="the MCP server's mode (read-only, propose "
                                     "or autonomous); empty when asked from the command line")
     needs_operator: str | None = None
+    evidence_key: str | None = Field(None, description="sha256 fingerprint of the home's Ed25519 "
+                                     "evidence key (created at the first seal)")
     problems: list[str] = Field(default_factory=list)
 
 
@@ -158,7 +162,13 @@ def status(home: Home) -> StatusView:
         window=policy.window.model_dump(), window_now=_window_text(home),
         needs_operator=(json.loads(needs.read_text()).get("reason", "see state/needs_operator.json")
                         if needs.exists() else None),
-        problems=problems)
+        evidence_key=_key_fingerprint(home), problems=problems)
+
+
+def _key_fingerprint(home: Home) -> str | None:
+    from mcp_infra.state.signing import home_fingerprint
+
+    return home_fingerprint(home)
 
 
 NOMINAL_STATES = ["QUEUED", "PREFLIGHT", "PREPARE", "BASELINE", "MAINTENANCE", "EXPERIMENT",
@@ -486,6 +496,12 @@ class EvidenceView(View):
     page: int = 1
     pages: int = 1
     path: str | None = None
+    cost: CycleCost | None = None
+    verified: bool | None = Field(None, description="every check of `evidence verify` passed")
+    failed_checks: list[str] | None = Field(None, description="names of the failed checks")
+    checks: list[CheckResult] | None = None
+    report_path: str | None = Field(None, description="the HTML report written for this cycle")
+    report_uri: str | None = Field(None, description="MCP resource URI of the HTML report")
 
 
 PAGE_SIZE = 40
@@ -508,6 +524,8 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         view.table = per_prompt_table(verdict)
     if section in (None, "summary", "verdict"):
         view.verdict = verdict
+    if section in (None, "summary"):
+        view.cost = read_optional(bundle / "cost.json", CycleCost)
     if section == "gates" and verdict:
         view.gates = [{"candidate": c.candidate, **g.model_dump(mode="json")}
                       for c in verdict.candidates for g in c.gates]

@@ -55,6 +55,7 @@ def _status_text(view: app.StatusView) -> str:
     shown = (f"{w.get('start')}–{w.get('end')} {w.get('timezone')}" if w.get("mode") == "window"
              else str(w.get("mode", "?")))
     lines.append(f"policy      {view.policy}; maintenance window: {shown}")
+    lines.append("evidence    key " + (view.evidence_key or "none yet (made at the first seal)"))
     if view.window_now:
         lines.append(f"next cycle  {view.window_now}")
     if view.needs_operator:

@@ -50,6 +50,8 @@ def status_text(view: app.StatusView) -> str:
                      + (f" (a supervisor runs, pid {view.supervisor_pid})."
                         if view.supervisor_running else "."))
     lines.append(f"Queue: {', '.join(view.queue) if view.queue else 'empty'}.")
+    if view.evidence_key:
+        lines.append(f"Evidence signing key (Ed25519) fingerprint: {view.evidence_key}.")
     if view.last_cycle:
         lc = view.last_cycle
         lines.append(f"Last cycle {lc.cycle_id}: {lc.outcome.value}"
@@ -114,6 +116,18 @@ def evidence_text(view: app.EvidenceView) -> str:
                   and c.ci_high is not None else "")
             lines.append(f"- {c.candidate}: {c.decision.value}; speedup {_pct(c.speedup_estimate)}"
                          f"{ci}; gates: {gates or 'none'}. " + "; ".join(c.reasons[:3]))
+    if view.verified is not None:
+        lines.append("Evidence verifies: every check passed." if view.verified else
+                     "Evidence does NOT verify; failed checks: "
+                     + ", ".join(view.failed_checks or []))
+    if view.cost is not None:
+        c = view.cost
+        lines.append(f"Cost: {c.wall_s:.0f} s wall, {c.measurement_s:.0f} s measuring; downtime "
+                     f"{c.downtime_s if c.downtime_s is not None else 'unknown'} s "
+                     f"({c.downtime_source}); {c.gain_note}.")
+    if view.report_path:
+        lines.append(f"Report (self-contained HTML): {view.report_path} "
+                     f"(resource {view.report_uri}).")
     if view.table:
         lines.append("Per prompt (baseline → candidate decode tok/s):")
         lines += [f"  {r['candidate']} {r['prompt']}: {r['baseline_tps']} → {r['candidate_tps']} "
