@@ -19,9 +19,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--remote-debugging-port=0", "--remote-allow-origins=*", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
+    "--hide-scrollbars",
+]
 
 
 def chromium() -> str | None:
@@ -45,9 +54,17 @@ def render(page: Path, width: int = 1200, height: int = 1600, timeout: float = 6
     exe = chromium()
     assert exe, "chromium is not installed"
     profile = Path(tempfile.mkdtemp(prefix="i12-chromium-"))
-    proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}",
-                             f"--window-size={width},{height}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            exe,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
@@ -77,7 +94,9 @@ def render(page: Path, width: int = 1200, height: int = 1600, timeout: float = 6
                 if method == "Network.requestWillBeSent":
                     out.requests.append(params["request"]["url"])
                 elif method == "Runtime.consoleAPICalled" and params.get("type") in (
-                        "error", "assert"):
+                    "error",
+                    "assert",
+                ):
                     out.console_errors.append(json.dumps(params.get("args"))[:300])
                 elif method == "Runtime.exceptionThrown":
                     out.exceptions.append(json.dumps(params.get("exceptionDetails"))[:300])
@@ -88,21 +107,37 @@ def render(page: Path, width: int = 1200, height: int = 1600, timeout: float = 6
 
             for domain in ("Network", "Runtime", "Log", "Page"):
                 call(f"{domain}.enable")
-            call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                 deviceScaleFactor=1, mobile=False)
+            call(
+                "Emulation.setDeviceMetricsOverride",
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
             call("Page.navigate", url=page.resolve().as_uri())
             while out.title != "loaded":
                 assert time.monotonic() < deadline + timeout, "the page did not load"
                 note(json.loads(ws.recv(timeout=timeout)))
             time.sleep(0.5)  # late requests or errors after load
-            evaluated = call("Runtime.evaluate", expression="document.title + '\\n' + "
-                             "document.body.innerText", returnByValue=True)
+            evaluated = call(
+                "Runtime.evaluate",
+                expression="document.title + '\\n' + document.body.innerText",
+                returnByValue=True,
+            )
             value = evaluated.get("result", {}).get("value", "")
             out.title, _, out.text = value.partition("\n")
-            full = call("Runtime.evaluate", expression="document.documentElement.scrollHeight",
-                        returnByValue=True)["result"]["value"]
-            call("Emulation.setDeviceMetricsOverride", width=width, height=int(full),
-                 deviceScaleFactor=1, mobile=False)
+            full = call(
+                "Runtime.evaluate",
+                expression="document.documentElement.scrollHeight",
+                returnByValue=True,
+            )["result"]["value"]
+            call(
+                "Emulation.setDeviceMetricsOverride",
+                width=width,
+                height=int(full),
+                deviceScaleFactor=1,
+                mobile=False,
+            )
             shot = call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
             out.screenshot = base64.b64decode(shot["data"])
         return out
