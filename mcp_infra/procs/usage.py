@@ -43,16 +43,29 @@ def own_cpu_s() -> float:
     return times.user + times.system
 
 
-def cycle_start(cycle_dir: Path, live: ProcessRecord | None = None) -> UsageStart:
+def snapshot_service(cycle_dir: Path, home: Home, label: str | None = None) -> None:
+    """Snapshot the stable server by its record; an unreadable record is skipped, not raised."""
+    from mcp_infra.service import service_record
+    from mcp_infra.store import CorruptFile
+
+    try:
+        record = service_record(home)
+    except (CorruptFile, OSError):
+        return
+    snapshot(cycle_dir, record, label)
+
+
+def cycle_start(cycle_dir: Path, home: Home) -> UsageStart:
     """Counters at the cycle's start; the live server's CPU time so far is its first reading."""
-    snapshot(cycle_dir, live)
+    snapshot_service(cycle_dir, home)
     start = UsageStart(
         at=utcnow(),
         monotonic=time.monotonic(),
         supervisor_cpu_s=own_cpu_s(),
         energy_uj=energy_counters(),
     )
-    write_model(cycle_dir / "usage-start.json", start)
+    with contextlib.suppress(OSError):  # cost is best effort; it never stops a cycle
+        write_model(cycle_dir / "usage-start.json", start)
     return start
 
 
@@ -110,12 +123,11 @@ def snapshot(cycle_dir: Path, record: ProcessRecord | None, label: str | None = 
 def cycle_cost(home: Home, cycle_id: str, speedup_pct: float | None) -> CycleCost | None:
     """Read the counters once more (the serving process, the supervisor, energy) and build the
     cycle's cost; None if even that fails (cost never blocks sealing)."""
-    from mcp_infra.service import service_record
     from mcp_infra.state import cost
 
     cdir = home.cycle_dir(cycle_id)
     try:
-        snapshot(cdir, service_record(home), label="stable (at sealing)")
+        snapshot_service(cdir, home, label="stable (at sealing)")
         start, usages, impact = cost.read_inputs(cdir)
         events, _ = home.read_journal(cycle_id)
         energy = energy_counters()
