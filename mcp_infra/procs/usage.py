@@ -127,7 +127,7 @@ def cycle_cost(home: Home, cycle_id: str, speedup_pct: float | None) -> CycleCos
 
     cdir = home.cycle_dir(cycle_id)
     try:
-        snapshot_service(cdir, home, label="stable (at sealing)")
+        snapshot_service(cdir, home)
         start, usages, impact = cost.read_inputs(cdir)
         events, _ = home.read_journal(cycle_id)
         energy = energy_counters()
