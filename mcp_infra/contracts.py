@@ -225,6 +225,20 @@ class Thresholds(Part):
     lossy_min_identical_fraction: float = Field(0.5, ge=0, le=1)
 
 
+class WorkloadCell(Part):
+    """One condition of the user's workload: a request class at a concurrency level. Decisive cells
+    block promotion on a regression beyond tolerance; reported cells are measured and shown only."""
+
+    request_class: Literal["short", "long_prefill"]
+    concurrency: int = Field(ge=1, le=64)
+    role: Literal["decisive", "reported"] = "decisive"
+
+
+def _default_workload() -> list[WorkloadCell]:
+    return [WorkloadCell(request_class=c, concurrency=n)  # type: ignore[arg-type]
+            for c in ("short", "long_prefill") for n in (1, 4)]
+
+
 class Protocol(Part):
     suite: Annotated[str, Field(pattern=ID_PATTERN)] = "demo-speed"
     quality_suite: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
@@ -238,6 +252,12 @@ class Protocol(Part):
     drift_tolerance_pct: float = Field(10.0, ge=0, le=100)
     request_timeout_s: float = Field(120.0, gt=0, le=3600)
     ready_timeout_s: float = Field(120.0, gt=0, le=3600)
+    workload: list[WorkloadCell] = Field(default_factory=_default_workload, min_length=1,
+                                         max_length=8)
+    min_starts: int = Field(2, ge=1, le=10, description="fresh server processes per configuration "
+                            "before any decision (one per round)")
+    max_starts: int = Field(4, ge=1, le=20, description="rounds at most: one more start per "
+                            "configuration per round while some decision is still open")
 
 
 class Window(Part):
@@ -487,7 +507,7 @@ class Sample(Contract):
     """One measured request."""
 
     candidate: str
-    phase: Literal["warmup", "measure", "verify", "drift", "quality"] = "measure"
+    phase: Literal["warmup", "measure", "verify", "drift", "quality", "heldout"] = "measure"
     prompt_id: str
     repeat: int
     order: int = 0
@@ -503,6 +523,15 @@ class Sample(Contract):
     text: str = ""
     token_ids: list[int] | None = None
     error: str | None = None
+    start: int = Field(0, ge=0, description="index of the fresh server process this sample was "
+                       "measured in (per configuration, counted from 0)")
+    round: int = Field(0, ge=0, description="measurement round the sample belongs to")
+    started_at: datetime | None = Field(None, description="UTC wall-clock time the request was sent")
+    t_mono: float | None = Field(None, description="time.monotonic() when the request was sent")
+    timing_source: Literal["client", "server"] = Field(
+        "client", description="who timed it: the client (streamed tokens) or the server's timings")
+    request_class: Literal["short", "long_prefill"] = "short"
+    concurrency: int = Field(1, ge=1, le=64, description="requests in flight at once, this included")
 
 
 class Comparison(Part):
@@ -760,3 +789,131 @@ class ArtifactInventory(Contract):
     prepared_at: datetime
     files: list[InventoryFile]
     digest: str = Field(description="sha256 over the sorted (path, size, sha256) list")
+
+
+# --------------------------------------------------------------------------------------------
+# Signed evidence, verification checks and the cost of a cycle (issue 12)
+# --------------------------------------------------------------------------------------------
+
+
+class DsseSignature(Part):
+    keyid: str = Field(description="sha256 of the raw Ed25519 public key (its fingerprint)")
+    sig: str = Field(description="base64 Ed25519 signature over the DSSE pre-authentication "
+                     "encoding of payloadType and payload")
+
+
+class DsseEnvelope(Part):
+    """evidence/<id>/SIGNATURE.dsse.json: a DSSE envelope (secure-systems-lab/dsse v1) whose
+    payload is an in-toto Statement v1. Standard field names, so other tools can read it."""
+
+    payload_type: str = Field(alias="payloadType")
+    payload: str = Field(description="base64 of the Statement's bytes")
+    signatures: list[DsseSignature] = Field(min_length=1)
+
+
+class StatementSubject(Part):
+    name: str
+    digest: dict[str, str]
+
+
+class PreviousBundle(Part):
+    cycle_id: str
+    digest: str = Field(description="sha256 of the previous bundle's Statement (its payload)")
+
+
+class EvidencePredicate(Part):
+    """What the sealer vouches for beyond the file list: the chain link and digests that the
+    verifier recomputes (plan content hash, every sample of every phase, the verdict)."""
+
+    cycle_id: str
+    sealed_at: datetime
+    manifest_sha256: str
+    previous: PreviousBundle | None = None
+    plan_content_hash: str
+    samples_sha256: str = Field(description="sha256 over the canonical JSON of every sample of "
+                                "every run (warm-up, measure, drift, quality, greedy, held-out) "
+                                "and of the online verification")
+    sample_counts: dict[str, int] = Field(default_factory=dict)
+    verdict_sha256: str | None = None
+    key_fingerprint: str
+    mcp_infra_version: str = ""
+    mcp_infra_commit: str | None = None
+
+
+class InTotoStatement(Part):
+    type_: Literal["https://in-toto.io/Statement/v1"] = Field(
+        "https://in-toto.io/Statement/v1", alias="_type")
+    subject: list[StatementSubject]
+    predicate_type: Literal["urn:mcp-infra:evidence-bundle:v1"] = Field(
+        "urn:mcp-infra:evidence-bundle:v1", alias="predicateType")
+    predicate: EvidencePredicate
+
+
+class ChainHead(Contract):
+    """<home>/keys/chain.json: the newest bundle sealed by this home, so that deleting the
+    latest bundle (the one no later bundle names) shows too."""
+
+    cycle_id: str
+    digest: str
+    count: int = Field(ge=1)
+
+
+class CheckResult(Part):
+    """One named verification check of an evidence bundle."""
+
+    name: str
+    status: Literal["ok", "failed", "skipped"]
+    detail: str = ""
+
+
+class ProcessUsage(Contract):
+    """CPU and memory of one server process (tree), sampled while it ran and before it stopped."""
+
+    pid: int
+    create_time: float
+    role: str
+    label: str
+    first_at: datetime
+    first_cpu_s: float
+    last_at: datetime
+    last_cpu_s: float
+    peak_rss_gb: float | None = None
+    peak_source: str = ""
+
+
+class UsageStart(Contract):
+    """<cycle>/usage-start.json: counters read when the cycle began."""
+
+    at: datetime
+    monotonic: float
+    supervisor_cpu_s: float
+    energy_uj: dict[str, int] = Field(default_factory=dict)
+
+
+class ServerCost(Part):
+    label: str
+    role: str
+    pid: int
+    cpu_s: float
+    peak_rss_gb: float | None = None
+    note: str = ""
+
+
+class CycleCost(Contract):
+    """evidence/<id>/cost.json: what the cycle cost, measured, with where each figure came from."""
+
+    cycle_id: str
+    wall_s: float
+    phases_s: dict[str, float]
+    servers: list[ServerCost] = Field(default_factory=list)
+    supervisor_cpu_s: float | None = None
+    downtime_s: float | None = None
+    downtime_source: str = ""
+    bytes_downloaded: int = 0
+    bytes_note: str = ""
+    energy_j: float | None = None
+    energy_note: str = "not available"
+    measurement_s: float = 0.0
+    speedup_pct: float | None = None
+    measurement_s_per_speedup_pct: float | None = None
+    gain_note: str = ""

@@ -51,7 +51,8 @@ def timing(candidate: str, plan: FrozenPlan, tps: float) -> list[Sample]:
     invented numbers, so a test's verdict does not depend on this machine's speed."""
     return [Sample(candidate=candidate, prompt_id=pid, repeat=r, order=i, prompt_tokens=20,
                    completion_tokens=32, ttft_s=0.05, decode_s=31 / (tps * (1 + 0.002 * r)),
-                   decode_tps=tps * (1 + 0.002 * r), e2e_s=1.0, finish_reason="length",
+                   decode_tps=tps * (1 + 0.002 * r),
+                   e2e_s=0.06 + 31 / (tps * (1 + 0.002 * r)), finish_reason="length",
                    text="x")
             for i, (r, pid) in enumerate((r, p) for r in range(plan.protocol.repeats)
                                          for p in prompts(plan))]

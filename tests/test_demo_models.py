@@ -11,8 +11,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mcp_infra.demo.models import DEFAULT_SPEC, DEMO_SPEC_VERSION, MARKER_NAME, build_demo_models
 from mcp_infra.demo import models as demo_models  # noqa: E402
+from mcp_infra.demo.models import DEFAULT_SPEC, DEMO_SPEC_VERSION, MARKER_NAME, build_demo_models
 from mcp_infra.state.hostfacts import model_fingerprint
 
 REQUIRED_FILES = {

@@ -186,7 +186,7 @@ def sanitize(
     changes.insert(0, PlanChange(field="candidates", action="added", value=BASELINE_ID,
                                  reason="the live recipe is measured first as the baseline"))
 
-    thresholds = _thresholds(plan, policy, [find_candidate(manifests, c)[0] for c in kept],  # type: ignore[index]
+    thresholds = combined_thresholds(plan, policy, [find_candidate(manifests, c)[0] for c in kept],  # type: ignore[index]
                              live_peak_memory_gb, changes)
     auto = {cls: bool(policy.auto_promote.get(cls, False)) for cls in policy.auto_promote}
     frozen = FrozenPlan(
@@ -219,7 +219,7 @@ def plan_content_hash(frozen: FrozenPlan) -> str:
     return sha256_bytes(canonical_json(body))
 
 
-def _thresholds(
+def combined_thresholds(
     plan: Plan, policy: Policy, manifests: list[Manifest], live_peak: float | None,
     changes: list[PlanChange],
 ) -> EffectiveThresholds:

@@ -13,9 +13,8 @@ from pydantic import BaseModel
 
 from mcp_infra.contracts import Outcome
 from mcp_infra.errors import ExitCode, McpInfraError
-from mcp_infra.faces import render
+from mcp_infra.faces import evidence_cli, render
 from mcp_infra.flows import api as app
-from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, load_config, window_state
 from mcp_infra.state.store import ENV_HOME, CorruptFile, Home, LockHeld
 
@@ -79,7 +78,7 @@ def cmd_registry(home: Home, args: argparse.Namespace) -> int:
 def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
     words = list(args.words)
     action = "list"
-    if words and words[0] in {"list", "show", "verify"}:
+    if words and words[0] in {"list", "show", "verify", "report", "export"}:
         action = words.pop(0)
     elif words:
         action = "show"
@@ -88,17 +87,16 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
         _print(view, args.json, render.cycles_text(view))
         return ExitCode.OK
     if not words:
-        return _fail("evidence show|verify needs a cycle id or a bundle path")
+        return _fail("evidence show|verify|report|export needs a cycle id or a bundle path")
     ref = words[0]
     if action == "verify":
-        try:
-            bundle = evidence.bundle_path(home, ref)
-        except FileNotFoundError as exc:
-            return _fail(str(exc))
-        result = evidence.verify(bundle)
-        _print(result.model_dump() | {"ok": result.ok}, args.json,
-               render.verification_text(result))
-        return ExitCode.OK if result.ok else ExitCode.NO
+        return evidence_cli.cmd_verify(home, ref, args)
+    if action == "report":
+        return evidence_cli.cmd_report(home, ref, args)
+    if action == "export":
+        if len(words) < 2:
+            return _fail("evidence export needs a cycle id and a folder")
+        return evidence_cli.cmd_export(home, ref, words[1], args)
     try:
         view = app.evidence_view(home, ref, args.section)
     except FileNotFoundError as exc:
@@ -284,8 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "registry":
             p.add_argument("candidate", nargs="?")
 
-    ev = sub.add_parser("evidence", help="evidence [list] | [show] ID | verify ID|PATH")
+    ev = sub.add_parser("evidence", help="evidence [list] | [show] ID | verify ID|PATH [--key "
+                        "FILE] | report ID [-o FILE] | export ID FOLDER")
     ev.add_argument("words", nargs="*")
+    ev.add_argument("--key", help="verify with this public key (PEM) instead of the home's: "
+                    "for a bundle copied elsewhere")
+    ev.add_argument("-o", "--output", help="report: write the HTML here (default: "
+                    "<home>/reports/<id>.html)")
     ev.add_argument("--section", choices=["summary", "table", "gates", "verdict", "journal",
                                           "plan"])
     ev.add_argument("--json", action="store_true")

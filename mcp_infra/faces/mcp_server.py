@@ -18,6 +18,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -356,6 +357,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         says how many). Results are bounded in size; the bundle path is given for the rest."""
         try:
             view = app.evidence_view(home, cycle_id, section, page)
+            if cycle_id and section in (None, "summary"):
+                view = _with_verification(home, view)
         except FileNotFoundError as exc:
             raise ToolError("no sealed evidence for that cycle id; call evidence without "
                             "arguments to list cycles") from exc
@@ -434,6 +437,19 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     return server
 
 
+def _with_verification(home: Home, view: app.EvidenceView) -> app.EvidenceView:
+    """Add every check of `evidence verify` and the HTML report (path and resource URI)."""
+    from mcp_infra.faces import evidence_cli
+    from mcp_infra.state import evidence as evidence_mod
+
+    bundle = Path(view.path or "")
+    result = evidence_mod.verify(bundle, home=home)
+    report = evidence_cli.write_report(home, bundle)
+    return view.model_copy(update={
+        "verified": result.ok, "failed_checks": result.failed, "checks": result.checks,
+        "report_path": str(report), "report_uri": f"{URI}evidence/{view.cycle_id}/report"})
+
+
 def _paragraph(doc: str | None) -> str:
     return " ".join((doc or "").split())
 
@@ -492,6 +508,25 @@ def _add_resources(server: MCPServer, home: Home) -> None:
                      description="A sealed cycle's summary, verdict and per-prompt table; "
                      "cycle_id 'latest' names the newest sealed cycle.")
     def evidence_resource(cycle_id: str) -> str:
+        return _evidence_summary(cycle_id)
+
+    @server.resource(f"{URI}evidence/{{cycle_id}}/report", name="evidence-report",
+                     title="Cycle evidence report (HTML)", mime_type="text/html",
+                     description="A sealed cycle's report as one self-contained HTML page (no "
+                     "network fetch): the decision, speedup charts with intervals, gates, cost, "
+                     "environment and verification.")
+    def evidence_report(cycle_id: str) -> str:
+        from mcp_infra.faces import evidence_cli
+
+        if not re.fullmatch(CYCLE_ID, cycle_id):
+            raise ResourceNotFoundError("not a cycle id")
+        try:
+            bundle = app.bundle_for(home, cycle_id)
+        except FileNotFoundError as exc:
+            raise ResourceNotFoundError("no sealed evidence for that cycle id") from exc
+        return evidence_cli.write_report(home, bundle).read_text(encoding="utf-8")
+
+    def _evidence_summary(cycle_id: str) -> str:
         if cycle_id == "latest":
             cycles = app.evidence_view(home).cycles or []
             if not cycles:

@@ -59,7 +59,7 @@ def registry_inputs(home: Home) -> Stamp:
         hub_cache(),
     ):
         paths += _listing(folder)
-    paths += [home.config, home.state / "service.json", home.evidence]
+    paths += [home.config, home.service_file, home.evidence]
     paths += [Path(entry or ".") for entry in sys.path]
     return _stamps(paths)
 

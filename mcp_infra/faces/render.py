@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp_infra.contracts import CycleSummary
+from mcp_infra.contracts import CycleCost, CycleSummary
 from mcp_infra.core.gates import TaskCheck, TaskSpec
 from mcp_infra.core.units import fmt_pct
 from mcp_infra.flows import api as app
 from mcp_infra.flows.planning import LocalPlanResult, PlanningContext
 from mcp_infra.state.artifacts import PrepareResult
-from mcp_infra.state.evidence import Verification
+from mcp_infra.state.audit import Verification
 
 MAX_TEXT = 12_000
 
@@ -53,6 +53,8 @@ def status_text(view: app.StatusView) -> str:
                      + (f" (a supervisor runs, pid {view.supervisor_pid})."
                         if view.supervisor_running else "."))
     lines.append(f"Queue: {', '.join(view.queue) if view.queue else 'empty'}.")
+    if view.evidence_key:
+        lines.append(f"Evidence signing key (Ed25519) fingerprint: {view.evidence_key}.")
     if view.last_cycle:
         lc = view.last_cycle
         lines.append(f"Last cycle {lc.cycle_id}: {lc.outcome.value}"
@@ -109,6 +111,15 @@ def evidence_text(view: app.EvidenceView) -> str:
     lines = verdict_table(view).splitlines() if (view.summary or view.verdict) else []
     if view.summary and view.summary.interrupted:
         lines.append("The cycle was interrupted, then recovered.")
+    if view.verified is not None:
+        lines.append("Evidence verifies: every check passed." if view.verified else
+                     "Evidence does NOT verify; failed checks: "
+                     + ", ".join(view.failed_checks or []))
+    if view.cost is not None:
+        lines.append(cost_text(view.cost))
+    if view.report_path:
+        lines.append(f"Report (self-contained HTML): {view.report_path} "
+                     f"(resource {view.report_uri}).")
     if view.gates is not None:
         for g in view.gates:
             lines.append(f"- {g['candidate']} {g['gate']}: {'passed' if g['passed'] else 'FAILED'}"
@@ -304,12 +315,6 @@ def cycles_text(view: app.EvidenceView) -> str:
                      for c in view.cycles or []) or "No sealed cycle yet."
 
 
-def verification_text(result: Verification) -> str:
-    return (f"{result.bundle}: hashes {'ok' if result.hashes_ok else 'MISMATCH'}; verdict "
-            f"{'recomputed identically' if result.verdict_ok else 'DIFFERS'}"
-            + "".join(f"\n  - {p}" for p in result.problems))
-
-
 def summary_line(summary: CycleSummary) -> str:
     """A cycle's outcome in one line (supervise, approve)."""
     return (f"{summary.cycle_id}: {summary.outcome.value}"
@@ -333,4 +338,40 @@ def prepared_text(result: PrepareResult) -> str:
         lines.append(f"  {a.role:6} {a.repo}@{a.revision[:12]}: {a.files} files, "
                      f"{a.bytes / 1e9:.2f} GB ({a.downloaded_bytes / 1e9:.2f} GB downloaded); "
                      f"sha256 inventory {a.inventory}")
+    return "\n".join(lines)
+
+
+def verification_text(result: Verification) -> str:
+    head = "VERIFIED" if result.ok else "FAILED: " + ", ".join(result.failed)
+    key = f" (key {result.key_fingerprint[:16]}…)" if result.key_fingerprint else ""
+    lines = [f"{result.bundle}: {head}{key}"]
+    marks = {"ok": "ok  ", "failed": "FAIL", "skipped": "skip"}
+    lines += [f"  {marks[c.status]} {c.name:22} {c.detail}" for c in result.checks]
+    return "\n".join(lines)
+
+
+def cost_text(cost: CycleCost | None) -> str:
+    if cost is None:
+        return "cost: not recorded in this bundle"
+    lines = [
+        f"cost: {cost.wall_s:.1f} s wall; "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in cost.phases_s.items())
+    ]
+    if cost.supervisor_cpu_s is not None:
+        lines.append(f"    supervisor CPU {cost.supervisor_cpu_s:.1f} s")
+    for s in cost.servers:
+        peak = f", peak {s.peak_rss_gb:.2f} GB" if s.peak_rss_gb is not None else ""
+        lines.append(f"    {s.label} ({s.role}, pid {s.pid}): CPU {s.cpu_s:.1f} s{peak} — {s.note}")
+    down = f"{cost.downtime_s:.2f} s" if cost.downtime_s is not None else "unknown"
+    lines.append(f"    downtime of the stable port: {down} ({cost.downtime_source})")
+    lines.append(f"    bytes downloaded: {cost.bytes_downloaded} ({cost.bytes_note})")
+    lines.append(
+        "    energy: "
+        + (
+            f"{cost.energy_j:.1f} J ({cost.energy_note})"
+            if cost.energy_j is not None
+            else cost.energy_note
+        )
+    )
+    lines.append(f"    cost against gain: {cost.gain_note}")
     return "\n".join(lines)

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcp_infra.contracts import (
     BASELINE_ID,
     AuditRecord,
+    CheckResult,
     CurrentCycle,
+    CycleCost,
     CycleSummary,
     FrozenPlan,
     Knobs,
@@ -49,6 +51,7 @@ from mcp_infra.state.artifacts import (
     resolve_recipe,
 )
 from mcp_infra.state.context import HomeContext, service_record
+from mcp_infra.state.signing import home_fingerprint
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -115,6 +118,8 @@ class StatusView(View):
     server_mode: str | None = Field(None, description="the MCP server's mode (read-only, propose "
                                     "or autonomous); empty when asked from the command line")
     needs_operator: str | None = None
+    evidence_key: str | None = Field(None, description="sha256 fingerprint of the home's Ed25519 "
+                                     "evidence key (created at the first seal)")
     problems: list[str] = Field(default_factory=list)
 
 
@@ -170,7 +175,7 @@ def status(home: Home) -> StatusView:
         window=policy.window.model_dump(), window_now=_window_text(ctx),
         needs_operator=(needs.reason if needs else "the needs-operator record is unreadable"
                         if home.needs_operator_file.exists() else None),
-        problems=problems)
+        evidence_key=home_fingerprint(home), problems=problems)
 
 
 def _read_or_report(path: Path, cls: type[M], problems: list[str]) -> M | None:
@@ -501,6 +506,12 @@ class EvidenceView(View):
     page: int = 1
     pages: int = 1
     path: str | None = None
+    cost: CycleCost | None = None
+    verified: bool | None = Field(None, description="every check of `evidence verify` passed")
+    failed_checks: list[str] | None = Field(None, description="names of the failed checks")
+    checks: list[CheckResult] | None = None
+    report_path: str | None = Field(None, description="the HTML report written for this cycle")
+    report_uri: str | None = Field(None, description="MCP resource URI of the HTML report")
 
 
 PAGE_SIZE = 40
@@ -523,6 +534,8 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         view.table = per_prompt_table(verdict)
     if section in (None, "summary", "verdict"):
         view.verdict = verdict
+    if section in (None, "summary"):
+        view.cost = read_optional(bundle / "cost.json", CycleCost)
     if section == "gates" and verdict:
         view.gates = [{"candidate": c.candidate, **g.model_dump(mode="json")}
                       for c in verdict.candidates for g in c.gates]

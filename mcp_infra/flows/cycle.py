@@ -43,7 +43,7 @@ from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.selector import select
 from mcp_infra.core.units import speedup_pct
 from mcp_infra.errors import McpInfraError, ServerUnavailable
-from mcp_infra.procs import bench
+from mcp_infra.procs import bench, usage
 from mcp_infra.procs.runtime import MemorySampler, is_running, log_tail
 from mcp_infra.procs.service import (
     ensure_serving,
@@ -65,7 +65,15 @@ from mcp_infra.state.context import (
     window_state,
 )
 from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint
-from mcp_infra.state.store import CycleFiles, Home, read_model, read_optional, utcnow, write_model
+from mcp_infra.state.store import (
+    CorruptFile,
+    CycleFiles,
+    Home,
+    read_model,
+    read_optional,
+    utcnow,
+    write_model,
+)
 
 PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
 
@@ -236,6 +244,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     cdir = home.cycle_dir(cycle_id)
     cdir.mkdir(parents=True, exist_ok=True)
     write_model(CycleFiles(cdir).plan, plan)
+    usage.cycle_start(cdir, home)
     journal = Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
@@ -376,6 +385,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
         return CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason)
     winner = recipes[verdict.selected]
     speedup = _speedup_pct(verdict, verdict.selected)
+    usage.snapshot_service(home.cycle_dir(cycle_id), home)  # before the port restarts
     return promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
                     verdict)
 
@@ -400,6 +410,7 @@ def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
         run = measure(f"http://{config.host}:{config.scratch_port}", recipe.candidate_id, plan,
                       record)
     finally:
+        usage.snapshot(home.cycle_dir(journal.cycle_id), record)
         stop_candidate(home, record)
     return run.model_copy(update={"candidate_class": recipe.candidate_class,
                                   "semantics": recipe.semantics, "knobs": recipe.knobs,
@@ -460,6 +471,7 @@ def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
                                 timeout=plan.protocol.request_timeout_s,
                                 candidate=winner.candidate_id, prompt_id=p.id, phase="verify")
               for p in suite.prompts]
+    _keep_online(home, winner, online)
     errors = [s for s in online if s.error]
     if errors:
         return f"verification request failed: {errors[0].error}"
@@ -479,6 +491,16 @@ def rolled_back(home: Home, journal: Journal, reason: str) -> CycleResult:
     """A promotion that did not hold: the previous recipe serves again (or an operator is
     needed), and the reason says why."""
     return CycleResult(restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason)
+
+
+def _keep_online(home: Home, winner: Recipe, online: list[Sample]) -> None:
+    """Keep the online check's samples in the cycle folder (sealed into the bundle)."""
+    with contextlib.suppress(OSError, ValueError, CorruptFile):  # the verdict never waits on it
+        current = read_optional(home.current_file, CurrentCycle)  # the journaled cycle
+        if current is not None:
+            write_model(home.cycle_dir(current.cycle_id) / "online.json",
+                        CandidateRun(candidate=winner.candidate_id, samples=online,
+                                     knobs=winner.knobs, semantics=winner.semantics))
 
 
 def restore(home: Home, journal: Journal, reason: str,
@@ -517,7 +539,7 @@ def seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started:
         outcome=outcome, selected=selected, speedup_pct=speedup, reason=reason,
         active_recipe=active_recipe(home).candidate_id, interrupted=interrupted,
         recovery=recovery)
-    evidence.seal(home, cycle_id, summary)
+    evidence.seal(home, cycle_id, summary, usage.cycle_cost(home, cycle_id, speedup))
     journal(CycleState.SEALED, "evidence sealed", step="done")
     try:  # recipe memory is derived from the sealed bundle; it never fails a sealed cycle
         memory.record(home, cycle_id)

@@ -372,7 +372,7 @@ class MemorySampler:
         total = 0
         for proc in self._tree():
             try:
-                total += max(proc.memory_info().rss, _vm_hwm(proc.pid))
+                total += max(proc.memory_info().rss, vm_hwm(proc.pid))
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         self.peak_bytes = max(self.peak_bytes, total)
@@ -392,7 +392,7 @@ class MemorySampler:
         return "process tree: sampled RSS every 0.2 s"
 
 
-def _vm_hwm(pid: int) -> int:
+def vm_hwm(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

@@ -10,16 +10,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pydantic import Field
-
 from mcp_infra.contracts import (
-    CandidateRun,
+    CycleCost,
     CycleSummary,
     EvidenceManifest,
-    FrozenPlan,
-    Part,
-    Verdict,
 )
+from mcp_infra.state import audit, sealing, signing
+from mcp_infra.state.audit import Verification, load_runs, recompute
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -30,11 +27,15 @@ from mcp_infra.state.store import (
     write_model,
 )
 
-BUNDLE_FILES = (CycleFiles.PLAN, CycleFiles.ENVIRONMENT, CycleFiles.VERDICT, CycleFiles.JOURNAL)
+BUNDLE_FILES = (CycleFiles.PLAN, CycleFiles.ENVIRONMENT, CycleFiles.VERDICT, CycleFiles.JOURNAL,
+                "online.json", "service_impact.json")
+SIGNATURE = CycleFiles.SIGNATURE
 
 
-def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
-    """Copy the cycle's durable files into ``evidence/<cycle_id>/`` with a hash manifest."""
+def seal(home: Home, cycle_id: str, summary: CycleSummary, cost: CycleCost | None = None) -> Path:
+    """Copy the cycle's durable files and the inputs needed to re-judge it (suites, policy and
+    manifest texts) into ``evidence/<cycle_id>/`` with a hash manifest, sign a Statement over
+    them with the home's key, and link the bundle to the home's previous one."""
     source = home.cycle_dir(cycle_id)
     final = home.evidence / cycle_id
     if (CycleFiles(final).manifest).exists():
@@ -49,13 +50,18 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
         (CycleFiles(tmp).runs).mkdir()
         for run in sorted((CycleFiles(source).runs).glob("*.json")):
             shutil.copy2(run, CycleFiles(tmp).runs / run.name)
+    sealing.copy_inputs(home, tmp)
     write_model(CycleFiles(tmp).summary, summary)
+    if cost is not None:
+        write_model(tmp / "cost.json", cost)
     files = {str(p.relative_to(tmp)): sha256_file(p)
              for p in sorted(tmp.rglob("*")) if p.is_file()}
     write_model(CycleFiles(tmp).manifest, EvidenceManifest(cycle_id=cycle_id, files=files))
+    digest = sealing.sign_bundle(home, tmp, cycle_id)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    sealing.advance_chain(home, cycle_id, digest)
     return final
 
 
@@ -72,80 +78,19 @@ def bundle_path(home: Home, ref: str) -> Path:
     return path
 
 
-class Verification(Part):
-    bundle: str
-    hashes_ok: bool
-    verdict_ok: bool
-    problems: list[str] = Field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.hashes_ok and self.verdict_ok
 
 
-def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
-    runs_dir = CycleFiles(bundle).runs
-    baseline = None
-    others: dict[str, CandidateRun] = {}
-    for path in sorted(runs_dir.glob("*.json")) if runs_dir.is_dir() else []:
-        run = read_model(path, CandidateRun)
-        if run.candidate == "baseline":
-            baseline = run
-        else:
-            others[run.candidate] = run
-    return baseline, list(others.values())
 
 
-def recompute(bundle: Path) -> Verdict | None:
-    """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
-    from mcp_infra.core.selector import select
-
-    plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
-    baseline, runs = load_runs(bundle)
-    if baseline is None:
-        return None
-    order = {c: i for i, c in enumerate(plan.candidates)}
-    runs.sort(key=lambda r: order.get(r.candidate, len(order)))
-    return select(baseline, runs, plan.thresholds, plan.protocol, plan.auto_promote)
 
 
-def verify(bundle: Path) -> Verification:
-    problems: list[str] = []
-    try:
-        manifest = read_model(CycleFiles(bundle).manifest, EvidenceManifest)
-    except (FileNotFoundError, CorruptFile) as exc:
-        return Verification(bundle=str(bundle), hashes_ok=False, verdict_ok=False,
-                            problems=[f"MANIFEST.json unreadable: {exc}"])
-    present = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()}
-    present.discard(CycleFiles.MANIFEST)
-    for name, digest in sorted(manifest.files.items()):
-        path = bundle / name
-        if not path.is_file():
-            problems.append(f"{name}: missing")
-        elif sha256_file(path) != digest:
-            problems.append(f"{name}: sha256 differs from the manifest")
-    for extra in sorted(present - set(manifest.files)):
-        problems.append(f"{extra}: not listed in the manifest")
-    hashes_ok = not problems
-    verdict_ok = False
-    try:
-        if (CycleFiles(bundle).verdict).exists():
-            recorded = read_model(CycleFiles(bundle).verdict, Verdict)
-            again = recompute(bundle)
-            if again is None:
-                problems.append("no baseline run to recompute from")
-            elif again.model_dump(mode="json") != recorded.model_dump(mode="json"):
-                problems.append("recomputed verdict differs from verdict.json "
-                                f"(recomputed selection: {again.selected}, "
-                                f"recorded: {recorded.selected})")
-            else:
-                verdict_ok = True
-        else:
-            verdict_ok = True  # a cycle that never reached SELECT has no verdict to recompute
-    except (CorruptFile, FileNotFoundError) as exc:
-        problems.append(f"cannot recompute: {exc}")
-    return Verification(bundle=str(bundle), hashes_ok=hashes_ok, verdict_ok=verdict_ok,
-                        problems=problems)
+def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> Verification:
+    """Every named check of ``state.audit``: hashes, signature and chain, the plan and its
+    inputs, every sample, the verdict, gates, summary and journal recomputed or compared."""
+    if home is None and key is None and bundle.resolve().parent.name == "evidence":
+        owner = Home(bundle.resolve().parent.parent)  # a bundle inside a home: that home's key
+        home = owner if signing.public_key_path(owner).is_file() else None
+    return audit.verify(bundle, key=key, home=home)
 
 
 def list_cycles(home: Home) -> list[CycleSummary]:
@@ -165,3 +110,7 @@ def journal_of(bundle: Path) -> list[dict]:
     rows = [e.model_dump(mode="json") for e in events]
     rows += [{"problem": p} for p in problems]
     return rows
+
+
+__all__ = ["BUNDLE_FILES", "SIGNATURE", "Verification", "bundle_path", "journal_of",
+           "list_cycles", "load_runs", "recompute", "seal", "verify"]

@@ -133,6 +133,7 @@ class CycleFiles:
     MANIFEST = "MANIFEST.json"
     JOURNAL = "journal.ndjson"
     ENVIRONMENT = "environment.json"
+    SIGNATURE = "SIGNATURE.dsse.json"
     BASELINE_RUN = "baseline.json"
 
     def __init__(self, root: Path) -> None:

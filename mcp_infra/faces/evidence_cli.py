@@ -1,0 +1,96 @@
+"""The `evidence verify | report | export` commands (their words come from ``render``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from mcp_infra.contracts import CycleCost
+from mcp_infra.faces.report import render
+from mcp_infra.state import evidence
+from mcp_infra.state.store import Home, read_optional, write_bytes_atomic
+
+
+def show_cost(bundle: Path) -> str:
+    return render.cost_text(read_optional(bundle / "cost.json", CycleCost))
+
+
+def _bundle(home: Home, ref: str) -> Path | None:
+    if ref == "latest":
+        cycles = evidence.list_cycles(home)
+        ref = cycles[0].cycle_id if cycles else ref
+    try:
+        return evidence.bundle_path(home, ref)
+    except FileNotFoundError as exc:
+        print(str(exc), file=sys.stderr)
+        return None
+
+
+def cmd_verify(home: Home, ref: str, args: argparse.Namespace) -> int:
+    bundle = _bundle(home, ref)
+    if bundle is None:
+        return 2
+    key = Path(args.key) if getattr(args, "key", None) else None
+    result = evidence.verify(bundle, key=key, home=None if key else home)
+    data = result.model_dump(mode="json") | {"ok": result.ok}
+    print(json.dumps(data, indent=2) if args.json else render.verification_text(result))
+    return 0 if result.ok else 1
+
+
+def report_path(home: Home, cycle_id: str) -> Path:
+    return home.root / "reports" / f"{cycle_id}.html"
+
+
+def write_report(
+    home: Home, bundle: Path, output: Path | None = None, key: Path | None = None
+) -> Path:
+    """Render the bundle's report (with its verification) to ``output`` or the home's reports."""
+    from mcp_infra.faces import report
+
+    result = evidence.verify(bundle, key=key, home=None if key else home)
+    target = output or report_path(home, bundle.name)
+    write_bytes_atomic(target, report.render(bundle, result).encode())
+    return target
+
+
+def cmd_report(home: Home, ref: str, args: argparse.Namespace) -> int:
+    bundle = _bundle(home, ref)
+    if bundle is None:
+        return 2
+    key = Path(args.key) if getattr(args, "key", None) else None
+    target = write_report(home, bundle, Path(args.output) if args.output else None, key)
+    print(json.dumps({"report": str(target)}) if args.json else str(target))
+    return 0
+
+
+def cmd_export(home: Home, ref: str, dest: str, args: argparse.Namespace) -> int:
+    """Copy a bundle and the public key that verifies it (as ``<id>.pub``) into a folder."""
+    from mcp_infra.state import signing
+
+    bundle = _bundle(home, ref)
+    if bundle is None:
+        return 2
+    folder = Path(dest)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / bundle.name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(bundle, target)
+    shutil.copy2(signing.public_key_path(home), folder / f"{bundle.name}.pub")
+    result = evidence.verify(target, key=folder / f"{bundle.name}.pub")
+    out = {
+        "bundle": str(target),
+        "key": str(folder / f"{bundle.name}.pub"),
+        "ok": result.ok,
+        "failed": result.failed,
+    }
+    print(
+        json.dumps(out)
+        if args.json
+        else f"{target} (verify: mcp-infra evidence verify {target} --key "
+        f"{folder / (bundle.name + '.pub')}): {'VERIFIED' if result.ok else result.failed}"
+    )
+    return 0 if result.ok else 1

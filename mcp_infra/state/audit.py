@@ -1,0 +1,693 @@
+"""Named checks of an evidence bundle: what `mcp-infra evidence verify` runs.
+
+Each check returns ok, failed (with why) or skipped (with why). The signature and the chain
+say whether the bundle is what this home sealed; the other checks recompute what can be
+recomputed from the bundle's own raw data and compare it with what the bundle claims, so that
+an edit shows even where the files were re-hashed consistently.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from pydantic import Field
+
+from mcp_infra.contracts import (
+    CandidateRun,
+    CheckResult,
+    CycleState,
+    CycleSummary,
+    DsseEnvelope,
+    Event,
+    EvidenceManifest,
+    EvidencePredicate,
+    FrozenPlan,
+    InTotoStatement,
+    Manifest,
+    Part,
+    Policy,
+    Verdict,
+)
+from mcp_infra.state import sealing, signing
+from mcp_infra.state.store import (
+    CorruptFile,
+    CycleFiles,
+    Home,
+    read_journal_file,
+    read_model,
+    read_optional,
+    sha256_file,
+)
+
+SELECTING = "selecting by the frozen thresholds"
+TOLERANCE = 1e-6
+
+
+
+class Verification(Part):
+    bundle: str
+    hashes_ok: bool
+    verdict_ok: bool
+    problems: list[str] = Field(default_factory=list)
+    checks: list[CheckResult] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list, description="names of the failed checks")
+    key_fingerprint: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.hashes_ok and self.verdict_ok and not self.failed
+
+
+def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
+    runs_dir = CycleFiles(bundle).runs
+    baseline = None
+    others: dict[str, CandidateRun] = {}
+    for path in sorted(runs_dir.glob("*.json")) if runs_dir.is_dir() else []:
+        run = read_model(path, CandidateRun)
+        if run.candidate == "baseline":
+            baseline = run
+        else:
+            others[run.candidate] = run
+    return baseline, list(others.values())
+
+
+def recompute(bundle: Path) -> Verdict | None:
+    """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
+    from mcp_infra.core.selector import select
+
+    plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
+    baseline, runs = load_runs(bundle)
+    if baseline is None:
+        return None
+    order = {c: i for i, c in enumerate(plan.candidates)}
+    runs.sort(key=lambda r: order.get(r.candidate, len(order)))
+    return select(baseline, runs, plan.thresholds, plan.protocol, plan.auto_promote)
+
+
+class Failed(Exception):
+    """A check failed, with the reason."""
+
+
+class Skipped(Exception):
+    """A check could not apply to this bundle, with the reason."""
+
+
+class Bundle:
+    """A bundle's files, read lazily; a broken file fails the checks that need it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cache: dict[str, object] = {}
+
+    def _get(self, name: str, load: Callable[[], object]) -> object:
+        if name not in self._cache:
+            self._cache[name] = load()
+        return self._cache[name]
+
+    def plan(self) -> FrozenPlan:
+        return self._get("plan", lambda: read_model(self.path / "plan.json", FrozenPlan))  # type: ignore[return-value]
+
+    def verdict(self) -> Verdict | None:
+        return self._get("verdict", lambda: read_optional(self.path / "verdict.json", Verdict))  # type: ignore[return-value]
+
+    def summary(self) -> CycleSummary:
+        return self._get("summary", lambda: read_model(self.path / "summary.json", CycleSummary))  # type: ignore[return-value]
+
+    def events(self) -> list[Event]:
+        return self._get("events", lambda: read_journal_file(self.path / "journal.ndjson")[0])  # type: ignore[return-value]
+
+    def runs(self) -> list[CandidateRun]:
+        def load() -> list[CandidateRun]:
+            folder = self.path / "runs"
+            return (
+                [read_model(p, CandidateRun) for p in sorted(folder.glob("*.json"))]
+                if folder.is_dir()
+                else []
+            )
+
+        return self._get("runs", load)  # type: ignore[return-value]
+
+    def envelope(self) -> DsseEnvelope:
+        SIGNATURE = CycleFiles.SIGNATURE
+
+        return self._get("envelope", lambda: read_model(self.path / SIGNATURE, DsseEnvelope))  # type: ignore[return-value]
+
+    def statement(self) -> InTotoStatement:
+        def load() -> InTotoStatement:
+            return InTotoStatement.model_validate_json(signing.payload_of(self.envelope()))
+
+        return self._get("statement", load)  # type: ignore[return-value]
+
+    def predicate(self) -> EvidencePredicate:
+        try:
+            return self.statement().predicate
+        except FileNotFoundError as exc:
+            raise Failed("the bundle is not signed (no SIGNATURE.dsse.json)") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks, in the order they are reported
+# ---------------------------------------------------------------------------------------------
+
+
+def check_file_hashes(b: Bundle) -> str:
+    manifest = read_model(b.path / "MANIFEST.json", EvidenceManifest)
+    SIGNATURE = CycleFiles.SIGNATURE
+
+    present = {str(p.relative_to(b.path)) for p in b.path.rglob("*") if p.is_file()}
+    present -= {"MANIFEST.json", SIGNATURE}
+    problems = []
+    for name, digest in sorted(manifest.files.items()):
+        path = b.path / name
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+        elif sha256_file(path) != digest:
+            problems.append(f"{name}: sha256 differs from the manifest")
+    problems += [
+        f"{extra}: not listed in the manifest" for extra in sorted(present - set(manifest.files))
+    ]
+    if problems:
+        raise Failed("; ".join(problems))
+    return f"{len(manifest.files)} file(s) match MANIFEST.json"
+
+
+def check_signature(b: Bundle, key_path: Path | None) -> str:
+    if key_path is None:
+        raise Failed(
+            "no public key to check with: pass --key FILE (the key of the home that sealed it)"
+        )
+    try:
+        envelope = b.envelope()
+    except FileNotFoundError as exc:
+        raise Failed("the bundle is not signed (no SIGNATURE.dsse.json)") from exc
+    key = signing.load_public(key_path)
+    why = signing.verify_envelope(envelope, key)
+    if why:
+        raise Failed(why)
+    return f"Ed25519 signature by {signing.fingerprint(key)[:16]}… ({key_path})"
+
+
+def check_statement_files(b: Bundle) -> str:
+    listed = {s.name: s.digest.get("sha256") for s in b.statement().subject}
+    actual = {s.name: s.digest["sha256"] for s in sealing.subjects(b.path)}
+    problems = [f"{n}: not in the signed Statement" for n in sorted(set(actual) - set(listed))]
+    problems += [
+        f"{n}: in the signed Statement but missing" for n in sorted(set(listed) - set(actual))
+    ]
+    problems += [
+        f"{n}: sha256 differs from the signed Statement"
+        for n in sorted(actual)
+        if n in listed and listed[n] != actual[n]
+    ]
+    if problems:
+        raise Failed(
+            "; ".join(problems[:8]) + (f" (+{len(problems) - 8} more)" if len(problems) > 8 else "")
+        )
+    manifest = sha256_file(b.path / "MANIFEST.json")
+    if b.predicate().manifest_sha256 != manifest:
+        raise Failed("MANIFEST.json differs from the one the Statement names")
+    return f"{len(listed)} file(s) match the signed Statement, MANIFEST.json included"
+
+
+def _siblings(folder: Path, own: Path) -> list[Path]:
+    return (
+        [p for p in folder.iterdir() if p.is_dir() and p != own and (p / "MANIFEST.json").exists()]
+        if folder.is_dir()
+        else []
+    )
+
+
+def check_chain(b: Bundle) -> str:
+    previous = b.predicate().previous
+    if previous is None:
+        return "the first bundle of its home (names no previous bundle)"
+    there = b.path.parent / previous.cycle_id
+    if not (there / "MANIFEST.json").exists():
+        if not _siblings(b.path.parent, b.path):
+            raise Skipped(f"a lone copy: the previous bundle {previous.cycle_id} is not here")
+        raise Failed(f"the previous bundle {previous.cycle_id} is missing (deleted?)")
+    digest = sealing.bundle_digest(there)
+    if digest != previous.digest:
+        raise Failed(
+            f"the previous bundle {previous.cycle_id} is not the one this bundle names (rewritten?)"
+        )
+    return f"links to {previous.cycle_id} (sha256 {previous.digest[:12]}…)"
+
+
+def check_chain_head(b: Bundle, home: Home | None) -> str:
+    if home is None or b.path.parent.resolve() != home.evidence.resolve():
+        raise Skipped("the bundle is not in this home's evidence folder")
+    head = read_optional(signing.keys_dir(home) / "chain.json", signing_head_type())
+    if head is None:
+        raise Failed("the home has no chain head (keys/chain.json) although it holds a bundle")
+    there = home.evidence / head.cycle_id
+    if not (there / "MANIFEST.json").exists():
+        raise Failed(f"the newest bundle {head.cycle_id} is missing (deleted?)")
+    if sealing.bundle_digest(there) != head.digest:
+        raise Failed(f"the newest bundle {head.cycle_id} was rewritten")
+    return (
+        f"the home's newest bundle {head.cycle_id} is present and unchanged ({head.count} sealed)"
+    )
+
+
+def signing_head_type() -> type:
+    from mcp_infra.contracts import ChainHead
+
+    return ChainHead
+
+
+def check_plan_hash(b: Bundle) -> str:
+    from mcp_infra.core.sanitize import plan_content_hash
+
+    plan = b.plan()
+    again = plan_content_hash(plan)
+    if again != plan.content_hash:
+        raise Failed(
+            f"plan.json's content hash is {plan.content_hash[:12]}…, its content hashes "
+            f"to {again[:12]}… (the plan was edited)"
+        )
+    signed = b.predicate().plan_content_hash
+    if signed != again:
+        raise Failed(
+            f"the signed Statement names plan {signed[:12]}…, the bundle holds {again[:12]}…"
+        )
+    if not b.path.name.endswith(plan.content_hash[:6]) and b.path.name.startswith("c-"):
+        raise Failed(f"the cycle id {b.path.name} does not end with the plan's hash")
+    return f"plan content hash {again[:12]}… recomputed"
+
+
+def _bundled_manifests(b: Bundle) -> dict[str, Manifest]:
+    from mcp_infra.state.catalog import load_manifest
+
+    out: dict[str, Manifest] = {}
+    for prefix in ("shipped", "home"):
+        folder = b.path / sealing.INPUTS / "registry" / prefix
+        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+            manifest = load_manifest(path)
+            out.setdefault(manifest.id, manifest)
+    return out
+
+
+def check_plan_inputs(b: Bundle) -> str:
+    """The frozen thresholds follow from the bundled policy, manifests and the proposed plan."""
+    from mcp_infra.core.preflight import find_candidate, registry_hash
+    from mcp_infra.core.sanitize import combined_thresholds, policy_hash
+
+    plan = b.plan()
+    path = b.path / sealing.INPUTS / "policy.yaml"
+    if not path.is_file():
+        raise Failed("no copy of the policy in the bundle (inputs/policy.yaml)")
+    policy = Policy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    problems = []
+    if policy_hash(policy) != plan.policy_hash:
+        problems.append("the bundled policy is not the one the plan was frozen under")
+    manifests = _bundled_manifests(b)
+    if not manifests:
+        problems.append("no copy of the registry manifests in the bundle")
+    elif registry_hash(manifests) != plan.registry_hash:
+        problems.append("the bundled manifests are not the registry the plan was frozen under")
+    used = [
+        found[0] for c in plan.candidates[1:] if (found := find_candidate(manifests, c)) is not None
+    ]
+    options = [combined_thresholds(plan.proposed, policy, used, peak, [])
+               for peak in (None, math.inf, 0.0)]
+    if plan.thresholds not in options:
+        expected = options[0]
+        looser = [
+            f"{k}: {getattr(plan.thresholds, k)} (policy gives {getattr(expected, k)})"
+            for k in type(expected).model_fields
+            if getattr(plan.thresholds, k) != getattr(expected, k)
+        ]
+        problems.append("the plan's thresholds do not follow from the policy: " + "; ".join(looser))
+    if plan.protocol.model_dump() != policy.protocol.model_dump():
+        problems.append("the plan's protocol is not the policy's")
+    if problems:
+        raise Failed("; ".join(problems))
+    return "policy hash, registry hash, thresholds and protocol re-derived from the bundled texts"
+
+
+def check_suites(b: Bundle) -> str:
+    from mcp_infra.state.catalog import load_suite
+
+    plan = b.plan()
+    folder = b.path / sealing.INPUTS / "suites"
+    problems, ids = [], set()
+    for name in sealing.suite_names(plan):
+        if not (folder / f"{name}.yaml").is_file():
+            problems.append(f"suite {name} is not in the bundle")
+            continue
+        ids |= {p.id for p in load_suite(name, folder).prompts}
+    measured = {s.prompt_id for r in b.runs() for s in [*r.samples, *r.greedy] if s.repeat >= 0}
+    strangers = sorted(measured - ids)
+    if strangers and not problems:
+        problems.append(f"samples of prompts no bundled suite holds: {', '.join(strangers[:5])}")
+    if problems:
+        raise Failed("; ".join(problems))
+    return f"{len(ids)} prompt(s) in {len(sealing.suite_names(plan))} bundled suite(s)"
+
+
+def check_candidates_accounted(b: Bundle) -> str:
+    plan = b.plan()
+    have = {r.candidate for r in b.runs()}
+    missing = [c for c in plan.candidates if c not in have]
+    if missing and _reached(b, CycleState.SELECT):
+        raise Failed(
+            f"no run file or recorded refusal for {', '.join(missing)} (a result was removed?)"
+        )
+    verdict = b.verdict()
+    if verdict is not None:
+        judged = {c.candidate for c in verdict.candidates}
+        absent = [c for c in plan.candidates[1:] if c not in judged]
+        if absent:
+            raise Failed(f"the verdict does not judge {', '.join(absent)}")
+    return f"{len(plan.candidates)} candidate(s) of the plan accounted for" + (
+        f"; {len(plan.refused)} refused at freezing" if plan.refused else ""
+    )
+
+
+def _reached(b: Bundle, state: CycleState, message: str | None = None) -> bool:
+    return any(e.state == state and (message is None or e.message == message) for e in b.events())
+
+
+def check_verdict_present(b: Bundle) -> str:
+    verdict_file = b.path / "verdict.json"
+    signed = b.predicate().verdict_sha256 if (b.path / "SIGNATURE.dsse.json").exists() else None
+    if not verdict_file.exists():
+        if _reached(b, CycleState.SELECT, SELECTING):
+            raise Failed("the journal shows selection ran, but verdict.json is missing")
+        if signed:
+            raise Failed("the signed Statement names a verdict, but verdict.json is missing")
+        return "no selection ran, so no verdict was written"
+    if signed is not None and signed != sha256_file(verdict_file):
+        raise Failed("verdict.json differs from the one the signed Statement names")
+    return "verdict.json present"
+
+
+def _recomputed(b: Bundle) -> Verdict:
+
+    key = "recomputed"
+    if key not in b._cache:
+        b._cache[key] = recompute(b.path)
+    again = b._cache[key]
+    if again is None:
+        raise Failed("no baseline run to recompute the verdict from")
+    return again  # type: ignore[return-value]
+
+
+def check_verdict_recomputed(b: Bundle) -> str:
+    recorded = b.verdict()
+    if recorded is None:
+        raise Skipped("no verdict.json")
+    again = _recomputed(b)
+    strip = {"candidates": {"__all__": {"gates"}}}
+    if again.model_dump(mode="json", exclude=strip) != recorded.model_dump(
+        mode="json", exclude=strip
+    ):
+        raise Failed(
+            f"the selector, run again on the raw samples, reaches another verdict "
+            f"(recomputed selection: {again.selected}, recorded: {recorded.selected})"
+        )
+    return f"selector re-run on the raw samples: {again.selected or 'no candidate'} selected"
+
+
+def check_gates_recomputed(b: Bundle) -> str:
+    from mcp_infra.core.gates import compare_greedy
+
+    recorded = b.verdict()
+    problems: list[str] = []
+    count = 0
+    if recorded is not None:
+        again = {c.candidate: c.gates for c in _recomputed(b).candidates}
+        for item in recorded.candidates:
+            count += len(item.gates)
+            if [g.model_dump(mode="json") for g in again.get(item.candidate, [])] != [
+                g.model_dump(mode="json") for g in item.gates
+            ]:
+                problems.append(
+                    f"{item.candidate}: gates differ when recomputed from the stored greedy outputs"
+                )
+    online = read_optional(b.path / "online.json", CandidateRun)
+    verified = [
+        e
+        for e in b.events()
+        if e.state == CycleState.VERIFY and e.fields.get("step") in ("passed", "failed")
+    ]
+    if online is not None:
+        run = next((r for r in b.runs() if r.candidate == online.candidate), None)
+        if run is None:
+            problems.append(f"online samples of {online.candidate}, which has no run")
+        else:
+            gate = compare_greedy(run.greedy, online.samples)
+            count += 1
+            journaled = verified[-1].fields.get("step") if verified else None
+            if journaled == "passed" and not gate.passed:
+                problems.append(
+                    f"the journal says online verification passed, but the stored "
+                    f"online outputs fail the gate: {gate.detail}"
+                )
+    elif any(e.fields.get("step") == "passed" for e in verified):
+        problems.append(
+            "the journal says online verification passed, but its samples "
+            "(online.json) are not in the bundle"
+        )
+    if problems:
+        raise Failed("; ".join(problems))
+    return f"{count} gate(s) recomputed from stored outputs"
+
+
+def _speedup_pct(verdict: Verdict, candidate: str | None) -> float | None:
+    for item in verdict.candidates:
+        if item.candidate == candidate and item.speedup_estimate is not None:
+            return round((item.speedup_estimate - 1) * 100, 2)
+    return None
+
+
+def _approval_of(b: Bundle) -> tuple[str, str] | None:
+    """(source cycle, candidate) when this bundle is a person's approval of an earlier cycle."""
+    for event in b.events()[:1]:
+        if event.fields.get("approval_of") and event.fields.get("candidate"):
+            return str(event.fields["approval_of"]), str(event.fields["candidate"])
+    return None
+
+
+def _expected(b: Bundle, verdict: Verdict | None) -> tuple[str | None, list[str]]:
+    """The candidate a promotion may name: the verdict's selection, or, in an approval cycle,
+    a candidate the verdict qualified and left awaiting approval."""
+    approval = _approval_of(b)
+    if approval is None or verdict is None:
+        return (verdict.selected if verdict else None), []
+    item = next((c for c in verdict.candidates if c.candidate == approval[1]), None)
+    if item is None or item.decision.value != "qualified":
+        return None, [
+            f"the approval names {approval[1]}, which the recomputed verdict does not qualify"
+        ]
+    return approval[1], []
+
+
+def _agree(
+    b: Bundle,
+    who: str,
+    outcome: str | None,
+    selected: str | None,
+    speedup: float | None,
+    verdict: Verdict | None,
+    interrupted: bool,
+) -> list[str]:
+    expected, problems = _expected(b, verdict)
+    if verdict is None:
+        if selected is not None and not interrupted:
+            problems.append(f"{who} names {selected} as selected, but there is no verdict")
+        return problems
+    if (
+        selected is not None
+        and selected != expected
+        and not (interrupted and selected == verdict.selected)
+    ):
+        problems.append(f"{who} names {selected}, the recomputed verdict {expected}")
+    if outcome == "promoted" and selected is None:
+        problems.append(f"{who} says promoted but names no candidate")
+    if selected is not None and outcome != "promoted":
+        problems.append(f"{who} names {selected} with outcome {outcome}")
+    if selected is not None and not (interrupted and speedup is None):
+        want = _speedup_pct(verdict, selected)
+        if speedup is None or want is None or abs(speedup - want) > 0.011:
+            problems.append(f"{who} claims {speedup}% speedup, the recomputed verdict {want}%")
+    return problems
+
+
+def _verdict_for_claims(b: Bundle) -> Verdict | None:
+    if b.verdict() is None and not (b.path / "runs" / "baseline.json").exists():
+        return None
+    try:
+        return _recomputed(b)
+    except Failed:
+        return None
+
+
+def check_summary_agrees(b: Bundle) -> str:
+    summary = b.summary()
+    verdict = _verdict_for_claims(b)
+    problems = _agree(
+        b,
+        "summary.json",
+        summary.outcome.value,
+        summary.selected,
+        summary.speedup_pct,
+        verdict,
+        summary.interrupted,
+    )
+    if summary.cycle_id != b.path.name and b.path.name.startswith("c-"):
+        problems.append(f"summary.json is of cycle {summary.cycle_id}")
+    if problems:
+        raise Failed("; ".join(problems))
+    return f"outcome {summary.outcome.value}, selected {summary.selected or '-'}"
+
+
+def check_journal_agrees(b: Bundle) -> str:
+    events = b.events()
+    final = [e for e in events if e.state == CycleState.SEALED and e.fields.get("step") == "enter"]
+    if not final:
+        raise Failed("the journal has no final SEALED record")
+    last = final[-1].fields
+    summary = b.summary()
+    verdict = _verdict_for_claims(b)
+    problems = _agree(
+        b,
+        "the journal",
+        last.get("outcome"),
+        last.get("selected"),
+        last.get("speedup_pct"),
+        verdict,
+        summary.interrupted,
+    )
+    if last.get("outcome") != summary.outcome.value or last.get("selected") != summary.selected:
+        problems.append(
+            f"the journal ends with {last.get('outcome')}/{last.get('selected')}, "
+            f"summary.json says {summary.outcome.value}/{summary.selected}"
+        )
+    promoted = [
+        e.fields.get("recipe", {}).get("candidate_id")
+        for e in events
+        if e.state == CycleState.PROMOTE and e.fields.get("step") == "enter"
+    ]
+    expected, _ = _expected(b, verdict)
+    if verdict is not None and promoted and promoted[-1] != expected:
+        problems.append(
+            f"the journal promoted {promoted[-1]}, the recomputed verdict selects {expected}"
+        )
+    if problems:
+        raise Failed("; ".join(problems))
+    return f"final record: {last.get('outcome')}, selected {last.get('selected') or '-'}"
+
+
+def check_samples_covered(b: Bundle) -> str:
+    predicate = b.predicate()
+    digest, counts = sealing.samples_digest(b.path)
+    if counts != predicate.sample_counts:
+        raise Failed(f"sample counts {counts} differ from the signed {predicate.sample_counts}")
+    if digest != predicate.samples_sha256:
+        raise Failed(
+            "the samples (timings, outputs, warm-up, drift or online ones) differ from those sealed"
+        )
+    return ", ".join(f"{n} {k}" for k, n in counts.items()) + " sample(s) covered"
+
+
+def check_sample_arithmetic(b: Bundle) -> str:
+    """Derived timing fields agree with the raw ones, as the client computed them."""
+    bad: list[str] = []
+    checked = 0
+    for run in b.runs():
+        for s in run.samples:
+            if s.error or s.e2e_s is None or s.ttft_s is None:
+                continue
+            checked += 1
+            where = f"{run.candidate}/{s.prompt_id}/{s.phase}#{s.repeat}"
+            if s.decode_s is not None and s.e2e_s + 1e-6 < s.ttft_s + s.decode_s:
+                bad.append(f"{where}: e2e shorter than TTFT + decode")
+            if (
+                s.completion_tokens
+                and s.e2e_tps is not None
+                and s.e2e_s > 0
+                and not math.isclose(s.e2e_tps, s.completion_tokens / s.e2e_s, rel_tol=1e-6)
+            ):
+                bad.append(f"{where}: e2e tok/s is not tokens / e2e seconds")
+            if (
+                s.completion_tokens
+                and s.completion_tokens > 1
+                and s.decode_tps is not None
+                and s.decode_s
+                and not math.isclose(
+                    s.decode_tps, (s.completion_tokens - 1) / s.decode_s, rel_tol=1e-6
+                )
+            ):
+                bad.append(f"{where}: decode tok/s is not (tokens-1) / decode seconds")
+    if bad:
+        raise Failed(f"{len(bad)} sample(s) inconsistent, e.g. " + "; ".join(bad[:3]))
+    return f"{checked} timed sample(s) internally consistent"
+
+
+def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> object:
+    """Run every check; the result names each one (see ``Verification``)."""
+
+    b = Bundle(bundle)
+    key_path = key
+    if key_path is None and home is not None and signing.public_key_path(home).is_file():
+        key_path = signing.public_key_path(home)
+    plan: list[tuple[str, Callable[[], str]]] = [
+        ("file_hashes", lambda: check_file_hashes(b)),
+        ("signature", lambda: check_signature(b, key_path)),
+        ("statement_files", lambda: check_statement_files(b)),
+        ("chain", lambda: check_chain(b)),
+        ("chain_head", lambda: check_chain_head(b, home)),
+        ("plan_hash", lambda: check_plan_hash(b)),
+        ("plan_inputs", lambda: check_plan_inputs(b)),
+        ("suites", lambda: check_suites(b)),
+        ("candidates_accounted", lambda: check_candidates_accounted(b)),
+        ("verdict_present", lambda: check_verdict_present(b)),
+        ("verdict_recomputed", lambda: check_verdict_recomputed(b)),
+        ("gates_recomputed", lambda: check_gates_recomputed(b)),
+        ("summary_agrees", lambda: check_summary_agrees(b)),
+        ("journal_agrees", lambda: check_journal_agrees(b)),
+        ("samples_covered", lambda: check_samples_covered(b)),
+        ("sample_arithmetic", lambda: check_sample_arithmetic(b)),
+    ]
+    checks: list[CheckResult] = []
+    for name, run in plan:
+        try:
+            checks.append(CheckResult(name=name, status="ok", detail=run()))
+        except Skipped as exc:
+            checks.append(CheckResult(name=name, status="skipped", detail=str(exc)))
+        except Failed as exc:
+            checks.append(CheckResult(name=name, status="failed", detail=str(exc)))
+        except (
+            FileNotFoundError,
+            CorruptFile,
+            ValueError,
+            signing.KeyFileError,
+            yaml.YAMLError,
+        ) as exc:
+            checks.append(
+                CheckResult(
+                    name=name, status="failed", detail=f"{type(exc).__name__}: {str(exc)[:300]}"
+                )
+            )
+    failed = [c.name for c in checks if c.status == "failed"]
+    by = {c.name: c for c in checks}
+    fingerprint = None
+    if key_path is not None:
+        try:
+            fingerprint = signing.fingerprint(signing.load_public(key_path))
+        except signing.KeyFileError:
+            fingerprint = None
+    return Verification(
+        bundle=str(bundle),
+        hashes_ok=by["file_hashes"].status == "ok",
+        verdict_ok=all(by[n].status != "failed" for n in ("verdict_present", "verdict_recomputed")),
+        problems=[f"{c.name}: {c.detail}" for c in checks if c.status == "failed"],
+        checks=checks,
+        failed=failed,
+        key_fingerprint=fingerprint,
+    )
