@@ -19,7 +19,7 @@ import chromium
 import pytest
 import yaml
 from conftest import _kill_leftovers, make_home
-from sealed import freeze
+from synthetic_bundle import freeze
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -464,7 +464,7 @@ def test_the_committed_bundle_verifies_with_its_key() -> None:
 
 def test_chain_shows_deleted_and_rewritten_history(home: Home) -> None:
     """Three cheap seals (fixed timings, see tests/sealed.py): each names the one before."""
-    from sealed import baseline_run, greedy_ids, prompts, seal, timing
+    from synthetic_bundle import baseline_run, greedy_ids, prompts, seal, timing
 
     plan = freeze(home, ["demo-tiny:kv8"])
     ids = {p: [1, 2, 3] for p in prompts(plan)}

@@ -1,5 +1,7 @@
-"""`evidence verify` and `evidence show`: the shipped bundle(s) re-verified, and each kind of
-tampering caught (a changed verdict whose hashes were made to match, a missing file, an extra file).
+"""`evidence verify` and `evidence show`: the shipped bundle(s) re-verified with the public key
+shipped beside them (`evidence/<id>.pub`), and each kind of tampering caught and named (a changed
+verdict whose hashes were made to match, a missing file, an extra file). The forgeries of issue 12's
+table, signatures and chains are in test_evidence_proof.py.
 
 Fast tier: the bundles are the real ones shipped in evidence/ (sealed by a real demo cycle), copied
 to a temporary folder before any change; the CLI runs in-process (`cli.main`), with a home that
@@ -29,18 +31,25 @@ def test_there_is_a_shipped_bundle() -> None:
     assert SHIPPED, "evidence/ holds at least one sealed bundle"
 
 
+def key_of(bundle: Path) -> Path:
+    """The public key shipped beside a bundle in evidence/."""
+    return SHIPPED[0].parent / f"{bundle.name}.pub"
+
+
 @pytest.mark.parametrize("bundle", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_the_shipped_bundle_verifies_without_its_home(
     bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = evidence.verify(bundle)
+    result = evidence.verify(bundle, key=key_of(bundle))
     assert result.ok, result.problems
     assert result.hashes_ok and result.verdict_ok and result.problems == []
     empty_home = tmp_path / "no-home"
-    assert cli.main(["--home", str(empty_home), "evidence", "verify", str(bundle)]) == 0
+    key = ["--key", str(key_of(bundle))]
+    assert cli.main(["--home", str(empty_home), "evidence", "verify", str(bundle), *key]) == 0
     out = capsys.readouterr().out
-    assert "hashes ok; verdict recomputed identically" in out
-    assert cli.main(["--home", str(empty_home), "evidence", "verify", str(bundle), "--json"]) == 0
+    assert f"{bundle}: VERIFIED" in out
+    assert cli.main(["--home", str(empty_home), "evidence", "verify", str(bundle), *key,
+                     "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["problems"] == []
 
@@ -63,7 +72,8 @@ def rehash(bundle: Path, *names: str) -> None:
 
 
 def verify_cli(bundle: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = cli.main(["--home", str(home), "evidence", "verify", str(bundle)])
+    code = cli.main(["--home", str(home), "evidence", "verify", str(bundle), "--key",
+                     str(key_of(bundle))])
     return code, capsys.readouterr().out
 
 
@@ -76,14 +86,13 @@ def test_a_changed_verdict_with_matching_hashes_is_caught_by_recomputing_it(
     forged = verdict.model_copy(update={"candidates": [forged_first, *verdict.candidates[1:]]})
     write_model(bundle / "verdict.json", forged)
     rehash(bundle, "verdict.json")
-    result = evidence.verify(bundle)
-    assert result.hashes_ok, "the forger fixed the hashes..."
-    assert not result.verdict_ok and not result.ok, "...but the verdict is recomputed from samples"
-    assert any(
-        p.startswith("recomputed verdict differs from verdict.json") for p in result.problems
-    )
+    result = evidence.verify(bundle, key=key_of(bundle))
+    assert "file_hashes" not in result.failed, "the forger fixed the hashes..."
+    assert not result.ok and "verdict_recomputed" in result.failed, (
+        "...but the verdict is recomputed from samples")
+    assert "statement_files" in result.failed, "...and the signed Statement names the old hashes"
     code, out = verify_cli(bundle, tmp_path / "no-home", capsys)
-    assert code == 1 and "hashes ok; verdict DIFFERS" in out
+    assert code == 1 and "FAIL verdict_recomputed" in out
 
 
 def test_a_changed_raw_sample_with_matching_hashes_changes_the_recomputed_verdict(
@@ -98,9 +107,9 @@ def test_a_changed_raw_sample_with_matching_hashes_changes_the_recomputed_verdic
             sample["decode_s"] = sample["decode_s"] / 10 if sample.get("decode_s") else None
     path.write_text(json.dumps(data))
     rehash(bundle, "runs/baseline.json")
-    result = evidence.verify(bundle)
-    assert result.hashes_ok and not result.verdict_ok
-    assert any("recomputed verdict differs" in p for p in result.problems)
+    result = evidence.verify(bundle, key=key_of(bundle))
+    assert "file_hashes" not in result.failed and not result.ok
+    assert "verdict_recomputed" in result.failed
 
 
 def test_a_missing_file_is_named(
@@ -109,10 +118,10 @@ def test_a_missing_file_is_named(
     run = sorted((bundle / "runs").glob("demo-tiny*.json"))[0]
     run.unlink()
     name = f"runs/{run.name}"
-    result = evidence.verify(bundle)
-    assert not result.hashes_ok and f"{name}: missing" in result.problems
+    result = evidence.verify(bundle, key=key_of(bundle))
+    assert not result.hashes_ok and any(f"{name}: missing" in p for p in result.problems)
     code, out = verify_cli(bundle, tmp_path / "no-home", capsys)
-    assert code == 1 and "hashes MISMATCH" in out and f"{name}: missing" in out
+    assert code == 1 and "FAIL file_hashes" in out and f"{name}: missing" in out
 
 
 def test_an_extra_file_is_named(
@@ -120,18 +129,20 @@ def test_an_extra_file_is_named(
 ) -> None:
     (bundle / "runs" / "extra.json").write_text("{}")
     (bundle / "notes.txt").write_text("added after sealing")
-    result = evidence.verify(bundle)
+    result = evidence.verify(bundle, key=key_of(bundle))
     assert not result.hashes_ok
-    assert "notes.txt: not listed in the manifest" in result.problems
-    assert "runs/extra.json: not listed in the manifest" in result.problems
+    hashes = next(p for p in result.problems if p.startswith("file_hashes:"))
+    assert "notes.txt: not listed in the manifest" in hashes
+    assert "runs/extra.json: not listed in the manifest" in hashes
     code, out = verify_cli(bundle, tmp_path / "no-home", capsys)
     assert code == 1 and "notes.txt: not listed in the manifest" in out
 
 
 def test_an_unreadable_manifest_is_reported(bundle: Path) -> None:
     (bundle / "MANIFEST.json").write_text("{ not json")
-    result = evidence.verify(bundle)
-    assert not result.ok and result.problems[0].startswith("MANIFEST.json unreadable")
+    result = evidence.verify(bundle, key=key_of(bundle))
+    assert not result.ok and "file_hashes" in result.failed
+    assert "MANIFEST.json is not a valid EvidenceManifest" in result.problems[0]
 
 
 def test_verify_and_show_of_something_that_is_not_a_bundle(

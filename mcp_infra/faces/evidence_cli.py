@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from mcp_infra.contracts import CycleCost
-from mcp_infra.faces.report import render
+from mcp_infra.faces import render
 from mcp_infra.state import evidence
 from mcp_infra.state.store import Home, read_optional, write_bytes_atomic
 
