@@ -261,3 +261,19 @@ def test_auth_none_is_loopback_only(tmp_path: Path) -> None:
             allowed_hosts=["example.org"],
         )
     assert HttpPlan(home, host="127.0.0.1", auth="none").auth == "none"
+
+
+def test_out_of_range_acceptance_is_clamped_with_a_reason(home: Home) -> None:
+    """Both acceptance fields the same way: outside the policy's range, clamped, with why."""
+    from mcp_infra import app
+
+    view = app.propose(
+        home,
+        {**PLAN, "acceptance": {"min_speedup_pct": 1e9, "max_peak_memory_gb": -3}},
+        proposed_by="test",
+        dry_run=True,
+        start_supervisor=False,
+    )
+    clamped = {c.field: c.reason for c in view.changes if c.action == "clamped"}
+    assert set(clamped) == {"acceptance.min_speedup_pct", "acceptance.max_peak_memory_gb"}
+    assert all("clamped to the policy's range" in why for why in clamped.values())
