@@ -265,7 +265,7 @@ def test_auth_none_is_loopback_only(tmp_path: Path) -> None:
 
 def test_out_of_range_acceptance_is_clamped_with_a_reason(home: Home) -> None:
     """Both acceptance fields the same way: outside the policy's range, clamped, with why."""
-    from mcp_infra import app
+    from mcp_infra.flows import api as app
 
     view = app.propose(
         home,

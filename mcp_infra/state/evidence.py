@@ -10,11 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mcp_infra.contracts import (
-    CycleCost,
-    CycleSummary,
-    EvidenceManifest,
-)
+from mcp_infra.contracts import CycleCost, CycleSummary, EvidenceManifest
 from mcp_infra.state import audit, sealing, signing
 from mcp_infra.state.audit import Verification, load_runs, recompute
 from mcp_infra.state.store import (
