@@ -21,8 +21,8 @@ The method (``speedup_summary``):
   scaled by S/(S-1) and the interval is a Student t interval in log space with Welch-Satterthwaite
   degrees of freedom (S-1 per configuration). The interval is computed at the protocol's
   confidence adjusted for early stopping: the error rate is spent over the looks (one per start
-  from min_starts to max_starts) by an O'Brien-Fleming-type spending function (``look_level``),
-  so stopping at the first decisive look does not inflate the error rate.
+  from min_starts to max_starts), Haybittle-Peto style (``look_level``), so stopping at the
+  first decisive look does not inflate the error rate.
 * A configuration measured in a single start cannot show its start-to-start spread. It is then
   assumed to be ``ASSUMED_START_NOISE`` (5% per start, the largest this method is validated for,
   see benchmarks/decision_quality.py) and is taken as known (no degrees of freedom lost).
@@ -400,31 +400,32 @@ def t_quantile(p: float, df: float) -> float:
     return _t_quantile(p, df)
 
 
+EARLY_LOOK_ALPHA = 2 * (1 - statistics.NormalDist().cdf(3.0))
+"""Error rate spent at each look before the last (Haybittle-Peto: |z| >= 3, about 0.27%)."""
+
+
 def look_level(confidence: float, starts: int, min_starts: int, max_starts: int) -> float:
     """Confidence of the interval at the look taken after ``starts`` starts, when early stopping
     may decide after every start from ``min_starts`` to ``max_starts``.
 
-    The error rate 1 - confidence is spent over the looks with the Lan-DeMets O'Brien-Fleming
-    spending function A(t) = 2 - 2 Phi(z / sqrt(t)), t = starts / max_starts: the first look
-    spends A(t), each later one A(t) - A(t_before). The per-look rates add up to the total, so
-    by the union bound the chance of a wrong decision at any look stays within it, however
-    correlated the looks are; little is spent early (when few starts are known anyway) and most
-    at the last look. A single look (min_starts == max_starts) gets the full confidence.
+    Haybittle-Peto spending: each look before the last spends a small error rate
+    (``EARLY_LOOK_ALPHA``, at most half the total shared among them), the last look spends what
+    is left. The per-look rates add up to the total 1 - confidence, so by the union bound the
+    chance of a wrong decision at any look stays within it however correlated the looks are.
+    Early looks, with few starts and few degrees of freedom, seldom decide anyway; keeping
+    nearly all of the error rate for the last look keeps its power close to a fixed protocol's.
+    A single look (min_starts == max_starts) gets the full confidence.
     """
     alpha = 1 - confidence
     top = max(1, max_starts)
     first = min(max(1, min_starts), top)
-    if first == top:
+    early_looks = top - first
+    if early_looks == 0:
         return confidence
-    normal = statistics.NormalDist()
-    z = normal.inv_cdf(1 - alpha / 2)
-
-    def spent(n: int) -> float:
-        return 0.0 if n <= 0 else 2 - 2 * normal.cdf(z / math.sqrt(min(n, top) / top))
-
-    n = min(max(1, starts), top)
-    rate = spent(n) if n <= first else spent(n) - spent(n - 1)
-    return 1 - rate
+    early = min(EARLY_LOOK_ALPHA, alpha / (2 * early_looks))
+    if starts < top:
+        return 1 - early
+    return 1 - (alpha - early * early_looks)
 
 
 def log_interval(
