@@ -73,18 +73,29 @@ class Outcome:
 
 
 def _greedy(cid: str, prompts: int) -> list[Sample]:
-    return [Sample(candidate=cid, prompt_id=f"p{i}", repeat=0, text=TEXT, token_ids=[1, 2, 3])
-            for i in range(prompts)]
+    return [
+        Sample(candidate=cid, prompt_id=f"p{i}", repeat=0, text=TEXT, token_ids=[1, 2, 3])
+        for i in range(prompts)
+    ]
 
 
-def _start(rng: random.Random, cid: str, start: int, levels: list[float], setup: Setup
-           ) -> list[Sample]:
+def _start(
+    rng: random.Random, cid: str, start: int, levels: list[float], setup: Setup
+) -> list[Sample]:
     """One fresh server start: a process-wide factor, then each request's own noise."""
     factor = math.exp(rng.gauss(0.0, setup.start_noise))
     return [
-        Sample(candidate=cid, prompt_id=f"p{i}", repeat=r, order=r, start=start, round=start,
-               completion_tokens=64, text=TEXT,
-               decode_tps=level * factor * math.exp(rng.gauss(0.0, setup.repeat_noise)))
+        Sample(
+            candidate=cid,
+            prompt_id=f"p{i}",
+            repeat=r,
+            order=r,
+            start=start,
+            round=start,
+            completion_tokens=64,
+            text=TEXT,
+            decode_tps=level * factor * math.exp(rng.gauss(0.0, setup.repeat_noise)),
+        )
         for i, level in enumerate(levels)
         for r in range(setup.repeats)
     ]
@@ -92,17 +103,29 @@ def _start(rng: random.Random, cid: str, start: int, levels: list[float], setup:
 
 def _run(cid: str, samples: list[Sample], prompts: int) -> CandidateRun:
     klass = None if cid == BASELINE else CandidateClass.SERVER_TUNING
-    return CandidateRun(candidate=cid, candidate_class=klass, samples=samples,
-                        greedy=_greedy(cid, prompts))
+    return CandidateRun(
+        candidate=cid, candidate_class=klass, samples=samples, greedy=_greedy(cid, prompts)
+    )
 
 
-def _decide(base: list[Sample], cand: list[Sample], setup: Setup, protocol: Protocol
-            ) -> tuple[str, float, float]:
+def _decide(
+    base: list[Sample], cand: list[Sample], setup: Setup, protocol: Protocol
+) -> tuple[str, float, float]:
     thresholds = EffectiveThresholds(
-        min_speedup_pct=setup.threshold_pct, max_peak_memory_gb=1e6, max_error_rate=0.0,
-        worst_prompt_tolerance_pct=10.0, tie_tolerance_pct=2.0, lossy_min_identical_fraction=0.5)
-    verdict = select(_run(BASELINE, base, setup.prompts), [_run(CANDIDATE, cand, setup.prompts)],
-                     thresholds, protocol, {c: True for c in CandidateClass})
+        min_speedup_pct=setup.threshold_pct,
+        max_peak_memory_gb=1e6,
+        max_error_rate=0.0,
+        worst_prompt_tolerance_pct=10.0,
+        tie_tolerance_pct=2.0,
+        lossy_min_identical_fraction=0.5,
+    )
+    verdict = select(
+        _run(BASELINE, base, setup.prompts),
+        [_run(CANDIDATE, cand, setup.prompts)],
+        thresholds,
+        protocol,
+        {c: True for c in CandidateClass},
+    )
     [cv] = verdict.candidates
     return cv.decision.value, cv.ci_low or 0.0, cv.ci_high or math.inf
 
@@ -119,8 +142,12 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
     cand_levels = [b * r for b, r in zip(base_levels, ratios, strict=True)]
     base_starts = [_start(rng, BASELINE, s, base_levels, setup) for s in range(setup.max_starts)]
     cand_starts = [_start(rng, CANDIDATE, s, cand_levels, setup) for s in range(setup.max_starts)]
-    common = {"repeats": setup.repeats, "bootstrap_resamples": setup.resamples,
-              "seed": seed, "drift_check": False}
+    common = {
+        "repeats": setup.repeats,
+        "bootstrap_resamples": setup.resamples,
+        "seed": seed,
+        "drift_check": False,
+    }
     staged = Protocol(min_starts=setup.min_starts, max_starts=setup.max_starts, **common)
     fixed = Protocol(min_starts=setup.max_starts, max_starts=setup.max_starts, **common)
     per_start = setup.prompts * setup.repeats
@@ -137,8 +164,9 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
     base = [s for st in base_starts for s in st]
     cand = [s for st in cand_starts for s in st]
     decision, low, high = _decide(base, cand, setup, fixed)
-    full = Outcome(decision, low <= true_speedup <= high, setup.max_starts,
-                   2 * setup.max_starts * per_start)
+    full = Outcome(
+        decision, low <= true_speedup <= high, setup.max_starts, 2 * setup.max_starts * per_start
+    )
     return early, full
 
 
@@ -164,17 +192,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=300)
     ap.add_argument("--min-starts", type=int, default=Protocol().min_starts)
     ap.add_argument("--max-starts", type=int, default=Protocol().max_starts)
-    ap.add_argument("--resamples", type=int, default=400,
-                    help="bootstrap resamples per decision (the policies use 2000)")
-    ap.add_argument("--regressing-prompt", type=float, default=None,
-                    help="one prompt at this true ratio while the others gain")
+    ap.add_argument(
+        "--resamples",
+        type=int,
+        default=400,
+        help="bootstrap resamples per decision (the policies use 2000)",
+    )
+    ap.add_argument(
+        "--regressing-prompt",
+        type=float,
+        default=None,
+        help="one prompt at this true ratio while the others gain",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    setup = Setup(args.threshold_pct, args.start_noise, args.repeat_noise, args.prompts,
-                  args.repeats, args.min_starts, args.max_starts, args.resamples,
-                  args.regressing_prompt)
+    setup = Setup(
+        args.threshold_pct,
+        args.start_noise,
+        args.repeat_noise,
+        args.prompts,
+        args.repeats,
+        args.min_starts,
+        args.max_starts,
+        args.resamples,
+        args.regressing_prompt,
+    )
     truths = [float(x) for x in args.true_speedups.split(",")]
     began = time.monotonic()
     tasks = [(setup, t, seed) for t in truths for seed in range(args.seeds)]
@@ -185,29 +229,35 @@ def main(argv: list[str] | None = None) -> int:
         results = [simulate(t) for t in tasks]
     rows = []
     for i, truth in enumerate(truths):
-        chunk = results[i * args.seeds:(i + 1) * args.seeds]
+        chunk = results[i * args.seeds : (i + 1) * args.seeds]
         early = _rates([e for e, _ in chunk])
         fixed = _rates([f for _, f in chunk])
-        rows.append({"true_speedup": truth, **early,
-                     **{f"fixed_{k}": v for k, v in fixed.items()}})
+        rows.append({"true_speedup": truth, **early, **{f"fixed_{k}": v for k, v in fixed.items()}})
     took = time.monotonic() - began
 
-    reg = (f", one prompt at x{args.regressing_prompt:g}" if args.regressing_prompt is not None
-           else "")
-    print(f"threshold {args.threshold_pct:g}%, start noise {args.start_noise:g}, repeat noise "
-          f"{args.repeat_noise:g}, {args.prompts} prompts x {args.repeats} repeats, starts "
-          f"{args.min_starts}..{args.max_starts}, {args.seeds} seeds, {args.resamples} "
-          f"resamples{reg}; {took:.0f} s")
-    head = (f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "
-            f"{'requests':>8} | fixed: {'qualified':>9} {'rejected':>8} {'coverage':>8} "
-            f"{'requests':>8}")
+    reg = (
+        f", one prompt at x{args.regressing_prompt:g}" if args.regressing_prompt is not None else ""
+    )
+    print(
+        f"threshold {args.threshold_pct:g}%, start noise {args.start_noise:g}, repeat noise "
+        f"{args.repeat_noise:g}, {args.prompts} prompts x {args.repeats} repeats, starts "
+        f"{args.min_starts}..{args.max_starts}, {args.seeds} seeds, {args.resamples} "
+        f"resamples{reg}; {took:.0f} s"
+    )
+    head = (
+        f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "
+        f"{'requests':>8} | fixed: {'qualified':>9} {'rejected':>8} {'coverage':>8} "
+        f"{'requests':>8}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['true_speedup']:>6.3f} | {r['qualified_rate']:>9.1%} {r['rejected_rate']:>8.1%} "
-              f"{r['coverage']:>8.1%} {r['mean_starts']:>6.2f} {r['mean_requests']:>8.1f} | "
-              f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
-              f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}")
+        print(
+            f"{r['true_speedup']:>6.3f} | {r['qualified_rate']:>9.1%} {r['rejected_rate']:>8.1%} "
+            f"{r['coverage']:>8.1%} {r['mean_starts']:>6.2f} {r['mean_requests']:>8.1f} | "
+            f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
+            f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
+        )
     if args.json:
         print(json.dumps({"rows": rows}))
     return 0

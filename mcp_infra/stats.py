@@ -414,13 +414,16 @@ def look_level(confidence: float, starts: int, min_starts: int, max_starts: int)
     chance of a wrong decision at any look stays within it however correlated the looks are.
     Early looks, with few starts and few degrees of freedom, seldom decide anyway; keeping
     nearly all of the error rate for the last look keeps its power close to a fixed protocol's.
-    A single look (min_starts == max_starts) gets the full confidence.
+    A single look (min_starts == max_starts) gets the full confidence, and so does a decision
+    on fewer starts than ``min_starts``: that is no early-stopping look but a protocol without
+    rounds (a cycle or bundle from before them). Early stopping must not decide before
+    ``min_starts`` rounds.
     """
     alpha = 1 - confidence
     top = max(1, max_starts)
     first = min(max(1, min_starts), top)
     early_looks = top - first
-    if early_looks == 0:
+    if early_looks == 0 or starts < first:
         return confidence
     early = min(EARLY_LOOK_ALPHA, alpha / (2 * early_looks))
     if starts < top:
