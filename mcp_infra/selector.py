@@ -529,7 +529,8 @@ def select(
         if any(v is t for t, _ in tied):
             v.reasons.append(
                 f"Not selected: within {thresholds.tie_tolerance_pct:g}% of the best estimate, "
-                f"but {chosen.candidate} is cheaper or sorts first."
+                f"but {chosen.candidate} is preferred (lossless before lossy, then cheaper "
+                "knobs, lower memory, the id)."
             )
         else:
             v.reasons.append(
@@ -543,7 +544,10 @@ def select(
         f"{_x(chosen.ci_high or 0.0)})"
     )
     if len(tied) > 1:
-        reason += f"; preferred over {len(tied) - 1} tied candidate(s) as the cheaper"
+        reason += (
+            f"; preferred over {len(tied) - 1} tied candidate(s) as lossless before lossy, "
+            "then the cheaper"
+        )
     return Verdict(candidates=verdicts, selected=chosen.candidate, reason=reason,
                    baseline_drift=drift)
 
