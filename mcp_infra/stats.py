@@ -290,10 +290,20 @@ def _draw_levels(rng: random.Random, cfg: _Config, prompts: Sequence[str]) -> li
     """One two-stage resample: starts with replacement, then each drawn start's repeats."""
     n = len(cfg.starts)
     chosen = [cfg.starts[rng.randrange(n)] for _ in range(n)]
+    uniform = rng.random
+    find = bisect.bisect_left
     out = []
     for p in prompts:
         per = cfg.cells[p]
-        values = [_draw_median(rng, *per[st]) for st in chosen if st in per]
+        values = []
+        for st in chosen:
+            cell = per.get(st)
+            if cell is None:
+                continue
+            vals, cdf = cell
+            # The same draws as _draw_median, inlined: this loop is the bootstrap's cost.
+            values.append(vals[find(cdf, uniform())] if cdf is not None
+                          else _draw_median(rng, vals, None))
         out.append(math.fsum(values) / len(values) if values else cfg.level[p])
     return out
 
@@ -385,6 +395,8 @@ def _t_quantile(p: float, df: float) -> float:
     lo = 0.0
     for _ in range(100):
         mid = (lo + hi) / 2
+        if mid <= lo or mid >= hi:  # converged to adjacent floats
+            break
         if t_cdf(mid, df) < p:
             lo = mid
         else:
