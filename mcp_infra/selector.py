@@ -3,6 +3,23 @@
 A pure, deterministic function of the measured runs, the frozen thresholds and the protocol. The
 live cycle calls it after the experiments; ``evidence verify`` calls it again on a sealed bundle
 and must reach the same verdict, so nothing here reads a clock, a file or a salted hash.
+
+The rules, in order (statistics in ``mcp_infra.stats``; intervals see the server starts):
+
+1. Did not start, no measurement, too many errors, a failed gate, a missing prompt: rejected.
+2. The headline interval (one short request at a time, else the first decisive workload cell)
+   wholly below 1.000x: rejected as a regression; wholly below the threshold: rejected as too
+   slow. A prompt whose own interval is wholly below the worst-prompt floor (1 - tolerance):
+   rejected. A decisive workload cell whose interval (aggregate output tok/s, candidate over
+   baseline) is wholly below that floor, or that the candidate did not measure: rejected, with
+   the cell in words.
+3. Qualified only if the lower bound clears both the threshold and the A/A noise floor (how far
+   the baseline's own starts differ), no prompt's interval straddles the floor, no decisive cell's
+   interval straddles it, and the estimate is above 1.000x.
+4. Anything else is inconclusive, with the reason: more starts may decide it.
+5. With ``drift_check`` on, missing or failed drift samples, or drift beyond tolerance, make a
+   qualified candidate inconclusive (the check fails closed).
+Reported workload cells are shown in the reasons and in ``cells`` but never block.
 """
 
 from __future__ import annotations

@@ -15,19 +15,24 @@ The method (``speedup_summary``):
 * Uncertainty comes from a hierarchical (two-stage) bootstrap, seeded and deterministic: each
   configuration independently draws its starts with replacement, then, inside each drawn start,
   each prompt's repeats with replacement (drawn exactly from the resampled median's distribution).
-  The spread of the resampled log levels gives each configuration's variance, overall and per
-  prompt. Few starts make a bootstrap too narrow (it reproduces the plug-in variance, low by
-  (S-1)/S, and ignores that the variance itself is estimated from S values), so each variance is
-  scaled by S/(S-1) and the interval is a Student t interval in log space with Welch-Satterthwaite
-  degrees of freedom (S-1 per configuration). The interval is computed at the protocol's
-  confidence adjusted for early stopping: the error rate is spent over the looks (one per start
-  from min_starts to max_starts), Haybittle-Peto style (``look_level``), so stopping at the
-  first decisive look does not inflate the error rate.
-* A configuration measured in a single start cannot show its start-to-start spread. It is then
-  assumed to be ``ASSUMED_START_NOISE`` (5% per start, the largest this method is validated for,
-  see benchmarks/decision_quality.py) and is taken as known (no degrees of freedom lost).
+  Resampling both stages counts the within-start noise twice (it is already inside the spread
+  between starts); with that second count removed, the bootstrap variance of a configuration's
+  mean level is, in the limit of many resamples, exactly the plug-in variance of the mean of its
+  per-start values, so for S >= 2 starts that is computed directly, free of Monte Carlo noise
+  (``_Config.variance``). Few starts make it too narrow (low by (S-1)/S, and the variance is
+  itself estimated from S values), so it is scaled by S/(S-1) and the interval is a Student t
+  interval in log space with Welch-Satterthwaite degrees of freedom (S-1 per configuration),
+  overall and per prompt. In effect each start is one independent observation, as it should be.
+  The interval's confidence is the protocol's, adjusted for early stopping: the error rate is
+  spent over the looks (one per start from min_starts to max_starts), Haybittle-Peto style
+  (``look_level``), so stopping at the first decisive look does not inflate the error rate.
+* A configuration measured in a single start cannot show its start-to-start spread: its variance
+  is the bootstrap's (the repeats, resampled) plus ``ASSUMED_START_NOISE`` squared (5% per start,
+  the largest this method is validated for, see benchmarks/decision_quality.py), taken as known
+  (normal quantiles on that side).
 * A/A noise floor: the baseline resampled against itself the same way (two independent two-stage
-  draws of its own starts); the floor is the confidence quantile of that ratio (at least 1). A
+  draws of its own starts, scaled like the variance above to remove the double count); the floor
+  is the confidence quantile of that ratio (at least 1). A
   candidate must clear it as well as the threshold. With one baseline start it is unknown and is
   computed from the assumed start noise instead: exp(z * sqrt(2) * ASSUMED_START_NOISE), about
   1.148x at 95%.
