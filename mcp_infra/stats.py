@@ -162,6 +162,9 @@ def bootstrap_interval(
 ) -> tuple[float, float]:
     """Percentile interval of the geometric-mean speedup, resampling each prompt's repeats.
 
+    The method before issue 10, blind to server starts; the selector no longer uses it (see
+    ``speedup_summary``). Kept as a reference point for the one-start case.
+
     Baseline and candidate repeats are resampled independently (they are independent runs);
     prompts are fixed (the suite is chosen, not sampled). Prompts are visited in sorted order and
     all draws come from one ``random.Random(seed)``, so the result is reproducible bit for bit.
