@@ -324,6 +324,20 @@ class Policy(Contract):
         return {klass: bool(value.get(klass, DEFAULT_AUTO_PROMOTE[klass]))
                 for klass in CandidateClass}
 
+    @model_validator(mode="after")
+    def _drift_below_speedup(self) -> Policy:
+        """A machine that drifts by less than the tolerance can still fake the required gain
+        unless the tolerance is below it: refuse such a policy when it is loaded."""
+        tolerance = self.protocol.drift_tolerance_pct
+        required = self.thresholds.min_speedup_pct.default
+        if self.protocol.drift_check and tolerance >= required:
+            raise ValueError(
+                f"protocol.drift_tolerance_pct ({tolerance:g}%) must be below "
+                f"thresholds.min_speedup_pct.default ({required:g}%): a baseline that drifted "
+                "by less than the tolerance could make a candidate with no real gain qualify"
+            )
+        return self
+
 
 DEFAULT_AUTO_PROMOTE: dict[CandidateClass, bool] = {
     CandidateClass.ACCELERATION_PLUGIN: True,
@@ -557,12 +571,44 @@ class PromptStat(Part):
     baseline_tps: float
     candidate_tps: float
     speedup: float
+    ci_low: float | None = Field(None, description="lower bound of this prompt's speedup interval")
+    ci_high: float | None = Field(None, description="upper bound of this prompt's speedup interval")
 
 
 class Decision(StrEnum):
     QUALIFIED = "qualified"
     REJECTED = "rejected"
     INCONCLUSIVE = "inconclusive"
+
+
+class CellVerdict(Part):
+    """How a candidate did in one workload cell (request class x concurrency), both sides'
+    figures and the ratio. Ratios are candidate / baseline; intervals are at ``interval_level``."""
+
+    request_class: Literal["short", "long_prefill"]
+    concurrency: int = Field(ge=1, le=64)
+    role: Literal["decisive", "reported"] = "decisive"
+    headline: bool = Field(False, description="the cell the headline speedup is computed on")
+    status: Literal["ok", "regressed", "unclear", "unmeasured", "unjudged"] = "ok"
+    detail: str = Field("", description="the cell's outcome in words")
+    baseline_requests: int = 0
+    candidate_requests: int = 0
+    baseline_ttft_p50_s: float | None = None
+    baseline_ttft_p99_s: float | None = None
+    candidate_ttft_p50_s: float | None = None
+    candidate_ttft_p99_s: float | None = None
+    baseline_decode_tps: float | None = None
+    candidate_decode_tps: float | None = None
+    decode_speedup: float | None = None
+    decode_ci_low: float | None = None
+    decode_ci_high: float | None = None
+    baseline_output_tps: float | None = Field(
+        None, description="aggregate output tok/s: completion tokens / wall span of the cell's "
+        "requests, per start, geometric mean over starts")
+    candidate_output_tps: float | None = None
+    output_ratio: float | None = None
+    output_ci_low: float | None = None
+    output_ci_high: float | None = None
 
 
 class CandidateVerdict(Part):
@@ -584,6 +630,21 @@ class CandidateVerdict(Part):
     gates: list[GateResult] = Field(default_factory=list)
     auto_promote: bool = True
     repeats_to_decide: int | None = None
+    noise_floor: float | None = Field(
+        None, description="A/A noise floor: the speedup the baseline shows against itself at the "
+        "protocol's confidence; ci_low must clear it as well as the threshold")
+    noise_floor_assumed: bool = Field(
+        False, description="the baseline had one start: the floor comes from an assumed "
+        "start-to-start spread (stats.ASSUMED_START_NOISE)")
+    interval_level: float | None = Field(
+        None, description="confidence of ci_low/ci_high: the protocol's, adjusted for the "
+        "number of looks early stopping may take")
+    baseline_starts: int = Field(0, ge=0, description="baseline server starts compared with")
+    starts_used: int = Field(0, ge=0, description="server starts the candidate was measured in")
+    rounds_used: int = Field(0, ge=0, description="measurement rounds the candidate took part in")
+    requests_used: int = Field(0, ge=0, description="the candidate's measured requests, all "
+                               "cells, failed ones included")
+    cells: list[CellVerdict] = Field(default_factory=list)
 
 
 class Verdict(Contract):

@@ -491,3 +491,61 @@ def test_compare_greedy_checks_every_answer_of_a_prompt_asked_twice():
     assert not result.passed
     assert result.detail.startswith("1 of 2 greedy output(s) identical")
     assert "p1 (asked again, prefix cached) diverges at token 2" in result.detail
+
+
+# ------------------------------------------------------------------ issue 10: checker holes
+
+ADD_OK = "```python\ndef add(a, b):\n    return a + b\n```"
+
+
+@pytest.mark.parametrize("reply", ["３９１", "٣٩١", "0391", "00391", "+0391", "३९१"])
+def test_arithmetic_accepts_ascii_digits_without_leading_zero_only(reply: str) -> None:
+    result = check_task("arithmetic", reply)
+    assert not result.passed and "not just a number" in result.detail
+
+
+def test_arithmetic_still_accepts_the_plain_answer() -> None:
+    assert check_task("arithmetic", "391").passed
+    assert check_task("arithmetic", " 391.\n").passed
+
+
+def test_json_with_a_duplicate_key_is_rejected() -> None:
+    reply = '{"city": "Rome", "city": "Paris", "country": "France"}'
+    result = check_task("json_object", reply)
+    assert not result.passed and "repeats the JSON key 'city'" in result.detail
+    nested = '{"city": "Paris", "country": "France", "x": {"a": 1, "a": 2}}'
+    assert not check_task("json_object", nested).passed
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "from operator import add",
+        "import operator as add",
+        "from operator import *",
+        "add = lambda a, b: a - b",
+        "add += 1",
+        "def add(a, b):\n    return a - b",
+        "class add:\n    pass",
+        "for add in range(3):\n    pass",
+        "if (add := None):\n    pass",
+    ],
+)
+def test_python_answer_that_rebinds_add_is_rejected(extra: str) -> None:
+    reply = ADD_OK.replace("\n```", "\n" + extra + "\n```")
+    result = check_task("python_add", reply)
+    assert not result.passed
+    assert "binds add more than once" in result.detail or "exactly one" in result.detail
+
+
+def test_python_rebinding_inside_another_function_is_rejected_too() -> None:
+    reply = ADD_OK.replace("\n```", "\ndef helper():\n    global add\n    add = 1\n```")
+    assert not check_task("python_add", reply).passed
+
+
+def test_crlf_line_endings_are_tolerated() -> None:
+    assert check_task("python_add", ADD_OK).passed
+    assert check_task("python_add", ADD_OK.replace("\n", "\r\n")).passed
+    assert check_task("arithmetic", "391\r\n").passed
+    crlf_json = '{\r\n  "city": "Paris",\r\n  "country": "France"\r\n}'
+    assert check_task("json_object", crlf_json).passed

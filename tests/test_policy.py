@@ -169,3 +169,32 @@ def test_frozen_plan_hash_changes_with_any_field() -> None:
     a = freeze({"hypothesis": "a", "candidates": ["demo-tiny:draft-k2"]})
     b = freeze({"hypothesis": "b", "candidates": ["demo-tiny:draft-k2"]})
     assert a.content_hash != b.content_hash and a.plan_id != b.plan_id
+
+
+# ------------------------------------------------------------------ issue 10: drift tolerance
+
+
+def test_shipped_policies_load_with_drift_tolerance_below_the_speedup() -> None:
+    from mcp_infra.state.catalog import load_policy
+
+    for name in ("default", "demo"):
+        policy = load_policy(name)
+        assert policy.protocol.drift_tolerance_pct < policy.thresholds.min_speedup_pct.default
+
+
+@pytest.mark.parametrize("tolerance", [5.0, 10.0])
+def test_policy_with_drift_tolerance_not_below_the_speedup_is_refused(tolerance: float) -> None:
+    import yaml
+    from pydantic import ValidationError
+
+    from mcp_infra.contracts import Policy
+    from mcp_infra.state.catalog import policy_dir
+
+    data = yaml.safe_load((policy_dir() / "default.yaml").read_text(encoding="utf-8"))
+    data["protocol"]["drift_check"] = True
+    data["protocol"]["drift_tolerance_pct"] = tolerance
+    with pytest.raises(ValidationError) as info:
+        Policy.model_validate(data)
+    assert "drift_tolerance_pct" in str(info.value) and "must be below" in str(info.value)
+    data["protocol"]["drift_tolerance_pct"] = 4.9
+    assert Policy.model_validate(data).protocol.drift_tolerance_pct == 4.9

@@ -30,7 +30,9 @@ from mcp_infra.core.stats import (
 )
 
 
-def samples(cid: str, tps: dict[str, list[float]], tokens: dict[str, int] | None = None):
+def samples(
+    cid: str, tps: dict[str, list[float]], tokens: dict[str, int] | None = None, start: int = 0
+):
     return [
         Sample(
             candidate=cid,
@@ -39,6 +41,7 @@ def samples(cid: str, tps: dict[str, list[float]], tokens: dict[str, int] | None
             decode_tps=v,
             completion_tokens=(tokens or {}).get(pid, 64),
             text="fine output",
+            start=start,
         )
         for pid, values in tps.items()
         for i, v in enumerate(values)
@@ -205,12 +208,26 @@ def test_only_successful_measure_samples_count():
     assert error_count(rows) == (1, 6)  # warm-up and quality requests are not measured
 
 
-def test_token_weighted_speedup_uses_baseline_completion_tokens():
+def test_token_weighted_speedup_is_total_tokens_over_total_time():
+    # Adapted (issue 10): Σ output tokens / Σ decode time of each side, not a mean of ratios.
     base = samples("baseline", {"p1": [100.0], "p2": [100.0]}, tokens={"p1": 300, "p2": 100})
-    cand = samples("x:y", {"p1": [200.0], "p2": [100.0]}, tokens={"p1": 10, "p2": 10})
+    cand = samples("x:y", {"p1": [200.0], "p2": [100.0]}, tokens={"p1": 300, "p2": 100})
     s = speedup_summary(base, cand, resamples=100)
-    assert s.token_weighted == pytest.approx((2.0 * 300 + 1.0 * 100) / 400)
+    # baseline: 400 tokens in 3 + 1 s; candidate: 400 tokens in 1.5 + 1 s.
+    assert s.token_weighted == pytest.approx((400 / 2.5) / (400 / 4.0))
+    assert s.token_weighted != pytest.approx((2.0 * 300 + 1.0 * 100) / 400)  # the old figure
     assert s.mean == pytest.approx(1.5)
+
+
+def test_token_weighted_uses_measured_decode_time_when_present():
+    base = [Sample(candidate="baseline", prompt_id="p1", repeat=i, decode_tps=100.0,
+                   decode_s=1.0, completion_tokens=101) for i in range(2)]
+    cand = [Sample(candidate="x:y", prompt_id="p1", repeat=0, decode_tps=300.0, decode_s=1.0,
+                   completion_tokens=301),
+            Sample(candidate="x:y", prompt_id="p1", repeat=1, decode_tps=100.0, decode_s=3.0,
+                   completion_tokens=301)]
+    s = speedup_summary(base, cand, resamples=100)
+    assert s.token_weighted == pytest.approx((600 / 4.0) / 100.0)  # not (3 + 1) / 2
 
 
 def test_missing_prompts_are_reported_and_no_overlap_is_none():
@@ -223,13 +240,20 @@ def test_missing_prompts_are_reported_and_no_overlap_is_none():
 
 
 def test_zero_variance_gives_degenerate_interval():
-    s = speedup_summary(
-        samples("baseline", {"p1": [10.0] * 3, "p2": [20.0] * 3}),
-        samples("x:y", {"p1": [15.0] * 3, "p2": [30.0] * 3}),
+    # Adapted (issue 10): two identical starts per side show no spread; with a single start
+    # the spread between starts is unknown and assumed, so the interval is not degenerate.
+    base = {"p1": [10.0] * 3, "p2": [20.0] * 3}
+    cand = {"p1": [15.0] * 3, "p2": [30.0] * 3}
+    two = speedup_summary(
+        samples("baseline", base) + samples("baseline", base, start=1),
+        samples("x:y", cand) + samples("x:y", cand, start=1),
         resamples=100,
     )
-    assert s.estimate == pytest.approx(1.5)
-    assert s.ci_low == pytest.approx(1.5) and s.ci_high == pytest.approx(1.5)
+    assert two.estimate == pytest.approx(1.5)
+    assert two.ci_low == pytest.approx(1.5) and two.ci_high == pytest.approx(1.5)
+    assert two.noise_floor == 1.0 and not two.noise_floor_assumed
+    one = speedup_summary(samples("baseline", base), samples("x:y", cand), resamples=100)
+    assert one.ci_low < 1.5 < one.ci_high and one.noise_floor > 1.0 and one.noise_floor_assumed
 
 
 def test_interval_widens_with_noise_and_depends_on_seed():

@@ -235,15 +235,32 @@ def _check_arithmetic(reply: str) -> tuple[bool, str]:
     answer = reply.strip()
     if answer.endswith("."):
         answer = answer[:-1].rstrip()
-    if not re.fullmatch(r"[+-]?\d+", answer):
+    # ASCII digits only (\d would accept full-width and Arabic-Indic digits, which int() reads),
+    # and no leading zero: "0391" is not how the number is written.
+    if not re.fullmatch(r"[+-]?(0|[1-9][0-9]*)", answer, flags=re.ASCII):
         return False, f"reply is not just a number: {_short(reply.strip())}"
     value = int(answer)
     return (value == 391, "391" if value == 391 else f"expected 391, got {value}")
 
 
+class _DuplicateKey(Exception):
+    """A JSON object names one key twice (json.loads would silently keep the last value)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _check_json_object(reply: str) -> tuple[bool, str]:
     try:
-        data = json.loads(reply.strip())
+        data = json.loads(reply.strip(), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        return False, f"reply repeats the JSON key {str(exc)!r}; only one value may count"
     except ValueError as exc:
         return False, f"reply is not a JSON document ({exc.msg}): {_short(reply.strip())}"
     if not isinstance(data, dict):
@@ -276,6 +293,9 @@ def _check_python_add(reply: str) -> tuple[bool, str]:
         module = ast.parse(block.group("body"))
     except SyntaxError as exc:
         return False, f"code does not parse: {exc.msg} (line {exc.lineno})"
+    rebound = _rebinds(module, "add")
+    if rebound is not None:
+        return False, f"the block binds add more than once ({rebound}); the last binding would win"
     defs = [node for node in module.body if not isinstance(node, ast.Import | ast.ImportFrom)]
     defs = [node for node in defs if not _is_docstring(node)]
     if len(defs) != 1 or not isinstance(defs[0], ast.FunctionDef) or defs[0].name != "add":
@@ -299,6 +319,32 @@ def _check_python_add(reply: str) -> tuple[bool, str]:
         wanted = f"{params[0]} + {params[1]}"
         return False, f"add returns {ast.unparse(expr)!r}, not {wanted!r} of its parameters"
     return True, f"def add({', '.join(params)}): return {ast.unparse(expr)}"
+
+
+def _rebinds(module: ast.Module, name: str) -> str | None:
+    """How ``name`` is bound a second time anywhere in the module, or None if it is bound once.
+
+    Any binding counts, at any depth: def, class, import (``as`` included), star import,
+    assignment, augmented or annotated assignment, walrus, for/with/except targets, global.
+    """
+    bindings: list[str] = []
+    for node in ast.walk(module):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == name:
+                bindings.append(f"{type(node).__name__} on line {node.lineno}")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                if bound == name or alias.name == "*":
+                    bindings.append(f"import on line {node.lineno}")
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            if node.id == name:
+                bindings.append(f"assignment on line {node.lineno}")
+        elif isinstance(node, ast.Global | ast.Nonlocal) and name in node.names:
+            bindings.append(f"global on line {node.lineno}")
+        elif isinstance(node, ast.ExceptHandler) and node.name == name:
+            bindings.append(f"except on line {node.lineno}")
+    return ", ".join(bindings) if len(bindings) > 1 else None
 
 
 def _is_docstring(node: ast.stmt) -> bool:
@@ -363,7 +409,7 @@ def check_task(task_id: str, text: str) -> TaskCheck:
     """Check one reply against its task, after removing a leading reasoning block."""
     if task_id not in _TASKS:
         return TaskCheck(task=task_id, passed=False, detail=f"unknown task {task_id!r}")
-    reply = strip_think(text)
+    reply = strip_think(text.replace("\r\n", "\n"))  # CRLF line endings are tolerated
     if reply is None:
         return TaskCheck(task=task_id, passed=False, detail="reasoning block never closed")
     passed, detail = _TASKS[task_id][1](reply)

@@ -3,30 +3,56 @@
 A pure, deterministic function of the measured runs, the frozen thresholds and the protocol. The
 live cycle calls it after the experiments; ``evidence verify`` calls it again on a sealed bundle
 and must reach the same verdict, so nothing here reads a clock, a file or a salted hash.
+
+The rules, in order (statistics in ``mcp_infra.stats``; intervals see the server starts):
+
+1. Did not start, no measurement, too many errors, a failed gate, a missing prompt: rejected.
+2. The headline interval (one short request at a time, else the first decisive workload cell)
+   wholly below 1.000x: rejected as a regression; wholly below the threshold: rejected as too
+   slow. A prompt whose own interval is wholly below the worst-prompt floor (1 - tolerance):
+   rejected. A decisive workload cell whose interval (aggregate output tok/s, candidate over
+   baseline) is wholly below that floor, or that the candidate did not measure: rejected, with
+   the cell in words.
+3. Qualified only if the lower bound clears both the threshold and the A/A noise floor (how far
+   the baseline's own starts differ), no prompt's interval straddles the floor, no decisive cell's
+   interval straddles it, and the estimate is above 1.000x.
+4. Anything else is inconclusive, with the reason: more starts may decide it.
+5. With ``drift_check`` on, missing or failed drift samples, or drift beyond tolerance, make a
+   qualified candidate inconclusive (the check fails closed).
+Reported workload cells are shown in the reasons and in ``cells`` but never block.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from mcp_infra.contracts import (
     CandidateClass,
     CandidateRun,
     CandidateVerdict,
+    CellVerdict,
     Decision,
     EffectiveThresholds,
     GateResult,
+    PromptStat,
     Protocol,
     Sample,
     Semantics,
     Verdict,
+    WorkloadCell,
 )
 from mcp_infra.core.gates import compare_greedy, lossy_agreement, quality_gate, smoke_gate
 from mcp_infra.core.stats import (
+    ASSUMED_START_NOISE,
     SpeedupSummary,
     baseline_drift,
     derive_seed,
     error_count,
+    in_cell,
+    log_interval,
+    look_level,
+    quantile,
     repeats_to_decide,
     speedup_summary,
 )
@@ -103,6 +129,38 @@ def _memory_gate(run: CandidateRun, cap_gb: float) -> GateResult:
     )
 
 
+def _measured_cells(samples: Sequence[Sample]) -> set[tuple[str, int]]:
+    return {
+        (s.request_class, s.concurrency)
+        for s in samples
+        if s.phase == "measure" and s.error is None and s.decode_tps
+    }
+
+
+def headline_cell(
+    baseline: CandidateRun, run: CandidateRun, protocol: Protocol
+) -> tuple[str, int] | None:
+    """The cell the headline speedup is judged on: one short request at a time when both sides
+    measured it, else the first decisive workload cell both measured, else the first measured
+    workload cell; None (all samples) when no workload cell was measured on both sides."""
+    both = _measured_cells(baseline.samples) & _measured_cells(run.samples)
+    if ("short", 1) in both:
+        return ("short", 1)
+    ordered = [c for c in protocol.workload if c.role == "decisive"] + list(protocol.workload)
+    for c in ordered:
+        if (c.request_class, c.concurrency) in both:
+            return (c.request_class, c.concurrency)
+    return None
+
+
+def cell_words(request_class: str, concurrency: int) -> str:
+    """'4 concurrent short requests', 'one long-prefill request at a time'."""
+    kind = "short" if request_class == "short" else "long-prefill"
+    if concurrency == 1:
+        return f"one {kind} request at a time"
+    return f"{concurrency} concurrent {kind} requests"
+
+
 def judge(
     baseline: CandidateRun,
     run: CandidateRun,
@@ -111,7 +169,7 @@ def judge(
     auto_promote: dict[CandidateClass, bool],
     quality: dict[str, list[Sample]] | None = None,
 ) -> CandidateVerdict:
-    """The verdict on one candidate: gates first, then the statistics."""
+    """The verdict on one candidate: gates first, then the statistics (module docstring)."""
     may_promote = run.candidate_class is not None and auto_promote.get(run.candidate_class, False)
     verdict = CandidateVerdict(
         candidate=run.candidate,
@@ -125,6 +183,11 @@ def judge(
         verdict.reasons.append(f"The candidate did not start: {why}.")
         return verdict
 
+    measured = [s for s in run.samples if s.phase == "measure"]
+    verdict.requests_used = len(measured)
+    verdict.starts_used = len({s.start for s in measured})
+    verdict.rounds_used = len({s.round for s in measured})
+    verdict.baseline_starts = len({s.start for s in baseline.samples if s.phase == "measure"})
     failed, total = error_count(run.samples)
     if total == 0:
         verdict.reasons.append("The candidate has no measured requests.")
@@ -143,12 +206,18 @@ def judge(
         f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed
     ]
 
+    level = look_level(protocol.confidence, verdict.starts_used, protocol.min_starts,
+                       protocol.max_starts)
+    head = headline_cell(baseline, run, protocol)
+    seed = derive_seed(protocol.seed, run.candidate)
     summary = speedup_summary(
         baseline.samples,
         run.samples,
         confidence=protocol.confidence,
         resamples=protocol.bootstrap_resamples,
-        seed=derive_seed(protocol.seed, run.candidate),
+        seed=seed,
+        level=level,
+        cell=head,
     )
     if summary is None:
         if not any(s.phase == "measure" and s.error is None for s in baseline.samples):
@@ -164,72 +233,240 @@ def judge(
             + ", ".join(summary.missing_prompts)
             + " that the baseline measured."
         )
+    floor = 1 - thresholds.worst_prompt_tolerance_pct / 100
+    verdict.cells = judge_cells(baseline, run, protocol, summary, head, floor, seed, level)
 
     threshold = 1 + thresholds.min_speedup_pct / 100
-    floor = 1 - thresholds.worst_prompt_tolerance_pct / 100
     level = f"{summary.confidence:.0%}"
+    adjusted = (
+        f", {summary.level:.1%} at this look of early stopping"
+        if summary.level != summary.confidence else ""
+    )
     speed = (
-        f"speedup {_x(summary.estimate)} ({level} interval {_x(summary.ci_low)} to "
-        f"{_x(summary.ci_high)}) against the required {_x(threshold)}"
+        f"speedup {_x(summary.estimate)} ({level} interval{adjusted} {_x(summary.ci_low)} to "
+        f"{_x(summary.ci_high)}, {summary.baseline_starts} baseline and "
+        f"{summary.candidate_starts} candidate start(s)) against the required {_x(threshold)}"
     )
-    regress = summary.worst_speedup < floor
-    regress_text = (
-        f"prompt {summary.worst_prompt} ran at {_x(summary.worst_speedup)} the baseline, below "
-        f"the {_x(floor)} the worst-prompt tolerance allows"
-    )
+    below = [p for p in summary.per_prompt if (p.ci_high or p.speedup) < floor]
+    straddle = [
+        p for p in summary.per_prompt if (p.ci_low or p.speedup) < floor <= (p.ci_high or p.speedup)
+    ]
+
+    def prompt_text(p: PromptStat) -> str:
+        return (
+            f"prompt {p.prompt_id} ran at {_x(p.speedup)} the baseline (interval "
+            f"{_x(p.ci_low or p.speedup)} to {_x(p.ci_high or p.speedup)}) against the "
+            f"{_x(floor)} the worst-prompt tolerance allows"
+        )
+
+    cells_lost = [c for c in verdict.cells if c.role == "decisive" and not c.headline
+                  and c.status in ("regressed", "unmeasured")]
+    cells_open = [c for c in verdict.cells if c.role == "decisive" and not c.headline
+                  and c.status == "unclear"]
+    notes = [
+        f"Reported, not decisive: {c.detail}." for c in verdict.cells
+        if c.role == "reported" and not c.headline and c.detail
+    ]
+    if summary.noise_floor_assumed:
+        notes.append(
+            "The baseline was measured in a single server start, so its A/A noise floor is "
+            "unknown: it was computed from an assumed "
+            f"{ASSUMED_START_NOISE:.0%} start-to-start spread ({_x(summary.noise_floor)}), and "
+            "any side with one start gets that spread in its interval too (decided "
+            "conservatively)."
+        )
+
+    def finish(decision: Decision, *lines: str) -> CandidateVerdict:
+        verdict.decision = decision
+        verdict.reasons.extend(lines)
+        verdict.reasons.extend(notes)
+        return verdict
 
     if hard_failures:
-        verdict.reasons.extend(hard_failures)
-        verdict.reasons.append(f"Measured {speed}.")
-        return verdict
+        return finish(Decision.REJECTED, *hard_failures, f"Measured {speed}.")
+    also = [f"Also, {prompt_text(p)}." for p in below]
+    if summary.ci_high < 1.0:
+        return finish(Decision.REJECTED,
+                      f"Regression: {speed}; the whole interval is below 1.000x.", *also)
     if summary.ci_high < threshold:
-        verdict.reasons.append(f"Too slow: {speed}; the whole interval is below the threshold.")
-        if regress:
-            verdict.reasons.append(f"Also, {regress_text}.")
-        return verdict
-    if summary.ci_low >= threshold and not regress:
+        return finish(Decision.REJECTED,
+                      f"Too slow: {speed}; the whole interval is below the threshold.", *also)
+    if below:
+        return finish(
+            Decision.REJECTED,
+            *[f"Regressing prompt: {prompt_text(p)}; its whole interval is below it."
+              for p in below],
+            f"Measured {speed}.",
+        )
+    if cells_lost:
+        return finish(
+            Decision.REJECTED,
+            *[f"Lost at a decisive workload cell: {c.detail}." for c in cells_lost],
+            f"Measured {speed}.",
+        )
+
+    bar = max(threshold, summary.noise_floor)
+    if summary.ci_low >= bar and not straddle and not cells_open:
         if summary.estimate <= 1.0:
             # Only reachable when the threshold is at or below 1: no measured gain is no reason
             # to switch, and identical measurements must never qualify.
-            verdict.reasons.append(f"No gain: {speed}; the estimate is not above 1.000x.")
-            return verdict
-        verdict.decision = Decision.QUALIFIED
-        verdict.reasons.append(
-            f"Qualified: {speed}; worst prompt {summary.worst_prompt} at "
-            f"{_x(summary.worst_speedup)}."
-        )
+            return finish(
+                Decision.REJECTED, f"No gain: {speed}; the estimate is not above 1.000x."
+            )
+        lines = [
+            f"Qualified: {speed}; A/A noise floor {_x(summary.noise_floor)}; worst prompt "
+            f"{summary.worst_prompt} at {_x(summary.worst_speedup)}."
+        ]
         if not may_promote:
             klass = run.candidate_class.value if run.candidate_class else "unknown"
-            verdict.reasons.append(
+            lines.append(
                 f"Qualified, awaiting approval: class {klass} may not auto-promote under this "
                 "policy."
             )
-        return verdict
+        return finish(Decision.QUALIFIED, *lines)
 
-    verdict.decision = Decision.INCONCLUSIVE
+    lines = []
     if summary.ci_low < threshold:
         verdict.repeats_to_decide = repeats_to_decide(
             summary.estimate, summary.ci_low, summary.ci_high, threshold, summary.repeats
         )
         if verdict.repeats_to_decide is None:
-            more = "more repeats might decide it, but how many cannot be estimated"
+            more = "more starts or repeats might decide it, but how many cannot be estimated"
         else:
             more = (
                 f"about {verdict.repeats_to_decide} repeats per prompt (now {summary.repeats}) "
-                "would likely decide it"
+                "would likely decide it if the starts agree"
             )
             if verdict.repeats_to_decide > MAX_REPEATS:
                 more += f", more than the protocol allows ({MAX_REPEATS})"
-        verdict.reasons.append(f"Inconclusive: {speed}; the interval spans the threshold; {more}.")
-    if regress:
-        verdict.reasons.append(
-            f"Inconclusive: {regress_text}; more repeats would show whether that regression is "
-            "real."
+        lines.append(f"Inconclusive: {speed}; the interval spans the threshold; {more}.")
+    elif summary.ci_low < summary.noise_floor:
+        lines.append(
+            f"Inconclusive: {speed}; the lower bound clears the threshold but not the A/A noise "
+            f"floor {_x(summary.noise_floor)} (how far the baseline's own starts differ)."
         )
-    return verdict
+    lines += [
+        f"Inconclusive: {prompt_text(p)}; its interval straddles it, so more starts would show "
+        "whether that regression is real." for p in straddle
+    ]
+    lines += [f"Inconclusive at a decisive workload cell: {c.detail}." for c in cells_open]
+    return finish(Decision.INCONCLUSIVE, *lines)
+
+
+def _ttft(samples: Sequence[Sample]) -> tuple[float | None, float | None]:
+    values = sorted(s.ttft_s for s in samples if s.ttft_s is not None and s.ttft_s >= 0)
+    if not values:
+        return None, None
+    return quantile(values, 0.5), quantile(values, 0.99)
+
+
+def _output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[int, float]:
+    """Aggregate output tok/s per start: Σ completion tokens / wall span of the requests (first
+    send to last finish, from t_mono + e2e_s); one request at a time may use Σ e2e_s instead."""
+    by: dict[int, list[Sample]] = {}
+    for s in samples:
+        by.setdefault(s.start, []).append(s)
+    out: dict[int, float] = {}
+    for start, rows in sorted(by.items()):
+        tokens = sum(s.completion_tokens or 0 for s in rows)
+        if tokens <= 0:
+            continue
+        span = None
+        if all(s.t_mono is not None and s.e2e_s is not None for s in rows):
+            span = max(s.t_mono + s.e2e_s for s in rows) - min(s.t_mono for s in rows)  # type: ignore[operator]
+        elif concurrency == 1 and all(s.e2e_s is not None for s in rows):
+            span = math.fsum(s.e2e_s for s in rows)  # type: ignore[misc]
+        if span is not None and span > 0:
+            out[start] = tokens / span
+    return out
+
+
+def judge_cells(
+    baseline: CandidateRun,
+    run: CandidateRun,
+    protocol: Protocol,
+    head_summary: SpeedupSummary,
+    head: tuple[str, int] | None,
+    floor: float,
+    seed: int,
+    level: float,
+) -> list[CellVerdict]:
+    """Figures of every workload cell measured by the baseline, in the workload's order.
+
+    The blocking figure of a cell is the aggregate output tok/s ratio (what a user with that
+    many requests in flight gets), or the decode speedup where no wall span is known: its whole
+    interval below ``floor`` is "regressed", an interval straddling it "unclear". A cell the
+    baseline measured and the candidate did not is "unmeasured". The headline cell is listed
+    with ``headline`` set; its decision is the headline rules', not this one.
+    """
+    cells = list(protocol.workload)
+    keys = [(c.request_class, c.concurrency) for c in cells]
+    if head is not None and head not in keys:
+        cells.insert(0, WorkloadCell(request_class=head[0], concurrency=head[1]))  # type: ignore[arg-type]
+    out: list[CellVerdict] = []
+    for c in cells:
+        key = (c.request_class, c.concurrency)
+        ok = [s for s in baseline.samples
+              if s.phase == "measure" and s.error is None and in_cell(s, key)]
+        if not ok:
+            continue
+        mine = [s for s in run.samples if s.phase == "measure" and s.error is None
+                and in_cell(s, key)]
+        cv = CellVerdict(
+            request_class=c.request_class, concurrency=c.concurrency, role=c.role,
+            headline=key == head, baseline_requests=len(ok), candidate_requests=len(mine),
+        )
+        words = cell_words(*key)
+        cv.baseline_ttft_p50_s, cv.baseline_ttft_p99_s = _ttft(ok)
+        cv.candidate_ttft_p50_s, cv.candidate_ttft_p99_s = _ttft(mine)
+        summary = head_summary if key == head else speedup_summary(
+            ok, mine, confidence=protocol.confidence, resamples=protocol.bootstrap_resamples,
+            seed=derive_seed(seed, f"{key[0]}@{key[1]}"), level=level)
+        if summary is None or summary.missing_prompts:
+            cv.status = "unmeasured"
+            cv.detail = f"at {words} the candidate has no successful measurement of every prompt"
+            out.append(cv)
+            continue
+        cv.baseline_decode_tps = summary.baseline_tps
+        cv.candidate_decode_tps = summary.candidate_tps
+        cv.decode_speedup, cv.decode_ci_low, cv.decode_ci_high = (
+            summary.estimate, summary.ci_low, summary.ci_high)
+        base_out = _output_tps_by_start(ok, c.concurrency)
+        cand_out = _output_tps_by_start(mine, c.concurrency)
+        if base_out and cand_out:
+            b_logs = [math.log(v) for v in base_out.values()]
+            c_logs = [math.log(v) for v in cand_out.values()]
+            cv.baseline_output_tps = math.exp(math.fsum(b_logs) / len(b_logs))
+            cv.candidate_output_tps = math.exp(math.fsum(c_logs) / len(c_logs))
+            cv.output_ratio, cv.output_ci_low, cv.output_ci_high = log_interval(
+                b_logs, c_logs, level)
+            est, low, high = cv.output_ratio, cv.output_ci_low, cv.output_ci_high
+            what = "aggregate output tok/s"
+        else:
+            est, low, high = cv.decode_speedup, cv.decode_ci_low, cv.decode_ci_high
+            what = "decode tok/s"
+        cv.detail = (
+            f"at {words} the candidate gives {est:.2f}x the baseline's {what} "
+            f"(interval {low:.2f}x to {high:.2f}x; decode {summary.estimate:.2f}x"
+            + (f"; TTFT p50 {cv.candidate_ttft_p50_s:.3f} s vs {cv.baseline_ttft_p50_s:.3f} s"
+               if cv.candidate_ttft_p50_s is not None and cv.baseline_ttft_p50_s is not None
+               else "")
+            + ")"
+        )
+        if high < floor:
+            cv.status = "regressed"
+            cv.detail += f", below the {_x(floor)} the tolerance allows"
+        elif low < floor:
+            cv.status = "unclear"
+            cv.detail += f"; the interval straddles the {_x(floor)} the tolerance allows"
+        out.append(cv)
+    return out
 
 
 def _fill_figures(verdict: CandidateVerdict, s: SpeedupSummary) -> None:
+    verdict.noise_floor = s.noise_floor
+    verdict.noise_floor_assumed = s.noise_floor_assumed
+    verdict.interval_level = s.level
     verdict.per_prompt = s.per_prompt
     verdict.speedup_estimate = s.estimate
     verdict.ci_low = s.ci_low
@@ -244,9 +481,11 @@ def _fill_figures(verdict: CandidateVerdict, s: SpeedupSummary) -> None:
 
 
 def _preference(run: CandidateRun) -> tuple:
-    """Cheaper first: knob cost, then lower peak memory (unknown last), then the id."""
+    """Preferred first: lossless before lossy, then knob cost, then lower peak memory (unknown
+    last), then the id."""
     memory = run.peak_memory_gb if run.peak_memory_gb is not None else float("inf")
-    return (run.knobs.cost_key(), memory, run.candidate)
+    lossy = 0 if run.semantics == Semantics.LOSSLESS else 1
+    return (lossy, run.knobs.cost_key(), memory, run.candidate)
 
 
 def select(
@@ -256,29 +495,37 @@ def select(
     protocol: Protocol,
     auto_promote: dict[CandidateClass, bool],
     quality: dict[str, list[Sample]] | None = None,
+    *,
+    interim: bool = False,
 ) -> Verdict:
     """Judge every candidate and pick the one to promote, or keep the baseline.
 
     Among qualified candidates whose class may auto-promote, the highest estimate wins; any
-    within ``tie_tolerance_pct`` of it counts as tied, and of tied ones the cheaper is preferred
-    (a smaller gain is not worth a costlier setup). Runs carrying the baseline's own id are not
-    candidates and are skipped. ``quality`` maps a candidate id to its quality-suite samples
-    (``phase == "quality"``); None means no quality suite was run. Each candidate's bootstrap
-    seed is ``derive_seed(protocol.seed, candidate id)``, so a verdict does not depend on the
-    order of ``runs``.
+    within ``tie_tolerance_pct`` of it counts as tied, and of tied ones the lossless before the
+    lossy, then the cheaper knobs, are preferred (a smaller gain is not worth a costlier or
+    output-changing setup). Runs carrying the baseline's own id are not candidates and are
+    skipped. ``quality`` maps a candidate id to its quality-suite samples (``phase ==
+    "quality"``); None means no quality suite was run. Each candidate's bootstrap seed is
+    ``derive_seed(protocol.seed, candidate id)``, so a verdict does not depend on the order of
+    ``runs``.
+
+    The drift check fails closed: with ``protocol.drift_check`` on, missing or failed drift
+    samples make every qualified candidate inconclusive. ``interim=True`` is for the calls
+    between measurement rounds (early stopping), before the baseline's final re-measurement: the
+    drift check is then left to the final call, and each qualified verdict says so.
     """
     candidates = [r for r in runs if r.candidate != baseline.candidate]
     verdicts = [judge(baseline, r, thresholds, protocol, auto_promote, quality) for r in candidates]
     drift = baseline_drift(baseline.samples) if protocol.drift_check else None
-    if drift is not None and abs(drift - 1) * 100 > protocol.drift_tolerance_pct:
-        for v in verdicts:  # the machine changed under the measurement: nothing can qualify
-            if v.decision == Decision.QUALIFIED:
-                v.decision = Decision.INCONCLUSIVE
-                v.reasons.append(
-                    f"Inconclusive: the baseline re-measured after the experiments ran at "
-                    f"{_x(drift)} its first speed, beyond the {protocol.drift_tolerance_pct:g}% "
-                    "drift tolerance; the comparison is not trustworthy."
-                )
+    problem = None if interim else _drift_problem(baseline, drift, protocol)
+    for v in verdicts:
+        if v.decision != Decision.QUALIFIED or not protocol.drift_check:
+            continue
+        if interim:
+            v.reasons.append("Drift check pending: it runs after the last measurement round.")
+        elif problem is not None:  # the machine may have changed under the measurement
+            v.decision = Decision.INCONCLUSIVE
+            v.reasons.append(f"Inconclusive: {problem}; the comparison is not trustworthy.")
     qualified = [
         (v, r)
         for v, r in zip(verdicts, candidates, strict=True)
@@ -299,7 +546,8 @@ def select(
         if any(v is t for t, _ in tied):
             v.reasons.append(
                 f"Not selected: within {thresholds.tie_tolerance_pct:g}% of the best estimate, "
-                f"but {chosen.candidate} is cheaper or sorts first."
+                f"but {chosen.candidate} is preferred (lossless before lossy, then cheaper "
+                "knobs, lower memory, the id)."
             )
         else:
             v.reasons.append(
@@ -313,9 +561,30 @@ def select(
         f"{_x(chosen.ci_high or 0.0)})"
     )
     if len(tied) > 1:
-        reason += f"; preferred over {len(tied) - 1} tied candidate(s) as the cheaper"
+        reason += (
+            f"; preferred over {len(tied) - 1} tied candidate(s) as lossless before lossy, "
+            "then the cheaper"
+        )
     return Verdict(candidates=verdicts, selected=chosen.candidate, reason=reason,
                    baseline_drift=drift)
+
+
+def _drift_problem(baseline: CandidateRun, drift: float | None, protocol: Protocol) -> str | None:
+    """Why the drift check does not pass, or None when it does (the check is on)."""
+    again = [s for s in baseline.samples if s.phase == "drift"]
+    failed = [s for s in again if s.error is not None]
+    if not again:
+        return ("the drift check is on but the baseline was not re-measured after the "
+                "experiments (no drift samples)")
+    if failed:
+        return (f"{len(failed)} of {len(again)} drift re-measurements of the baseline failed "
+                f"(first error: {failed[0].error})")
+    if drift is None:
+        return "no drift re-measurement matches a prompt the baseline measured"
+    if abs(drift - 1) * 100 > protocol.drift_tolerance_pct:
+        return (f"the baseline re-measured after the experiments ran at {_x(drift)} its first "
+                f"speed, beyond the {protocol.drift_tolerance_pct:g}% drift tolerance")
+    return None
 
 
 def _no_selection(verdicts: Sequence[CandidateVerdict]) -> str:

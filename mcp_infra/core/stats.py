@@ -1,14 +1,50 @@
 """Pure statistics over measured samples: how much faster is a candidate than the baseline?
 
-Only successful ``measure`` samples count; the metric is decode tokens per second. Each prompt is
-summarised by the median of its repeats (robust to one slow request), each prompt's speedup is the
-ratio of medians, and the overall estimate is the geometric mean of those ratios (the right mean
-for ratios: a 2x gain and a 2x loss cancel). Uncertainty comes from a seeded bootstrap over the
-repeats, so the same samples always give the same interval, bit for bit.
+Only successful ``measure`` samples count; the metric is decode tokens per second. The data has
+two levels: a configuration is measured in several fresh server processes ("starts"), and in each
+start every prompt is requested a few times ("repeats"). A fresh process can run a few percent
+faster or slower as a whole, so repeats of one start are not independent evidence: the statistics
+must see the starts.
+
+The method (``speedup_summary``):
+
+* Per start and prompt, the median of the repeats' log tok/s (robust to one slow request). A
+  prompt's level in a configuration is the mean of those over the starts (a geometric mean of
+  per-start medians); a prompt's speedup is the ratio of levels; the headline estimate is the
+  geometric mean of the per-prompt speedups (the right mean for ratios: 2x and 0.5x cancel).
+* Uncertainty comes from a hierarchical (two-stage) bootstrap, seeded and deterministic: each
+  configuration independently draws its starts with replacement, then, inside each drawn start,
+  each prompt's repeats with replacement (drawn exactly from the resampled median's distribution).
+  Resampling both stages counts the within-start noise twice (it is already inside the spread
+  between starts); with that second count removed, the bootstrap variance of a configuration's
+  mean level is, in the limit of many resamples, exactly the plug-in variance of the mean of its
+  per-start values, so for S >= 2 starts that is computed directly, free of Monte Carlo noise
+  (``_Config.variance``). Few starts make it too narrow (low by (S-1)/S, and the variance is
+  itself estimated from S values), so it is scaled by S/(S-1) and the interval is a Student t
+  interval in log space with Welch-Satterthwaite degrees of freedom (S-1 per configuration),
+  overall and per prompt. In effect each start is one independent observation, as it should be.
+  The interval's confidence is the protocol's, adjusted for early stopping: the error rate is
+  spent over the looks (one per start from min_starts to max_starts), Haybittle-Peto style
+  (``look_level``), so stopping at the first decisive look does not inflate the error rate.
+* A configuration measured in a single start cannot show its start-to-start spread: its variance
+  is the bootstrap's (the repeats, resampled) plus ``ASSUMED_START_NOISE`` squared (5% per start,
+  the largest this method is validated for, see benchmarks/decision_quality.py), taken as known
+  (normal quantiles on that side).
+* A/A noise floor: the baseline resampled against itself the same way (two independent two-stage
+  draws of its own starts, scaled like the variance above to remove the double count); the floor
+  is the confidence quantile of that ratio (at least 1). A
+  candidate must clear it as well as the threshold. With one baseline start it is unknown and is
+  computed from the assumed start noise instead: exp(z * sqrt(2) * ASSUMED_START_NOISE), about
+  1.148x at 95%.
+
+Token-weighted speedup is Σ output tokens / Σ decode time of the candidate over the same of the
+baseline (a time-weighted rate, not a mean of ratios).
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import math
 import random
@@ -37,6 +73,11 @@ class SpeedupSummary:
     candidate_tps: float
     repeats: int
     missing_prompts: list[str]
+    noise_floor: float = 1.0
+    noise_floor_assumed: bool = False
+    baseline_starts: int = 1
+    candidate_starts: int = 1
+    level: float = 0.95
 
 
 def _valid(value: float | None) -> bool:
@@ -119,6 +160,9 @@ def bootstrap_interval(
 ) -> tuple[float, float]:
     """Percentile interval of the geometric-mean speedup, resampling each prompt's repeats.
 
+    The method before issue 10, blind to server starts; the selector no longer uses it (see
+    ``speedup_summary``). Kept as a reference point for the one-start case.
+
     Baseline and candidate repeats are resampled independently (they are independent runs);
     prompts are fixed (the suite is chosen, not sampled). Prompts are visited in sorted order and
     all draws come from one ``random.Random(seed)``, so the result is reproducible bit for bit.
@@ -141,6 +185,287 @@ def bootstrap_interval(
     return quantile(estimates, alpha / 2), quantile(estimates, 1 - alpha / 2)
 
 
+ASSUMED_START_NOISE = 0.05
+"""Start-to-start spread (log sd per start) assumed when a configuration has a single start."""
+
+
+def in_cell(sample: Sample, cell: tuple[str, int] | None) -> bool:
+    """Whether a sample belongs to a workload cell (request class, concurrency); None: any."""
+    return cell is None or (sample.request_class, sample.concurrency) == cell
+
+
+def log_table(
+    samples: Iterable[Sample], cell: tuple[str, int] | None = None
+) -> dict[str, dict[int, list[float]]]:
+    """prompt -> start -> sorted log decode tok/s of the successful measure samples."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for s in samples:
+        if s.phase == "measure" and s.error is None and _valid(s.decode_tps) and in_cell(s, cell):
+            out.setdefault(s.prompt_id, {}).setdefault(s.start, []).append(
+                math.log(s.decode_tps)  # type: ignore[arg-type]
+            )
+    for per in out.values():
+        for values in per.values():
+            values.sort()
+    return out
+
+
+def _median_sorted(values: Sequence[float]) -> float:
+    n = len(values)
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+@functools.lru_cache(maxsize=128)
+def _median_cdf(k: int) -> tuple[float, ...] | None:
+    """P(median of k draws with replacement <= the j-th smallest of k values), j = 1..k.
+
+    The median of an odd-sized resample is one of the original values, so one uniform number
+    draws it exactly (instead of k draws and a sort). None for even k (not a single value).
+    """
+    if k % 2 == 0:
+        return None
+    need = (k + 1) // 2
+    cdf = [
+        math.fsum(
+            math.comb(k, i) * (j / k) ** i * (1 - j / k) ** (k - i) for i in range(need, k + 1)
+        )
+        for j in range(1, k + 1)
+    ]
+    cdf[-1] = 1.0
+    return tuple(cdf)
+
+
+def _draw_median(rng: random.Random, values: list[float], cdf: tuple[float, ...] | None) -> float:
+    if cdf is None:
+        return _median_sorted(sorted(rng.choices(values, k=len(values))))
+    return values[bisect.bisect_left(cdf, rng.random())]
+
+
+@dataclass
+class _Config:
+    """One configuration's data, prepared for fast two-stage resampling."""
+
+    starts: list[int]
+    cells: dict[str, dict[int, tuple[list[float], tuple[float, ...] | None]]]
+    level: dict[str, float]  # point estimate: mean over starts of the per-start median log tok/s
+
+    def start_values(self, prompt: str | None) -> list[float]:
+        """Per start: the prompt's median log tok/s, or (None) the mean of it over prompts."""
+        if prompt is not None:
+            return [_median_sorted(v) for v, _ in self.cells[prompt].values()]
+        out = []
+        for st in self.starts:
+            values = [_median_sorted(per[st][0]) for per in self.cells.values() if st in per]
+            out.append(math.fsum(values) / len(values))
+        return out
+
+    def variance(self, boot: float, prompt: str | None = None) -> tuple[float, float]:
+        """(variance, degrees of freedom) of this configuration's mean log level (overall, or
+        one prompt's), from ``boot``, the two-stage bootstrap variance of it.
+
+        The two-stage bootstrap counts the within-start noise twice: once inside the spread
+        between starts, and again by resampling inside each drawn start. With the second count
+        removed, its variance (in the limit of many resamples) is exactly the plug-in variance
+        of the mean of the per-start values, which is therefore computed directly, without
+        Monte Carlo noise, and scaled by S/(S-1) (``corrected_variance``): the sample variance
+        of the S start values over S, with S-1 degrees of freedom. A single start has no spread
+        between starts: its bootstrap variance (within the start) is all there is, plus the
+        assumed start-to-start spread.
+        """
+        values = self.start_values(prompt)
+        n = len(values)
+        if n >= 2:
+            return corrected_variance(_variance(values) * (n - 1) / n / n, n)
+        return corrected_variance(boot, 1)
+
+
+def _prepare(table: Mapping[str, Mapping[int, list[float]]], prompts: Sequence[str]) -> _Config:
+    cells = {
+        p: {st: (vals, _median_cdf(len(vals))) for st, vals in sorted(table[p].items())}
+        for p in prompts
+    }
+    level = {
+        p: math.fsum(_median_sorted(v) for v, _ in per.values()) / len(per)
+        for p, per in cells.items()
+    }
+    starts = sorted({st for p in prompts for st in table[p]})
+    return _Config(starts=starts, cells=cells, level=level)
+
+
+def _draw_levels(rng: random.Random, cfg: _Config, prompts: Sequence[str]) -> list[float]:
+    """One two-stage resample: starts with replacement, then each drawn start's repeats."""
+    n = len(cfg.starts)
+    chosen = [cfg.starts[rng.randrange(n)] for _ in range(n)]
+    uniform = rng.random
+    find = bisect.bisect_left
+    out = []
+    for p in prompts:
+        per = cfg.cells[p]
+        values = []
+        for st in chosen:
+            cell = per.get(st)
+            if cell is None:
+                continue
+            vals, cdf = cell
+            # The same draws as _draw_median, inlined: this loop is the bootstrap's cost.
+            values.append(vals[find(cdf, uniform())] if cdf is not None
+                          else _draw_median(rng, vals, None))
+        out.append(math.fsum(values) / len(values) if values else cfg.level[p])
+    return out
+
+
+def _variance(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = math.fsum(values) / len(values)
+    return math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
+def corrected_variance(boot_variance: float, starts: int) -> tuple[float, float]:
+    """(variance, degrees of freedom) of a configuration's mean log level from its starts.
+
+    S >= 2 starts: the bootstrap variance scaled by S/(S-1), with S-1 degrees of freedom. One
+    start: its within-start variance plus the assumed start-to-start variance, taken as known.
+    """
+    if starts >= 2:
+        return boot_variance * starts / (starts - 1), float(starts - 1)
+    return boot_variance + ASSUMED_START_NOISE**2, math.inf
+
+
+def welch_half_width(parts: Sequence[tuple[float, float]], level: float) -> float:
+    """Half-width (log space) of a two-sided ``level`` t interval of a difference of means,
+    from each side's (variance, degrees of freedom), Welch-Satterthwaite."""
+    total = math.fsum(v for v, _ in parts)
+    if total <= 0:
+        return 0.0
+    denom = math.fsum(v * v / df for v, df in parts if math.isfinite(df) and v > 0)
+    df = total * total / denom if denom > 0 else math.inf
+    return t_quantile(1 - (1 - level) / 2, df) * math.sqrt(total)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1, a - 1
+    c, d = 1.0, 1 - qab * x / qap
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+        + b * math.log1p(-x)
+    )
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1 - front * _betacf(b, a, 1 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student t distribution function (df may be fractional or infinite)."""
+    if math.isinf(df):
+        return statistics.NormalDist().cdf(t)
+    tail = 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
+    return 1 - tail if t > 0 else tail
+
+
+@functools.lru_cache(maxsize=8192)
+def _t_quantile(p: float, df: float) -> float:
+    if math.isinf(df):
+        return statistics.NormalDist().inv_cdf(p)
+    hi = 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2
+    lo = 0.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid <= lo or mid >= hi:  # converged to adjacent floats
+            break
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Upper quantile (p > 0.5) of Student's t; df rounded down to 1/1000 (conservative)."""
+    if not 0.5 < p < 1:
+        raise ValueError("t_quantile needs 0.5 < p < 1")
+    df = math.inf if df > 1e6 else max(math.floor(df * 1000) / 1000, 0.001)
+    return _t_quantile(p, df)
+
+
+EARLY_LOOK_ALPHA = 2 * (1 - statistics.NormalDist().cdf(3.0))
+"""Error rate spent at each look before the last (Haybittle-Peto: |z| >= 3, about 0.27%)."""
+
+
+def look_level(confidence: float, starts: int, min_starts: int, max_starts: int) -> float:
+    """Confidence of the interval at the look taken after ``starts`` starts, when early stopping
+    may decide after every start from ``min_starts`` to ``max_starts``.
+
+    Haybittle-Peto spending: each look before the last spends a small error rate
+    (``EARLY_LOOK_ALPHA``, at most half the total shared among them), the last look spends what
+    is left. The per-look rates add up to the total 1 - confidence, so by the union bound the
+    chance of a wrong decision at any look stays within it however correlated the looks are.
+    Early looks, with few starts and few degrees of freedom, seldom decide anyway; keeping
+    nearly all of the error rate for the last look keeps its power close to a fixed protocol's.
+    A single look (min_starts == max_starts) gets the full confidence, and so does a decision
+    on fewer starts than ``min_starts``: that is no early-stopping look but a protocol without
+    rounds (a cycle or bundle from before them). Early stopping must not decide before
+    ``min_starts`` rounds.
+    """
+    alpha = 1 - confidence
+    top = max(1, max_starts)
+    first = min(max(1, min_starts), top)
+    early_looks = top - first
+    if early_looks == 0 or starts < first:
+        return confidence
+    early = min(EARLY_LOOK_ALPHA, alpha / (2 * early_looks))
+    if starts < top:
+        return 1 - early
+    return 1 - (alpha - early * early_looks)
+
+
+def log_interval(
+    baseline: Sequence[float], candidate: Sequence[float], level: float
+) -> tuple[float, float, float]:
+    """(estimate, low, high) of exp(mean(candidate) - mean(baseline)) from per-start log values
+    (one value per start), Welch t; a side with one start gets the assumed start noise."""
+    if not baseline or not candidate:
+        raise ValueError("an interval needs at least one start on each side")
+    est = math.fsum(candidate) / len(candidate) - math.fsum(baseline) / len(baseline)
+    parts = [
+        corrected_variance(_variance(side) * (len(side) - 1) / len(side) / len(side), len(side))
+        for side in (baseline, candidate)
+    ]
+    hw = welch_half_width(parts, level)
+    return math.exp(est), math.exp(est - hw), math.exp(est + hw)
+
+
 def speedup_summary(
     baseline: Iterable[Sample],
     candidate: Iterable[Sample],
@@ -148,71 +473,151 @@ def speedup_summary(
     confidence: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    level: float | None = None,
+    cell: tuple[str, int] | None = None,
 ) -> SpeedupSummary | None:
     """Summarise candidate vs baseline over the prompts both measured; None if there are none.
 
-    ``missing_prompts`` lists baseline prompts the candidate has no successful measurement of;
-    the selector treats those as a failure (a candidate cannot win by skipping slow prompts).
+    See the module docstring for the method. ``level`` is the interval's confidence at this
+    look of early stopping (``look_level``); None: ``confidence``.
+    ``cell`` restricts the samples to one workload cell. ``missing_prompts`` lists baseline
+    prompts the candidate has no successful measurement of; the selector treats those as a
+    failure (a candidate cannot win by skipping slow prompts).
     """
-    baseline = list(baseline)
-    candidate = list(candidate)
-    base = measured_tps(baseline)
-    cand = measured_tps(candidate)
-    prompts = sorted(set(base) & set(cand))
+    baseline = [s for s in baseline if in_cell(s, cell)]
+    candidate = [s for s in candidate if in_cell(s, cell)]
+    base_t = log_table(baseline)
+    cand_t = log_table(candidate)
+    prompts = sorted(set(base_t) & set(cand_t))
     if not prompts:
         return None
+    base = _prepare(base_t, prompts)
+    cand = _prepare(cand_t, prompts)
+    level = confidence if level is None else level
+
+    rng = random.Random(seed)
+    b_draws: list[list[float]] = []
+    c_draws: list[list[float]] = []
+    aa: list[float] = []
+    for _ in range(resamples):
+        b = _draw_levels(rng, base, prompts)
+        c = _draw_levels(rng, cand, prompts)
+        again = _draw_levels(rng, base, prompts)
+        b_draws.append(b)
+        c_draws.append(c)
+        aa.append(abs(math.fsum(b) - math.fsum(again)) / len(prompts))
+
+    nb, nc = len(base.starts), len(cand.starts)
+
+    def parts(
+        bvals: Sequence[float], cvals: Sequence[float], prompt: str | None = None
+    ) -> list[tuple[float, float]]:
+        return [base.variance(_variance(bvals), prompt), cand.variance(_variance(cvals), prompt)]
+
+    b_mean = [math.fsum(d) / len(d) for d in b_draws]
+    c_mean = [math.fsum(d) / len(d) for d in c_draws]
+    hw = welch_half_width(parts(b_mean, c_mean), level)
+
+    boot = _variance(b_mean)
+    if nb >= 2:
+        # The A/A draws carry the same double count of within-start noise as the two-stage
+        # variance: they are scaled by the same factor (plug-in over two-stage variance).
+        aa.sort()
+        plug_in = base.variance(boot)[0] * (nb - 1) / nb
+        floor_log = quantile(aa, confidence) * (math.sqrt(plug_in / boot) if boot > 0 else 0.0)
+    else:
+        # Unknown: what two starts of the baseline would show if they differ by the assumed
+        # start-to-start spread (the repeats' own noise is in the interval already).
+        z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+        floor_log = z * math.sqrt(2) * ASSUMED_START_NOISE
+
+    # Point figures from the raw tok/s: per start the median of the repeats, per prompt their
+    # geometric mean over starts (with one start exactly the old median of repeats).
+    raw_b, raw_c = _point_tps(baseline, cell), _point_tps(candidate, cell)
     per_prompt = []
-    for pid in prompts:
-        b_med = statistics.median(base[pid])
-        c_med = statistics.median(cand[pid])
-        stat = PromptStat(
-            prompt_id=pid, baseline_tps=b_med, candidate_tps=c_med, speedup=c_med / b_med
+    for i, pid in enumerate(prompts):
+        speedup = raw_c[pid] / raw_b[pid]
+        lp = math.log(speedup)
+        phw = welch_half_width(
+            parts([d[i] for d in b_draws], [d[i] for d in c_draws], pid), level
         )
-        per_prompt.append(stat)
+        per_prompt.append(
+            PromptStat(
+                prompt_id=pid,
+                baseline_tps=raw_b[pid],
+                candidate_tps=raw_c[pid],
+                speedup=speedup,
+                ci_low=math.exp(lp - phw),
+                ci_high=math.exp(lp + phw),
+            )
+        )
     speedups = [p.speedup for p in per_prompt]
     estimate = geometric_mean(speedups)
-    low, high = bootstrap_interval(
-        base, cand, confidence=confidence, resamples=resamples, seed=seed
-    )
-    # A percentile bootstrap of a median-based statistic is discrete and may be skewed: with few
-    # repeats the point estimate can fall just outside the resampled percentiles. The decision
-    # rules compare the bounds with a threshold and rely on low <= estimate <= high (so that
-    # "low >= threshold" also means "estimate >= threshold"); clamping keeps them consistent and
-    # can only widen the interval, i.e. it never makes a verdict more confident than the data.
-    low, high = min(low, estimate), max(high, estimate)
+    log_est = math.log(estimate)
     worst = min(per_prompt, key=lambda p: (p.speedup, p.prompt_id))
-    weights = _token_weights(baseline, candidate, prompts)
-    token_weighted = math.fsum(w * s for w, s in zip(weights, speedups, strict=True)) / math.fsum(
-        weights
-    )
     return SpeedupSummary(
         per_prompt=per_prompt,
         estimate=estimate,
-        ci_low=low,
-        ci_high=high,
+        ci_low=min(math.exp(log_est - hw), estimate),
+        ci_high=max(math.exp(log_est + hw), estimate),
         confidence=confidence,
         mean=math.fsum(speedups) / len(speedups),
         median=float(statistics.median(speedups)),
-        token_weighted=token_weighted,
+        token_weighted=token_weighted_speedup(baseline, candidate, prompts),
         worst_prompt=worst.prompt_id,
         worst_speedup=worst.speedup,
         baseline_tps=geometric_mean([p.baseline_tps for p in per_prompt]),
         candidate_tps=geometric_mean([p.candidate_tps for p in per_prompt]),
-        repeats=min(min(len(base[p]), len(cand[p])) for p in prompts),
-        missing_prompts=sorted(set(base) - set(cand)),
+        repeats=min(len(v) for t in (base_t, cand_t) for p in prompts for v in t[p].values()),
+        missing_prompts=sorted(set(base_t) - set(cand_t)),
+        noise_floor=math.exp(max(floor_log, 0.0)),
+        noise_floor_assumed=nb < 2,
+        baseline_starts=nb,
+        candidate_starts=nc,
+        level=level,
     )
 
 
-def _token_weights(
-    baseline: Sequence[Sample], candidate: Sequence[Sample], prompts: Sequence[str]
-) -> list[float]:
-    """Weight of each prompt = its baseline completion tokens (the work the user waits for).
+def _point_tps(samples: Sequence[Sample], cell: tuple[str, int] | None) -> dict[str, float]:
+    """Per prompt: the geometric mean over starts of each start's median decode tok/s."""
+    per: dict[str, dict[int, list[float]]] = {}
+    for s in samples:
+        if s.phase == "measure" and s.error is None and _valid(s.decode_tps) and in_cell(s, cell):
+            per.setdefault(s.prompt_id, {}).setdefault(s.start, []).append(float(s.decode_tps))  # type: ignore[arg-type]
+    out = {}
+    for pid, starts in per.items():
+        medians = [float(statistics.median(v)) for _, v in sorted(starts.items())]
+        out[pid] = medians[0] if len(medians) == 1 else geometric_mean(medians)
+    return out
 
-    Falls back to the candidate's count, then to 1, when a runtime does not report tokens.
-    """
-    base = completion_tokens(baseline)
-    cand = completion_tokens(candidate)
-    return [base.get(p) or cand.get(p) or 1.0 for p in prompts]
+
+def _decode_time_and_tokens(s: Sample) -> tuple[float, float] | None:
+    """(decode seconds, tokens decoded in them) of one sample; None if it cannot tell."""
+    if not _valid(s.decode_tps):
+        return None
+    rate = float(s.decode_tps)  # type: ignore[arg-type]
+    if _valid(s.decode_s):
+        seconds = float(s.decode_s)  # type: ignore[arg-type]
+    else:
+        tokens = s.completion_tokens if s.completion_tokens and s.completion_tokens > 0 else 1
+        seconds = tokens / rate
+    return seconds, rate * seconds
+
+
+def token_weighted_speedup(
+    baseline: Iterable[Sample], candidate: Iterable[Sample], prompts: Sequence[str]
+) -> float:
+    """(Σ tokens / Σ decode seconds) of the candidate over the same of the baseline, on the
+    successful measure samples of ``prompts``: what a user waiting on all of them would see."""
+    rates = []
+    for side in (baseline, candidate):
+        pairs = [
+            tt for s in side
+            if s.phase == "measure" and s.error is None and s.prompt_id in prompts
+            and (tt := _decode_time_and_tokens(s)) is not None
+        ]
+        rates.append(math.fsum(t for _, t in pairs) / math.fsum(sec for sec, _ in pairs))
+    return rates[1] / rates[0]
 
 
 def repeats_to_decide(

@@ -22,6 +22,7 @@ from mcp_infra.contracts import (
     Sample,
     Verdict,
 )
+from mcp_infra.core.units import fmt_pct
 from mcp_infra.state.store import CycleFiles, read_optional
 
 CSS = """
@@ -42,8 +43,6 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _pct(ratio: float | None) -> str:
-    return f"{(ratio - 1) * 100:+.1f}%" if ratio is not None else "–"
 
 
 def _interval(
@@ -182,7 +181,7 @@ def _decision(summary: CycleSummary, verdict: Verdict | None) -> str:
             None,
         )
         interval = (
-            f" (interval {_pct(item.ci_low)} to {_pct(item.ci_high)})"
+            f" (interval {fmt_pct(item.ci_low)} to {fmt_pct(item.ci_high)})"
             if item and item.ci_low is not None
             else ""
         )
@@ -229,7 +228,7 @@ def _gates_html(verdict: Verdict | None) -> str:
     for item in verdict.candidates:
         parts.append(
             f"<h3>{_e(item.candidate)} — {_e(item.decision.value)} "
-            f"({_pct(item.speedup_estimate)})</h3>"
+            f"({fmt_pct(item.speedup_estimate)})</h3>"
         )
         parts.append("<ul>" + "".join(f"<li>{_e(r)}</li>" for r in item.reasons) + "</ul>")
         rows = []

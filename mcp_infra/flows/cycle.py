@@ -41,7 +41,7 @@ from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.selector import select
-from mcp_infra.core.units import speedup_pct
+from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.procs import bench, usage
 from mcp_infra.procs.runtime import MemorySampler, is_running, log_tail
@@ -384,7 +384,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
             return CycleResult(restore(home, journal, reason), None, reason)
         return CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason)
     winner = recipes[verdict.selected]
-    speedup = _speedup_pct(verdict, verdict.selected)
+    speedup = selected_speedup_pct(verdict, verdict.selected)
     usage.snapshot_service(home.cycle_dir(cycle_id), home)  # before the port restarts
     return promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
                     verdict)
@@ -417,11 +417,6 @@ def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
                                   "cache_note": cache_note(recipe)})
 
 
-def _speedup_pct(verdict: Verdict, candidate: str) -> float | None:
-    for item in verdict.candidates:
-        if item.candidate == candidate and item.speedup_estimate is not None:
-            return speedup_pct(item.speedup_estimate)
-    return None
 
 
 def promote(home: Home, config: ServiceConfig, plan: FrozenPlan, journal: Journal, live: Recipe,

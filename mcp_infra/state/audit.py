@@ -31,6 +31,7 @@ from mcp_infra.contracts import (
     Policy,
     Verdict,
 )
+from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.state import sealing, signing
 from mcp_infra.state.store import (
     CorruptFile,
@@ -458,11 +459,6 @@ def check_gates_recomputed(b: Bundle) -> str:
     return f"{count} gate(s) recomputed from stored outputs"
 
 
-def _speedup_pct(verdict: Verdict, candidate: str | None) -> float | None:
-    for item in verdict.candidates:
-        if item.candidate == candidate and item.speedup_estimate is not None:
-            return round((item.speedup_estimate - 1) * 100, 2)
-    return None
 
 
 def _approval_of(b: Bundle) -> tuple[str, str] | None:
@@ -512,7 +508,7 @@ def _agree(
     if selected is not None and outcome != "promoted":
         problems.append(f"{who} names {selected} with outcome {outcome}")
     if selected is not None and not (interrupted and speedup is None):
-        want = _speedup_pct(verdict, selected)
+        want = selected_speedup_pct(verdict, selected)
         if speedup is None or want is None or abs(speedup - want) > 0.011:
             problems.append(f"{who} claims {speedup}% speedup, the recomputed verdict {want}%")
     return problems

@@ -1,0 +1,267 @@
+"""How good are the selector's decisions? The product's own ``selector.select`` on simulated
+samples whose truth is known.
+
+Each simulated cycle measures a baseline and one candidate over ``--prompts`` prompts with
+``--repeats`` repeats per start. Every fresh server start runs a random factor faster or slower as
+a whole (log-normal, sd ``--start-noise``) and every request varies on top (sd
+``--repeat-noise``). The candidate's true per-prompt speedup is ``--true-speedups`` (or, with
+``--regressing-prompt R``, one prompt at R while the others gain).
+
+Two protocols run on the same draws:
+
+* early stopping, exactly as the cycle runs it: one new start per configuration per round;
+  from round ``min_starts`` on, ``select`` is called after each round; a candidate that is
+  qualified or rejected stops, an inconclusive one gets another start while rounds remain
+  (``max_starts``);
+* a fixed protocol of the same maximum size: ``max_starts`` starts each, one decision
+  (``min_starts == max_starts``, so a single look).
+
+Per true speedup it prints how often the candidate qualified and was rejected, how often the
+final interval covered the truth (the geometric mean of the true per-prompt ratios), the mean
+starts and the mean requests (baseline + candidate) used. With ``--json`` the last line is one
+JSON object ``{"rows": [...]}``; ``fixed_*`` keys are the fixed protocol's figures.
+
+    python benchmarks/decision_quality.py --true-speedups 1.00,1.03,1.10,1.30 --threshold-pct 5 \\
+        --start-noise 0.03 --repeat-noise 0.05 --prompts 8 --seeds 300 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+from mcp_infra.contracts import (
+    CandidateClass,
+    CandidateRun,
+    Decision,
+    EffectiveThresholds,
+    Protocol,
+    Sample,
+)
+from mcp_infra.core.selector import select
+
+BASELINE = "baseline"
+CANDIDATE = "sim:candidate"
+TEXT = "A plain simulated answer that does not repeat itself."
+
+
+@dataclass(frozen=True)
+class Setup:
+    threshold_pct: float
+    start_noise: float
+    repeat_noise: float
+    prompts: int
+    repeats: int
+    min_starts: int
+    max_starts: int
+    resamples: int
+    regressing: float | None
+
+
+@dataclass
+class Outcome:
+    decision: str
+    covered: bool
+    starts: int
+    requests: int
+
+
+def _greedy(cid: str, prompts: int) -> list[Sample]:
+    return [
+        Sample(candidate=cid, prompt_id=f"p{i}", repeat=0, text=TEXT, token_ids=[1, 2, 3])
+        for i in range(prompts)
+    ]
+
+
+def _start(
+    rng: random.Random, cid: str, start: int, levels: list[float], setup: Setup
+) -> list[Sample]:
+    """One fresh server start: a process-wide factor, then each request's own noise."""
+    factor = math.exp(rng.gauss(0.0, setup.start_noise))
+    return [
+        Sample(
+            candidate=cid,
+            prompt_id=f"p{i}",
+            repeat=r,
+            order=r,
+            start=start,
+            round=start,
+            completion_tokens=64,
+            text=TEXT,
+            decode_tps=level * factor * math.exp(rng.gauss(0.0, setup.repeat_noise)),
+        )
+        for i, level in enumerate(levels)
+        for r in range(setup.repeats)
+    ]
+
+
+def _run(cid: str, samples: list[Sample], prompts: int) -> CandidateRun:
+    klass = None if cid == BASELINE else CandidateClass.SERVER_TUNING
+    return CandidateRun(
+        candidate=cid, candidate_class=klass, samples=samples, greedy=_greedy(cid, prompts)
+    )
+
+
+def _decide(
+    base: list[Sample], cand: list[Sample], setup: Setup, protocol: Protocol
+) -> tuple[str, float, float]:
+    thresholds = EffectiveThresholds(
+        min_speedup_pct=setup.threshold_pct,
+        max_peak_memory_gb=1e6,
+        max_error_rate=0.0,
+        worst_prompt_tolerance_pct=10.0,
+        tie_tolerance_pct=2.0,
+        lossy_min_identical_fraction=0.5,
+    )
+    verdict = select(
+        _run(BASELINE, base, setup.prompts),
+        [_run(CANDIDATE, cand, setup.prompts)],
+        thresholds,
+        protocol,
+        {c: True for c in CandidateClass},
+    )
+    [cv] = verdict.candidates
+    return cv.decision.value, cv.ci_low or 0.0, cv.ci_high or math.inf
+
+
+def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
+    """One simulated cycle: (early stopping outcome, fixed protocol outcome), same draws."""
+    setup, truth, seed = args
+    rng = random.Random(f"{seed}:{truth}:{setup.regressing}")
+    base_levels = [rng.uniform(40.0, 120.0) for _ in range(setup.prompts)]
+    ratios = [truth] * setup.prompts
+    if setup.regressing is not None:
+        ratios[0] = setup.regressing
+    true_speedup = math.exp(math.fsum(math.log(r) for r in ratios) / len(ratios))
+    cand_levels = [b * r for b, r in zip(base_levels, ratios, strict=True)]
+    base_starts = [_start(rng, BASELINE, s, base_levels, setup) for s in range(setup.max_starts)]
+    cand_starts = [_start(rng, CANDIDATE, s, cand_levels, setup) for s in range(setup.max_starts)]
+    common = {
+        "repeats": setup.repeats,
+        "bootstrap_resamples": setup.resamples,
+        "seed": seed,
+        "drift_check": False,
+    }
+    staged = Protocol(min_starts=setup.min_starts, max_starts=setup.max_starts, **common)
+    fixed = Protocol(min_starts=setup.max_starts, max_starts=setup.max_starts, **common)
+    per_start = setup.prompts * setup.repeats
+
+    early = None
+    for n in range(setup.min_starts, setup.max_starts + 1):
+        base = [s for st in base_starts[:n] for s in st]
+        cand = [s for st in cand_starts[:n] for s in st]
+        decision, low, high = _decide(base, cand, setup, staged)
+        if decision != Decision.INCONCLUSIVE or n == setup.max_starts:
+            early = Outcome(decision, low <= true_speedup <= high, n, 2 * n * per_start)
+            break
+    assert early is not None
+    base = [s for st in base_starts for s in st]
+    cand = [s for st in cand_starts for s in st]
+    decision, low, high = _decide(base, cand, setup, fixed)
+    full = Outcome(
+        decision, low <= true_speedup <= high, setup.max_starts, 2 * setup.max_starts * per_start
+    )
+    return early, full
+
+
+def _rates(outcomes: list[Outcome]) -> dict[str, float]:
+    n = len(outcomes)
+    return {
+        "qualified_rate": sum(o.decision == "qualified" for o in outcomes) / n,
+        "rejected_rate": sum(o.decision == "rejected" for o in outcomes) / n,
+        "coverage": sum(o.covered for o in outcomes) / n,
+        "mean_starts": sum(o.starts for o in outcomes) / n,
+        "mean_requests": sum(o.requests for o in outcomes) / n,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--true-speedups", default="1.00,1.03,1.10,1.30")
+    ap.add_argument("--threshold-pct", type=float, default=5.0)
+    ap.add_argument("--start-noise", type=float, default=0.03)
+    ap.add_argument("--repeat-noise", type=float, default=0.05)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=300)
+    ap.add_argument("--min-starts", type=int, default=Protocol().min_starts)
+    ap.add_argument("--max-starts", type=int, default=Protocol().max_starts)
+    ap.add_argument(
+        "--resamples",
+        type=int,
+        default=400,
+        help="bootstrap resamples per decision (the policies use 2000)",
+    )
+    ap.add_argument(
+        "--regressing-prompt",
+        type=float,
+        default=None,
+        help="one prompt at this true ratio while the others gain",
+    )
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    setup = Setup(
+        args.threshold_pct,
+        args.start_noise,
+        args.repeat_noise,
+        args.prompts,
+        args.repeats,
+        args.min_starts,
+        args.max_starts,
+        args.resamples,
+        args.regressing_prompt,
+    )
+    truths = [float(x) for x in args.true_speedups.split(",")]
+    began = time.monotonic()
+    tasks = [(setup, t, seed) for t in truths for seed in range(args.seeds)]
+    if args.jobs > 1:
+        with multiprocessing.Pool(args.jobs) as pool:
+            results = pool.map(simulate, tasks, chunksize=8)
+    else:
+        results = [simulate(t) for t in tasks]
+    rows = []
+    for i, truth in enumerate(truths):
+        chunk = results[i * args.seeds : (i + 1) * args.seeds]
+        early = _rates([e for e, _ in chunk])
+        fixed = _rates([f for _, f in chunk])
+        rows.append({"true_speedup": truth, **early, **{f"fixed_{k}": v for k, v in fixed.items()}})
+    took = time.monotonic() - began
+
+    reg = (
+        f", one prompt at x{args.regressing_prompt:g}" if args.regressing_prompt is not None else ""
+    )
+    print(
+        f"threshold {args.threshold_pct:g}%, start noise {args.start_noise:g}, repeat noise "
+        f"{args.repeat_noise:g}, {args.prompts} prompts x {args.repeats} repeats, starts "
+        f"{args.min_starts}..{args.max_starts}, {args.seeds} seeds, {args.resamples} "
+        f"resamples{reg}; {took:.0f} s"
+    )
+    head = (
+        f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "
+        f"{'requests':>8} | fixed: {'qualified':>9} {'rejected':>8} {'coverage':>8} "
+        f"{'requests':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['true_speedup']:>6.3f} | {r['qualified_rate']:>9.1%} {r['rejected_rate']:>8.1%} "
+            f"{r['coverage']:>8.1%} {r['mean_starts']:>6.2f} {r['mean_requests']:>8.1f} | "
+            f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
+            f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
+        )
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
