@@ -217,10 +217,18 @@ def pytest_configure(config: pytest.Config) -> None:
     atexit.register(sweep)
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
+def _seed_line(config: pytest.Config) -> str:
     seed = config.getoption("hypothesis_seed", None)
-    return [f"mcp-infra: run marker {RUN_ENV}={RUN_ID}; hypothesis seed: "
-            f"{seed if seed is not None else 'random (set CI=true or --hypothesis-seed)'}"]
+    return (f"mcp-infra: run marker {RUN_ENV}={RUN_ID}; hypothesis seed: "
+            f"{seed if seed is not None else 'random (set CI=true or --hypothesis-seed)'}")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [_seed_line(config)]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    terminalreporter.write_line(_seed_line(config))  # also under -q, which hides the header
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
