@@ -54,7 +54,6 @@ os.environ[RUN_ENV] = RUN_ID  # inherited by every child that gets os.environ
 # Fixtures that start real processes, or stand for a home that a server will serve: a test
 # using any of them (directly or through another fixture) is slow.
 SLOW_FIXTURES = frozenset({"home", "demo_models", "fast_home", "http_server", "spawn"})
-FAST_TIMEOUT_S = 60  # the global default is in pyproject.toml ([tool.pytest.ini_options])
 SLOW_TIMEOUT_S = 1500  # a whole cycle, or the demo, on a loaded 2-core machine
 
 # A fixed hypothesis seed in CI (CI=true): a failure there is replayed with the same seed.
@@ -105,7 +104,9 @@ def _orphan_of_a_dead_run(proc: psutil.Process) -> bool:
     pid, _, started = marker.partition(":")
     try:
         owner = psutil.Process(int(pid))
-        return abs(owner.create_time() - float(started)) > 2.0  # that pid is another process now
+        if any("pytest" in part for part in owner.cmdline()):
+            return False  # its run is still going (start times drift on a VM: not compared)
+        return abs(owner.create_time() - float(started)) > 2.0  # the pid is another process now
     except (psutil.NoSuchProcess, ValueError):
         return True
     except psutil.Error:
@@ -217,10 +218,18 @@ def pytest_configure(config: pytest.Config) -> None:
     atexit.register(sweep)
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
+def _seed_line(config: pytest.Config) -> str:
     seed = config.getoption("hypothesis_seed", None)
-    return [f"mcp-infra: run marker {RUN_ENV}={RUN_ID}; hypothesis seed: "
-            f"{seed if seed is not None else 'random (set CI=true or --hypothesis-seed)'}"]
+    return (f"mcp-infra: run marker {RUN_ENV}={RUN_ID}; hypothesis seed: "
+            f"{seed if seed is not None else 'random (set CI=true or --hypothesis-seed)'}")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [_seed_line(config)]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    terminalreporter.write_line(_seed_line(config))  # also under -q, which hides the header
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
