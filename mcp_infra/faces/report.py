@@ -163,13 +163,13 @@ def chart_svg(rows: list[dict[str, Any]], title: str, threshold_pct: float | Non
             linestyle="--",
             label=f"minimum speedup {threshold_pct:g}%",
         )
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_xlabel("decode speed vs the live recipe (%), point and interval", fontsize=9)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", color="#e3e7ee")
     fig.tight_layout()
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     text = buffer.getvalue()
     return text[text.index("<svg") :]
 

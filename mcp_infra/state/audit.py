@@ -373,11 +373,21 @@ def _reached(b: Bundle, state: CycleState, message: str | None = None) -> bool:
     return any(e.state == state and (message is None or e.message == message) for e in b.events())
 
 
+def _died_selecting(b: Bundle) -> bool:
+    """The supervisor died between journaling the selection and writing its verdict: the very
+    next record is the recovery's."""
+    events = b.events()
+    for event, nxt in zip(events, events[1:], strict=False):
+        if event.state == CycleState.SELECT and event.message == SELECTING:
+            return nxt.state == CycleState.RECOVER
+    return False
+
+
 def check_verdict_present(b: Bundle) -> str:
     verdict_file = b.path / "verdict.json"
     signed = b.predicate().verdict_sha256 if (b.path / "SIGNATURE.dsse.json").exists() else None
     if not verdict_file.exists():
-        if _reached(b, CycleState.SELECT, SELECTING):
+        if _reached(b, CycleState.SELECT, SELECTING) and not _died_selecting(b):
             raise Failed("the journal shows selection ran, but verdict.json is missing")
         if signed:
             raise Failed("the signed Statement names a verdict, but verdict.json is missing")
@@ -503,7 +513,7 @@ def _agree(
         and not (interrupted and selected == verdict.selected)
     ):
         problems.append(f"{who} names {selected}, the recomputed verdict {expected}")
-    if outcome == "promoted" and selected is None:
+    if outcome == "promoted" and selected is None and not interrupted:  # recovery may not know
         problems.append(f"{who} says promoted but names no candidate")
     if selected is not None and outcome != "promoted":
         problems.append(f"{who} names {selected} with outcome {outcome}")
