@@ -225,6 +225,20 @@ class Thresholds(Part):
     lossy_min_identical_fraction: float = Field(0.5, ge=0, le=1)
 
 
+class WorkloadCell(Part):
+    """One condition of the user's workload: a request class at a concurrency level. Decisive cells
+    block promotion on a regression beyond tolerance; reported cells are measured and shown only."""
+
+    request_class: Literal["short", "long_prefill"]
+    concurrency: int = Field(ge=1, le=64)
+    role: Literal["decisive", "reported"] = "decisive"
+
+
+def _default_workload() -> list[WorkloadCell]:
+    return [WorkloadCell(request_class=c, concurrency=n)  # type: ignore[arg-type]
+            for c in ("short", "long_prefill") for n in (1, 4)]
+
+
 class Protocol(Part):
     suite: Annotated[str, Field(pattern=ID_PATTERN)] = "demo-speed"
     quality_suite: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
@@ -238,6 +252,12 @@ class Protocol(Part):
     drift_tolerance_pct: float = Field(10.0, ge=0, le=100)
     request_timeout_s: float = Field(120.0, gt=0, le=3600)
     ready_timeout_s: float = Field(120.0, gt=0, le=3600)
+    workload: list[WorkloadCell] = Field(default_factory=_default_workload, min_length=1,
+                                         max_length=8)
+    min_starts: int = Field(2, ge=1, le=10, description="fresh server processes per configuration "
+                            "before any decision (one per round)")
+    max_starts: int = Field(4, ge=1, le=20, description="rounds at most: one more start per "
+                            "configuration per round while some decision is still open")
 
 
 class Window(Part):
@@ -455,7 +475,7 @@ class Sample(Contract):
     """One measured request."""
 
     candidate: str
-    phase: Literal["warmup", "measure", "verify", "drift", "quality"] = "measure"
+    phase: Literal["warmup", "measure", "verify", "drift", "quality", "heldout"] = "measure"
     prompt_id: str
     repeat: int
     order: int = 0
@@ -471,6 +491,15 @@ class Sample(Contract):
     text: str = ""
     token_ids: list[int] | None = None
     error: str | None = None
+    start: int = Field(0, ge=0, description="index of the fresh server process this sample was "
+                       "measured in (per configuration, counted from 0)")
+    round: int = Field(0, ge=0, description="measurement round the sample belongs to")
+    started_at: datetime | None = Field(None, description="UTC wall-clock time the request was sent")
+    t_mono: float | None = Field(None, description="time.monotonic() when the request was sent")
+    timing_source: Literal["client", "server"] = Field(
+        "client", description="who timed it: the client (streamed tokens) or the server's timings")
+    request_class: Literal["short", "long_prefill"] = "short"
+    concurrency: int = Field(1, ge=1, le=64, description="requests in flight at once, this included")
 
 
 class Comparison(Part):
