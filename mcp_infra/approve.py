@@ -65,7 +65,7 @@ def _recipes_of(bundle: Path) -> dict[str, Recipe]:
 def _run_of(bundle: Path, candidate: str) -> CandidateRun:
     for path in sorted((bundle / "runs").glob("*.json")):
         run = read_model(path, CandidateRun)
-        if run.candidate == candidate:
+        if run.candidate == candidate and run.purpose == "selection":
             return run
     raise ApprovalRefused(f"the bundle holds no measured run of {candidate}")
 

@@ -88,6 +88,8 @@ def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
     others: dict[str, CandidateRun] = {}
     for path in sorted(runs_dir.glob("*.json")) if runs_dir.is_dir() else []:
         run = read_model(path, CandidateRun)
+        if run.purpose != "selection":  # held-out and live runs never feed the selector
+            continue
         if run.candidate == "baseline":
             baseline = run
         else:
@@ -97,6 +99,7 @@ def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
 
 def recompute(bundle: Path) -> Verdict | None:
     """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
+    from mcp_infra.core.workload import decisive_view
     from mcp_infra.selector import select
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
@@ -105,7 +108,9 @@ def recompute(bundle: Path) -> Verdict | None:
         return None
     order = {c: i for i, c in enumerate(plan.candidates)}
     runs.sort(key=lambda r: order.get(r.candidate, len(order)))
-    return select(baseline, runs, plan.thresholds, plan.protocol, plan.auto_promote)
+    return select(decisive_view(baseline, plan.protocol),
+                  [decisive_view(r, plan.protocol) for r in runs],
+                  plan.thresholds, plan.protocol, plan.auto_promote)
 
 
 def verify(bundle: Path) -> Verification:
