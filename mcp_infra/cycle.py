@@ -454,7 +454,7 @@ def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
     online = [bench.greedy_chat(base_url, _messages(p), max_tokens=_max_tokens(p, plan.protocol),
                                 timeout=plan.protocol.request_timeout_s,
                                 candidate=winner.candidate_id, prompt_id=p.id, phase="verify")
-              for p in suite.prompts if p.split == "selection"]
+              for p in suite.prompts if p.id in {s.prompt_id for s in run.greedy}]
     errors = [s for s in online if s.error]
     if errors:
         return f"verification request failed: {errors[0].error}"

@@ -99,6 +99,8 @@ def next_round(
     """Whether to run another round, and why (or why not)."""
     if not open_candidates:
         return False, "every decision was made"
+    if seconds_left <= 0:
+        return False, "the cycle's time budget ran out"
     if rounds_done < protocol.min_starts:
         return True, f"fewer than {protocol.min_starts} starts so far (the protocol's minimum)"
     if rounds_done >= max(protocol.max_starts, protocol.min_starts):
@@ -256,7 +258,8 @@ def measure_start(
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
         order = 0
-        every = [p for cls in ("short", "long_prefill") for p in prompts.get(cls, [])]
+        classes = dict.fromkeys(c.request_class for c in protocol.workload)
+        every = [p for cls in classes for p in prompts.get(cls, [])]  # the workload's classes
         for repeat in range(protocol.warmup):
             for prompt in every:
                 keep(
@@ -558,7 +561,10 @@ def run_rounds(
         )
         if not go:
             for name in open_:
-                items[name].stopped = f"stopped after {items[name].starts} start(s): {why}"
+                left = items[name]
+                left.stopped = f"stopped after {left.starts} start(s): {why}"
+                if left.starts == 0:
+                    left.start_error = "the cycle's time budget ran out before it was measured"
             break
         order = round_order([BASELINE_ID, *open_], rounds_done)
         began = time.monotonic()
@@ -607,9 +613,9 @@ def run_rounds(
                 if v.candidate not in still
             }
             for name, decision in decided.items():
-                items[name].stopped = (
-                    f"{decision} after {items[name].starts} start(s) (round {rounds_done})"
-                )
+                items[
+                    name
+                ].stopped = f"{decision} after {items[name].starts} start(s) (round {rounds_done})"
             journal(
                 CycleState.EXPERIMENT,
                 f"round {rounds_done} judged: {len(decided)} decided, {len(still)} open",
