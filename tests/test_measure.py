@@ -33,11 +33,19 @@ from mcp_infra.policy import load_policy
 from mcp_infra.suites import load_suite
 
 THRESHOLDS = EffectiveThresholds(
-    min_speedup_pct=5, max_peak_memory_gb=8, max_error_rate=0, worst_prompt_tolerance_pct=10,
-    tie_tolerance_pct=2, lossy_min_identical_fraction=0.5)
-SINGLE_USER = Protocol(workload=[
-    WorkloadCell(request_class="short", concurrency=1),
-    WorkloadCell(request_class="short", concurrency=4, role="reported")])
+    min_speedup_pct=5,
+    max_peak_memory_gb=8,
+    max_error_rate=0,
+    worst_prompt_tolerance_pct=10,
+    tie_tolerance_pct=2,
+    lossy_min_identical_fraction=0.5,
+)
+SINGLE_USER = Protocol(
+    workload=[
+        WorkloadCell(request_class="short", concurrency=1),
+        WorkloadCell(request_class="short", concurrency=4, role="reported"),
+    ]
+)
 
 
 def test_rounds_alternate_their_order() -> None:
@@ -50,17 +58,21 @@ def test_rounds_alternate_their_order() -> None:
     assert {sum(p) for p in positions.values()} == {2}
 
 
-@pytest.mark.parametrize(("done", "open_", "left", "last", "go", "words"), [
-    (0, ["a:1"], 1000, 0, True, "fewer than 2"),
-    (1, ["a:1"], 1000, 100, True, "fewer than 2"),
-    (2, ["a:1"], 1000, 100, True, "still open"),
-    (2, [], 1000, 100, False, "every decision"),
-    (3, ["a:1"], 1000, 100, False, "maximum of 3"),
-    (2, ["a:1"], 150, 100, False, "time budget"),
-    (1, ["a:1"], 0, 100, False, "ran out"),
-])
-def test_next_round(done: int, open_: list[str], left: float, last: float, go: bool,
-                    words: str) -> None:
+@pytest.mark.parametrize(
+    ("done", "open_", "left", "last", "go", "words"),
+    [
+        (0, ["a:1"], 1000, 0, True, "fewer than 2"),
+        (1, ["a:1"], 1000, 100, True, "fewer than 2"),
+        (2, ["a:1"], 1000, 100, True, "still open"),
+        (2, [], 1000, 100, False, "every decision"),
+        (3, ["a:1"], 1000, 100, False, "maximum of 3"),
+        (2, ["a:1"], 150, 100, False, "time budget"),
+        (1, ["a:1"], 0, 100, False, "ran out"),
+    ],
+)
+def test_next_round(
+    done: int, open_: list[str], left: float, last: float, go: bool, words: str
+) -> None:
     protocol = Protocol(min_starts=2, max_starts=3)
     decision, why = next_round(done, open_, protocol, left, last)
     assert decision is go and words in why
@@ -94,9 +106,11 @@ def test_suites_split_selection_and_heldout_prompts() -> None:
     selection = prompts_by_class(suite, "selection")
     heldout = prompts_by_class(suite, "heldout")
     assert len(selection["short"]) == 4 and [p.id for p in selection["long_prefill"]] == [
-        "long-context-larch"]
+        "long-context-larch"
+    ]
     assert heldout["short"] and not set(p.id for p in heldout["short"]) & {
-        p.id for p in selection["short"]}
+        p.id for p in selection["short"]
+    }
     general = load_suite("general")
     assert prompts_by_class(general, "heldout")["short"]
     assert prompts_by_class(general, "selection")["long_prefill"]
@@ -113,25 +127,50 @@ def test_demo_long_prefill_has_at_least_2000_tokens(demo_models: dict[str, Path]
 
 def test_policies_declare_their_workloads() -> None:
     default = load_policy("default").protocol
-    assert {(c.request_class, c.concurrency) for c in default.workload if c.role == "decisive"} \
-        == {("short", 1), ("short", 4), ("long_prefill", 1), ("long_prefill", 4)}
+    assert {(c.request_class, c.concurrency) for c in default.workload if c.role == "decisive"} == {
+        ("short", 1),
+        ("short", 4),
+        ("long_prefill", 1),
+        ("long_prefill", 4),
+    }
     demo = load_policy("demo").protocol
     roles = {(c.request_class, c.concurrency): c.role for c in demo.workload}
     assert roles == {("short", 1): "decisive", ("short", 4): "reported"}
     assert demo.min_starts >= 2
 
 
-def _sample(prompt: str, tps: float, *, n: int = 1, start: int = 0, order: int = 0,
-            t: float = 0.0, phase: str = "measure") -> Sample:
+def _sample(
+    prompt: str,
+    tps: float,
+    *,
+    n: int = 1,
+    start: int = 0,
+    order: int = 0,
+    t: float = 0.0,
+    phase: str = "measure",
+) -> Sample:
     tokens = 33
-    return Sample(candidate="x", prompt_id=prompt, repeat=0, phase=phase,  # type: ignore[arg-type]
-                  completion_tokens=tokens, decode_tps=tps, ttft_s=0.05,
-                  e2e_s=tokens / tps, t_mono=t, start=start, order=order, concurrency=n)
+    return Sample(
+        candidate="x",
+        prompt_id=prompt,
+        repeat=0,
+        phase=phase,  # type: ignore[arg-type]
+        completion_tokens=tokens,
+        decode_tps=tps,
+        ttft_s=0.05,
+        e2e_s=tokens / tps,
+        t_mono=t,
+        start=start,
+        order=order,
+        concurrency=n,
+    )
 
 
 def test_decisive_view_leaves_reported_cells_out() -> None:
-    run = CandidateRun(candidate="baseline", samples=[
-        _sample("p", 70), _sample("p", 20, n=4), _sample("p", 60, phase="warmup", n=4)])
+    run = CandidateRun(
+        candidate="baseline",
+        samples=[_sample("p", 70), _sample("p", 20, n=4), _sample("p", 60, phase="warmup", n=4)],
+    )
     view = decisive_view(run, SINGLE_USER)
     assert [(s.concurrency, s.phase) for s in view.samples] == [(1, "measure"), (4, "warmup")]
     everything = Protocol()  # the default: every cell decisive
@@ -179,5 +218,7 @@ def test_heldout_protocol_uses_decisive_single_request_classes() -> None:
     default = load_policy("default").protocol
     held = heldout_protocol(default)
     assert [(c.request_class, c.concurrency) for c in held.workload] == [
-        ("short", 1), ("long_prefill", 1)]
+        ("short", 1),
+        ("long_prefill", 1),
+    ]
     assert held.quality_suite is None and held.drift_check is False
