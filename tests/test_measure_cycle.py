@@ -146,11 +146,18 @@ def test_when_four_concurrent_requests_decide_the_drafter_is_refused_with_the_re
 ) -> None:
     policy(home, workload=[SHORT_1, {**SHORT_4, "role": "decisive"}])
     summary, verdict, runs = run_cycle(home, ["demo-tiny:draft-k4"])
-    assert summary.outcome == Outcome.KEPT_BASELINE, summary.reason
-    assert "4 concurrent requests" in summary.reason, summary.reason
+    base = {c.concurrency: c for c in runs["baseline.json"].cells}
     (four,) = [c for c in runs["demo-tiny__draft-k4.json"].cells if c.concurrency == 4]
     assert four.role == "decisive" and four.aggregate_vs_baseline is not None
-    assert four.aggregate_vs_baseline < 0.9  # the target batches four requests; a drafter not
+    batching = (base[4].aggregate_tps or 0) / (base[1].aggregate_tps or 1)
+    if batching < 1.5:
+        # The premise is the machine's, measured in this same cycle: a target serving 4 requests
+        # at once must out-serve itself one at a time (on a quiet machine about 2.3x). On a CPU
+        # saturated by other processes batching buys nothing, and then nothing here is tested.
+        pytest.skip(f"the target's own batching gain is {batching:.2f}x on this machine now")
+    assert four.aggregate_vs_baseline < 0.9, four  # the target batches four requests; a drafter not
+    assert summary.outcome == Outcome.KEPT_BASELINE, summary.reason
+    assert "4 concurrent requests" in summary.reason, summary.reason
     record = service_record(home)
     assert record is not None and "--draft-model" not in record.argv
 
