@@ -55,7 +55,14 @@ from mcp_infra.contracts import (
     WorkloadCell,
 )
 from mcp_infra.core.workload import cell_figures, decisive_view, request_class_of
-from mcp_infra.runtime import MemorySampler, PortBusy, ServerStartError, is_running, log_tail
+from mcp_infra.runtime import (
+    MemorySampler,
+    PortBusy,
+    ServerStartError,
+    free_port,
+    is_running,
+    log_tail,
+)
 from mcp_infra.selector import select
 from mcp_infra.service import start_candidate, stop_candidate
 from mcp_infra.stats import derive_seed
@@ -417,15 +424,17 @@ class _Config:
 def _start(
     home: Home, config: Any, recipe: Recipe, cycle_id: str, protocol: Protocol
 ) -> ProcessRecord:
-    """A fresh scratch server; a port still closing from the last start is waited for once."""
+    """A fresh scratch server. A busy scratch port is a reason to take another port, never a
+    verdict on a configuration: on PortBusy it starts once more on a free port (the record's
+    ``port`` says where it runs)."""
     try:
         return start_candidate(
             home, recipe, config, cycle_id=cycle_id, timeout=protocol.ready_timeout_s
         )
     except PortBusy:
-        time.sleep(2.0)
+        other = config.model_copy(update={"scratch_port": free_port()})
         return start_candidate(
-            home, recipe, config, cycle_id=cycle_id, timeout=protocol.ready_timeout_s
+            home, recipe, other, cycle_id=cycle_id, timeout=protocol.ready_timeout_s
         )
 
 
