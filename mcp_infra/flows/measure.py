@@ -733,8 +733,10 @@ def heldout_protocol(protocol: Protocol) -> Protocol:
         c.request_class for c in protocol.workload if c.concurrency == 1 and c.role == "decisive"
     ] or ["short"]
     cells = [WorkloadCell(request_class=c, concurrency=1) for c in dict.fromkeys(classes)]
-    # As many timed requests per prompt as selection gave each prompt (at least 3), in one start.
-    repeats = min(50, max(3, protocol.repeats * protocol.min_starts))
+    # Twice the timed requests per prompt that selection's first rounds gave each prompt (at
+    # least 6): the check runs in one start per side, so it needs the repeats to see through
+    # the machine's noise.
+    repeats = min(50, max(6, 2 * protocol.repeats * protocol.min_starts))
     return protocol.model_copy(
         update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
     )
