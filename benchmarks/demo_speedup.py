@@ -61,7 +61,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 6])
     args = ap.parse_args()
-    prompts = load_suite("demo-speed").prompts
+    prompts = [p for p in load_suite("demo-speed").prompts  # the short selection prompts
+               if p.split == "selection" and p.prompt_class != "long_context"]
     work = Path(tempfile.mkdtemp(prefix="demo-speedup-"))
     paths = build_demo_models(work / "models")
     table = settings(args.ks)

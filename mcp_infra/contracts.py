@@ -655,6 +655,39 @@ class Verdict(Contract):
         None, description="baseline speed re-measured after the experiments / before (geo-mean)")
 
 
+class RoundRecord(Part):
+    """One fresh server process of one configuration in one measurement round (flows.measure)."""
+
+    config: str = Field(description="the configuration measured: baseline or a candidate id")
+    start: int = Field(ge=0, description="index of this configuration's fresh process, from 0")
+    round: int = Field(ge=0)
+    position: int = Field(0, ge=0, description="its place in the round's interleaved order")
+    started_at: datetime
+    ended_at: datetime
+    port: int | None = None
+    live_requests: int | None = Field(
+        None, description="live requests the stable endpoint served while this round ran "
+        "(co-tenant load); None when no counter was available")
+    error: str | None = None
+
+
+class CellFigures(Part):
+    """One configuration's figures in one workload cell, and how they compare with the baseline's
+    in the same cell (reported in words by the cycle; the selector decides on the samples)."""
+
+    request_class: Literal["short", "long_prefill"]
+    concurrency: int = Field(ge=1, le=64)
+    role: Literal["decisive", "reported"] = "decisive"
+    requests: int = 0
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    decode_tps: float | None = Field(None, description="median per-request decode tok/s")
+    aggregate_tps: float | None = Field(
+        None, description="output tokens of all requests / wall time their batches took")
+    aggregate_vs_baseline: float | None = None
+    decode_vs_baseline: float | None = None
+
+
 class CandidateRun(Contract):
     """Everything measured for one candidate: the input to selection, kept raw in evidence."""
 
@@ -669,6 +702,13 @@ class CandidateRun(Contract):
     samples: list[Sample] = Field(default_factory=list)
     greedy: list[Sample] = Field(default_factory=list)
     cache_note: str = ""
+    purpose: Literal["selection", "heldout", "live"] = Field(
+        "selection", description="selection runs feed the selector; held-out runs are the final "
+        "check of the winner; the live run is the live service's sanity measurement")
+    starts: int = Field(0, ge=0, description="fresh server processes this configuration ran in")
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    stopped: str = Field("", description="why measuring this configuration stopped")
+    cells: list[CellFigures] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------

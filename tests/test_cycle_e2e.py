@@ -38,7 +38,7 @@ def stdio_params(home: Home) -> StdioServerParameters:
              "HF_HUB_OFFLINE": "1", **run_env()})
 
 
-async def wait_sealed(client: Client, plan_id: str, timeout: float = 600) -> dict:
+async def wait_sealed(client: Client, plan_id: str, timeout: float = 1200) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = (await client.call_tool("status", {})).structured_content

@@ -411,9 +411,14 @@ def test_general_suite_covers_every_class_and_long_context():
 def test_demo_suite_is_short():
     suite = load_suite("demo-speed")
     assert suite.kind == "speed"
-    assert 3 <= len(suite.prompts) <= 4
-    assert all(p.max_tokens == 64 for p in suite.prompts)
-    assert len({p.prompt_class for p in suite.prompts}) == len(suite.prompts)
+    short = [p for p in suite.prompts
+             if p.split == "selection" and p.prompt_class != "long_context"]
+    assert 3 <= len(short) <= 4
+    assert all(p.max_tokens == 64 for p in short)
+    assert len({p.prompt_class for p in short}) == len(short)
+    long = [p for p in suite.prompts if p.prompt_class == "long_context"]
+    assert all(p.max_tokens <= 16 for p in long)  # a long document, a short answer
+    assert 1 <= sum(1 for p in suite.prompts if p.split == "heldout") <= 3
 
 
 def _suite(**over):

@@ -29,6 +29,7 @@ class SuitePrompt(Part):
     prompt_class: PromptClass = Field(alias="class")
     messages: list[Message] = Field(min_length=1, max_length=64)
     max_tokens: int = Field(ge=1, le=8192)
+    split: Literal["selection", "heldout"] = "selection"
 
     @model_validator(mode="after")
     def _ends_with_user(self) -> SuitePrompt:

@@ -78,7 +78,7 @@ def _recipes_of(bundle: Path) -> dict[str, Recipe]:
 def _run_of(bundle: Path, candidate: str) -> CandidateRun:
     for path in sorted((CycleFiles(bundle).runs).glob("*.json")):
         run = read_model(path, CandidateRun)
-        if run.candidate == candidate:
+        if run.candidate == candidate and run.purpose == "selection":
             return run
     raise ApprovalRefused(f"the bundle holds no measured run of {candidate}")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -30,7 +29,6 @@ from mcp_infra.contracts import (
     FrozenPlan,
     NeedsOperatorRecord,
     Outcome,
-    ProcessRecord,
     Recipe,
     Sample,
     ServiceConfig,
@@ -42,16 +40,22 @@ from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.selector import select
 from mcp_infra.core.units import selected_speedup_pct
+from mcp_infra.core.workload import cell_regressions, decisive_view, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
+from mcp_infra.flows.measure import (
+    LiveTraffic,
+    annotate_cells,
+    heldout_check,
+    measure_drift,
+    measure_live,
+    run_rounds,
+)
 from mcp_infra.procs import bench, usage
-from mcp_infra.procs.runtime import MemorySampler, is_running, log_tail
 from mcp_infra.procs.service import (
     ensure_serving,
     is_serving,
     stable_port_held_by_stranger,
-    start_candidate,
     start_service,
-    stop_candidate,
     stop_stray_candidates,
 )
 from mcp_infra.state import evidence, memory
@@ -69,6 +73,7 @@ from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
     Home,
+    file_safe,
     read_model,
     read_optional,
     utcnow,
@@ -76,6 +81,9 @@ from mcp_infra.state.store import (
 )
 
 PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
+# A monotonic counter of requests the stable endpoint has served, if one is running (the front
+# of the stable port provides it); each measurement round records the live traffic it overlapped.
+LIVE_TRAFFIC: LiveTraffic | None = None
 
 
 class NeedsOperator(McpInfraError, RuntimeError):
@@ -126,79 +134,6 @@ def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
 # ---------------------------------------------------------------------------------------------
 # Measurement (the same for baseline and candidates)
 # ---------------------------------------------------------------------------------------------
-
-
-class ServerDied(McpInfraError, RuntimeError):
-    """The measured server exited mid-benchmark: stop measuring it, keep what was measured."""
-
-
-def measure(base_url: str, candidate: str, plan: FrozenPlan,
-            server: ProcessRecord | None) -> CandidateRun:
-    """Warm-up, shuffled repeats of the speed suite, then one greedy request per prompt.
-
-    If the server dies mid-benchmark the failing request records why and measuring stops, so
-    the selector rejects the candidate with that reason and the cycle goes on.
-    """
-    protocol = plan.protocol
-    suite = load_suite(protocol.suite)
-    prompts = {p.id: p for p in suite.prompts}
-    samples: list[Sample] = []
-    greedy: list[Sample] = []
-    quality: list[Sample] = []
-    timeout = protocol.request_timeout_s
-
-    def keep(into: list[Sample], sample: Sample) -> None:
-        if sample.error and server is not None and not is_running(server):
-            tail = log_tail(server.log_path, 300)
-            sample = sample.model_copy(update={
-                "error": f"server process exited during measurement; log tail: {tail}"})
-            into.append(sample)
-            raise ServerDied(sample.error)
-        into.append(sample)
-
-    sampler = MemorySampler(server.pid) if server else None
-    if sampler:
-        sampler.__enter__()
-    try:
-        for round_ in range(protocol.warmup):
-            for pid_, prompt in prompts.items():
-                keep(samples, bench.stream_chat(
-                    base_url, _fresh(prompt), max_tokens=_max_tokens(prompt, protocol),
-                    timeout=timeout, candidate=candidate, prompt_id=pid_, repeat=round_,
-                    phase="warmup"))
-        for order, (repeat, pid_) in enumerate(
-                bench.measurement_order(list(prompts), protocol.repeats, protocol.seed)):
-            prompt = prompts[pid_]
-            keep(samples, bench.stream_chat(
-                base_url, _fresh(prompt), max_tokens=_max_tokens(prompt, protocol),
-                timeout=timeout, candidate=candidate, prompt_id=pid_, repeat=repeat, order=order))
-        # Greedy outputs as served: each prompt twice, so the second request reuses the cached
-        # prefix of the first, as real traffic does; both must equal the baseline's output.
-        for again in range(2):
-            for pid_, prompt in prompts.items():
-                sample = bench.greedy_chat(
-                    base_url, _messages(prompt), max_tokens=_max_tokens(prompt, protocol),
-                    timeout=timeout, candidate=candidate, prompt_id=pid_)
-                keep(greedy, sample.model_copy(update={"repeat": again}))
-        if protocol.quality_suite:
-            for task in load_suite(protocol.quality_suite).prompts:
-                keep(quality, bench.greedy_chat(  # a task's own budget: a reasoning model
-                    base_url, _messages(task), max_tokens=task.max_tokens,  # must reach its answer
-                    timeout=timeout, candidate=candidate, prompt_id=task.id, phase="quality"))
-    except ServerDied as exc:
-        if not any(s.phase == "measure" and s.error for s in samples):
-            samples.append(Sample(candidate=candidate, prompt_id=next(iter(prompts)),
-                                  repeat=-1, error=str(exc)))
-    finally:
-        if sampler:
-            sampler.__exit__(None, None, None)
-    return CandidateRun(candidate=candidate, samples=samples + quality, greedy=greedy,
-                        peak_memory_gb=sampler.peak_gb if sampler else None,
-                        memory_source=sampler.source if sampler else None)
-
-
-def _fresh(prompt: Any) -> list[dict[str, Any]]:
-    return bench.with_nonce(_messages(prompt), uuid.uuid4().hex[:12])
 
 
 def _messages(prompt: Any) -> list[dict[str, Any]]:
@@ -332,89 +267,112 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
                                            semantics=recipe.semantics, knobs=recipe.knobs,
                                            start_error=f"artifact missing: {', '.join(missing)}")
 
-    journal(CycleState.BASELINE, "measuring the live service", recipe=live.candidate_id)
-    record = service_record(home)
-    base_url = f"http://{config.host}:{config.port}"
-    baseline = measure(base_url, BASELINE_ID, plan, record)
-    baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
-                                           "cache_note": cache_note(live)})
-    write_model(home.cycle_files(cycle_id).run(BASELINE_ID), baseline)
-    broken = [s.error for s in baseline.samples if s.error]
+    journal(CycleState.BASELINE, "measuring the live service once (a sanity check; selection "
+            "uses fresh starts of its recipe)", recipe=live.candidate_id)
+    runs_dir = home.cycle_files(cycle_id).runs
+    live_run = measure_live(f"http://{config.host}:{config.port}", live, plan,
+                            service_record(home))
+    write_model(runs_dir / "live--baseline.json", live_run)
+    broken = [s.error for s in live_run.samples if s.error]
     if broken:
         raise RuntimeError(f"the live service failed while its baseline was measured: {broken[0]}")
     write_model(home.cycle_files(cycle_id).environment,
                 fingerprint_environment([live, *recipes.values()]))
 
-    journal(CycleState.MAINTENANCE, "experiments run on the scratch port; the live service keeps "
-            "serving", expected_downtime_s=0, scratch_port=config.scratch_port)
     todo = [c for c in plan.candidates[1:] if c not in runs]
-    for index, candidate in enumerate(todo, start=1):
-        recipe = recipes[candidate]
-        if time.monotonic() > deadline:
-            runs[candidate] = _not_started(candidate, recipe, "the cycle's time budget ran out "
-                                           "before this candidate could be measured")
-            continue
-        journal(CycleState.EXPERIMENT, f"measuring {candidate}", candidate=candidate,
-                index=index, total=len(todo))
-        runs[candidate] = _experiment(home, config, plan, journal, recipe)
-        write_model(home.cycle_files(cycle_id).run(candidate),
-                    runs[candidate])
-    for candidate, run in runs.items():  # record candidates that never started, too
-        path = home.cycle_files(cycle_id).run(candidate)
-        if not path.exists():
-            write_model(path, run)
+    journal(CycleState.MAINTENANCE, "experiments run in fresh scratch servers, in interleaved "
+            "rounds; the live service keeps serving", expected_downtime_s=0,
+            configurations=[BASELINE_ID, *todo], min_starts=plan.protocol.min_starts,
+            max_starts=plan.protocol.max_starts)
 
+    def keep_runs(base: CandidateRun, measured: list[CandidateRun]) -> None:
+        write_model(home.cycle_files(cycle_id).run(BASELINE_ID), base.model_copy(update={
+            "knobs": live.knobs, "semantics": live.semantics, "cache_note": cache_note(live)}))
+        for run in measured:
+            write_model(home.cycle_files(cycle_id).run(run.candidate), run.model_copy(update={
+                "cache_note": cache_note(recipes[run.candidate])}))
+
+    baseline, measured = run_rounds(home, config, plan, journal, live,
+                                    {c: recipes[c] for c in todo}, deadline=deadline,
+                                    live_traffic=LIVE_TRAFFIC, on_round=keep_runs)
+    baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
+                                           "cache_note": cache_note(live)})
+    for candidate, run in measured.items():
+        runs[candidate] = run.model_copy(update={"cache_note": cache_note(recipes[candidate])})
     if plan.protocol.drift_check:
-        journal(CycleState.SELECT, "re-measuring the baseline for drift", step="drift")
-        again = measure(base_url, BASELINE_ID, plan.model_copy(update={
-            "protocol": plan.protocol.model_copy(update={"warmup": 0, "quality_suite": None})}),
-            service_record(home))
-        drift = [s.model_copy(update={"phase": "drift"}) for s in again.samples
-                 if s.phase == "measure"]
-        baseline = baseline.model_copy(update={"samples": [*baseline.samples, *drift]})
-        write_model(home.cycle_files(cycle_id).run(BASELINE_ID), baseline)
+        journal(CycleState.SELECT, "re-measuring the baseline for drift in a fresh start",
+                step="drift")
+        rounds = max((r.round for r in baseline.rounds), default=-1) + 1
+        baseline = measure_drift(home, config, plan, journal, live, baseline, rounds,
+                                 live_traffic=LIVE_TRAFFIC)
+    baseline, runs = annotate_cells(baseline, runs, plan.protocol)
+    write_model(home.cycle_files(cycle_id).run(BASELINE_ID), baseline)
+    for candidate, run in runs.items():  # candidates that never started are recorded too
+        write_model(home.cycle_files(cycle_id).run(candidate), run)
     journal(CycleState.SELECT, "selecting by the frozen thresholds")
     ordered = [runs[c] for c in plan.candidates[1:] if c in runs]
-    verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
+    verdict = select(decisive_view(baseline, plan.protocol),
+                     [decisive_view(r, plan.protocol) for r in ordered],
+                     plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(home.cycle_files(cycle_id).verdict, verdict)
     if verdict.selected is None:
+        reason = verdict.reason + _workload_words(runs, plan)
         if not is_serving(home, live, config):  # the live server died during the cycle
-            reason = f"{verdict.reason}; the live service stopped answering during the cycle"
+            reason = f"{reason}; the live service stopped answering during the cycle"
             journal(CycleState.ROLLBACK, "the live service is down; restoring it", step="enter")
             return CycleResult(restore(home, journal, reason), None, reason)
-        return CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason)
+        return CycleResult(Outcome.KEPT_BASELINE, None, reason)
     winner = recipes[verdict.selected]
+    losses = cell_regressions(runs[verdict.selected].cells, plan.thresholds)
+    if losses:
+        reason = (f"{verdict.selected} was selected on its speed, but the baseline is kept: "
+                  + "; ".join(describe_cell(f) for f in losses)
+                  + ", a decisive condition of this policy's workload")
+        journal(CycleState.SELECT, reason, step="workload", candidate=verdict.selected)
+        return CycleResult(Outcome.KEPT_BASELINE, None, reason)
+    journal(CycleState.SELECT, f"checking {verdict.selected} on held-out prompts", step="heldout",
+            candidate=verdict.selected)
+    held = heldout_check(home, config, plan, journal, live, winner, live_traffic=LIVE_TRAFFIC)
+    write_model(runs_dir / "heldout--baseline.json", held.baseline)
+    write_model(runs_dir / f"heldout--{file_safe(verdict.selected)}.json", held.winner)
+    journal(CycleState.SELECT, held.reason[:1000], step="heldout-passed" if held.passed
+            else "heldout-failed", candidate=verdict.selected)
+    if not held.passed:
+        return CycleResult(Outcome.KEPT_BASELINE, None, held.reason)
     speedup = selected_speedup_pct(verdict, verdict.selected)
     usage.snapshot_service(home.cycle_dir(cycle_id), home)  # before the port restarts
-    return promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
-                    verdict)
+    result = promote(home, config, plan, journal, live, winner, runs[verdict.selected], speedup,
+                     verdict)
+    if result.outcome == Outcome.PROMOTED:
+        result = result._replace(reason=result.reason + _workload_words(
+            {verdict.selected: runs[verdict.selected]}, plan, reported=True))
+    return result
+
+
+def _workload_words(runs: dict[str, CandidateRun], plan: FrozenPlan,
+                    reported: bool = False) -> str:
+    """What the candidates do in the workload's other conditions, in words: for a winner its
+    reported cells (e.g. 4 concurrent requests under a single-user policy), for candidates that
+    were not selected the decisive cells where they lost."""
+    parts = []
+    for name, run in runs.items():
+        if reported:
+            cells = [f for f in run.cells if f.role == "reported" and f.requests]
+            if cells:
+                parts.append(f"reported, not decisive under this policy: {name} "
+                             + "; ".join(describe_cell(f) for f in cells))
+        else:
+            cells = cell_regressions(run.cells, plan.thresholds)
+            if cells:
+                parts.append(f"{name} loses where this policy's workload is decisive: "
+                             + "; ".join(describe_cell(f) for f in cells))
+    return "".join(f"; {p}" for p in parts)
 
 
 def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
     return CandidateRun(candidate=candidate, started=False, start_error=why,
                         candidate_class=recipe.candidate_class, semantics=recipe.semantics,
                         knobs=recipe.knobs)
-
-
-def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
-                recipe: Recipe) -> CandidateRun:
-    """Start the candidate on the scratch port, measure it as it will be served, stop it."""
-    try:
-        record = start_candidate(home, recipe, config, cycle_id=journal.cycle_id,
-                                 timeout=plan.protocol.ready_timeout_s)
-    except (ServerUnavailable, ValueError) as exc:
-        return _not_started(recipe.candidate_id, recipe, f"server did not start: {exc}")
-    try:
-        journal(CycleState.EXPERIMENT, f"{recipe.candidate_id} is ready; measuring",
-                step="measuring", candidate=recipe.candidate_id)
-        run = measure(f"http://{config.host}:{config.scratch_port}", recipe.candidate_id, plan,
-                      record)
-    finally:
-        usage.snapshot(home.cycle_dir(journal.cycle_id), record)
-        stop_candidate(home, record)
-    return run.model_copy(update={"candidate_class": recipe.candidate_class,
-                                  "semantics": recipe.semantics, "knobs": recipe.knobs,
-                                  "cache_note": cache_note(recipe)})
 
 
 
@@ -465,7 +423,7 @@ def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
     online = [bench.greedy_chat(base_url, _messages(p), max_tokens=_max_tokens(p, plan.protocol),
                                 timeout=plan.protocol.request_timeout_s,
                                 candidate=winner.candidate_id, prompt_id=p.id, phase="verify")
-              for p in suite.prompts]
+              for p in suite.prompts if p.id in {s.prompt_id for s in run.greedy}]
     _keep_online(home, winner, online)
     errors = [s for s in online if s.error]
     if errors:

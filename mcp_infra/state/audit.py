@@ -32,6 +32,7 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.units import selected_speedup_pct
+from mcp_infra.core.workload import decisive_view
 from mcp_infra.state import sealing, signing
 from mcp_infra.state.store import (
     CorruptFile,
@@ -68,6 +69,8 @@ def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
     others: dict[str, CandidateRun] = {}
     for path in sorted(runs_dir.glob("*.json")) if runs_dir.is_dir() else []:
         run = read_model(path, CandidateRun)
+        if run.purpose != "selection":  # held-out and live runs never feed the selector
+            continue
         if run.candidate == "baseline":
             baseline = run
         else:
@@ -85,7 +88,9 @@ def recompute(bundle: Path) -> Verdict | None:
         return None
     order = {c: i for i, c in enumerate(plan.candidates)}
     runs.sort(key=lambda r: order.get(r.candidate, len(order)))
-    return select(baseline, runs, plan.thresholds, plan.protocol, plan.auto_promote)
+    return select(decisive_view(baseline, plan.protocol),
+                  [decisive_view(r, plan.protocol) for r in runs],
+                  plan.thresholds, plan.protocol, plan.auto_promote)
 
 
 class Failed(Exception):

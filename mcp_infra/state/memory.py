@@ -139,7 +139,8 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
             run = read_model(run_file, CandidateRun)
         except CorruptFile:
             continue
-        started[run.candidate] = run.started
+        if run.purpose == "selection":  # held-out and live runs are not the candidate's start
+            started[run.candidate] = run.started
     outcomes: list[RememberedOutcome] = []
     identities: dict[str, str] = {}
     policy_hash = plan.policy_hash if plan else None

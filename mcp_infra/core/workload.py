@@ -1,0 +1,156 @@
+"""The user's workload as the measurement sees it: request classes at concurrency levels.
+
+Pure functions over samples (no clock, no I/O), so the cycle and ``evidence verify`` reach the
+same answer from the same raw files:
+
+* ``decisive_view`` is what the selector is given: the samples of the policy's *decisive* cells;
+  *reported* cells are measured and shown, never decided on.
+* ``cell_figures`` summarises one configuration per cell (TTFT p50/p99, median per-request decode
+  tok/s, aggregate output tok/s) and compares it with the baseline in the same cell.
+* ``cell_regressions`` names the decisive cells where a candidate serves less than the
+  worst-prompt floor of the baseline's aggregate output tok/s (e.g. a drafter at 4 concurrent
+  requests, where the target batches and the drafter does not); ``describe_cell`` says it in words.
+
+Aggregate output tok/s of a cell is the sum of the output tokens of every request in the cell
+over the sum of the wall times of its batches (a batch: the requests sent together, sharing
+``start``, ``round`` and ``order``; its wall time runs from the first request sent to the last
+one finished). At concurrency 1 that is Σ tokens / Σ request time.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+
+from mcp_infra.contracts import (
+    CandidateRun,
+    CellFigures,
+    EffectiveThresholds,
+    Protocol,
+    Sample,
+    WorkloadCell,
+)
+
+TIMED_PHASES = ("measure", "drift", "heldout")
+
+
+def request_class_of(prompt_class: str) -> str:
+    """A suite prompt's request class: long-context prompts are long prefills, the rest short."""
+    return "long_prefill" if prompt_class == "long_context" else "short"
+
+
+def cell_key(cell: WorkloadCell | Sample) -> tuple[str, int]:
+    return (cell.request_class, cell.concurrency)
+
+
+def decisive_cells(protocol: Protocol) -> list[WorkloadCell]:
+    return [c for c in protocol.workload if c.role == "decisive"]
+
+
+def decisive_view(run: CandidateRun, protocol: Protocol) -> CandidateRun:
+    """The run as the selector sees it: timed samples of reported cells left out."""
+    decisive = {cell_key(c) for c in decisive_cells(protocol)}
+    kept = [s for s in run.samples if s.phase not in TIMED_PHASES or cell_key(s) in decisive]
+    if len(kept) == len(run.samples):
+        return run
+    return run.model_copy(update={"samples": kept})
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _ok(sample: Sample, phase: str) -> bool:
+    return sample.phase == phase and sample.error is None and bool(sample.completion_tokens)
+
+
+def aggregate_tps(samples: Iterable[Sample]) -> float | None:
+    """Σ output tokens / Σ batch wall time, batches keyed by (start, round, order)."""
+    batches: dict[tuple[int, int, int], list[Sample]] = {}
+    for s in samples:
+        if s.e2e_s is None or s.t_mono is None:
+            continue
+        batches.setdefault((s.start, s.round, s.order), []).append(s)
+    tokens = 0
+    wall = 0.0
+    for batch in batches.values():
+        first = min(s.t_mono for s in batch)  # type: ignore[type-var]
+        last = max(s.t_mono + s.e2e_s for s in batch)  # type: ignore[operator]
+        tokens += sum(s.completion_tokens or 0 for s in batch)
+        wall += last - first
+    return tokens / wall if wall > 0 and tokens else None
+
+
+def cell_figures(
+    samples: Sequence[Sample],
+    protocol: Protocol,
+    phase: str = "measure",
+    baseline: Sequence[CellFigures] | None = None,
+) -> list[CellFigures]:
+    """Per workload cell: TTFT p50/p99, median decode tok/s, aggregate tok/s, and the ratios
+    to ``baseline`` (the baseline's own figures) where both sides have them."""
+    base = {(f.request_class, f.concurrency): f for f in baseline or []}
+    out: list[CellFigures] = []
+    for cell in protocol.workload:
+        rows = [s for s in samples if _ok(s, phase) and cell_key(s) == cell_key(cell)]
+        ttft = [s.ttft_s for s in rows if s.ttft_s is not None]
+        decode = [s.decode_tps for s in rows if s.decode_tps is not None and s.decode_tps > 0]
+        figures = CellFigures(
+            request_class=cell.request_class,
+            concurrency=cell.concurrency,
+            role=cell.role,
+            requests=len(rows),
+            ttft_p50_s=_quantile(ttft, 0.5) if ttft else None,
+            ttft_p99_s=_quantile(ttft, 0.99) if ttft else None,
+            decode_tps=statistics.median(decode) if decode else None,
+            aggregate_tps=aggregate_tps(rows),
+        )
+        ref = base.get(cell_key(cell))
+        if ref is not None:
+            if ref.aggregate_tps and figures.aggregate_tps:
+                figures.aggregate_vs_baseline = figures.aggregate_tps / ref.aggregate_tps
+            if ref.decode_tps and figures.decode_tps:
+                figures.decode_vs_baseline = figures.decode_tps / ref.decode_tps
+        out.append(figures)
+    return out
+
+
+def describe_cell(figures: CellFigures) -> str:
+    """One cell's comparison in words, e.g. 'at 4 concurrent short requests it serves 0.55x the
+    baseline's aggregate output tok/s (95.0 vs 171.3)'."""
+    who = (
+        "1 request at a time"
+        if figures.concurrency == 1
+        else f"{figures.concurrency} concurrent requests"
+    )
+    kind = "short" if figures.request_class == "short" else "long-prefill"
+    text = f"at {who} ({kind})"
+    if figures.aggregate_vs_baseline is None or figures.aggregate_tps is None:
+        return f"{text} it was not measured on both sides"
+    base = figures.aggregate_tps / figures.aggregate_vs_baseline
+    return (
+        f"{text} it serves {figures.aggregate_vs_baseline:.2f}x the baseline's aggregate "
+        f"output tok/s ({figures.aggregate_tps:.1f} vs {base:.1f})"
+    )
+
+
+def cell_regressions(
+    figures: Sequence[CellFigures], thresholds: EffectiveThresholds
+) -> list[CellFigures]:
+    """Decisive cells where the candidate's aggregate output tok/s is below the worst-prompt
+    floor of the baseline's, or where the candidate has requests but no comparable figure (a
+    cell not compared is not a cell that held). A cell the suite has no prompts for has no
+    requests on either side and is not a regression."""
+    floor = 1 - thresholds.worst_prompt_tolerance_pct / 100
+    return [
+        f
+        for f in figures
+        if f.role == "decisive"
+        and f.requests > 0
+        and (f.aggregate_vs_baseline is None or f.aggregate_vs_baseline < floor)
+    ]

@@ -1,0 +1,182 @@
+"""The measurement protocol in whole cycles on real parts: fresh server starts per configuration
+in interleaved rounds, workload cells at 1 and 4 concurrent requests, the held-out check of the
+winner, a policy where 4 concurrent requests decide, and an A/A cycle.
+
+Promotion, where a test needs it, comes from the policy (a zero speedup threshold), not from
+the machine's speed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from mcp_infra.contracts import BASELINE_ID, CandidateRun, CycleSummary, Outcome, Verdict
+from mcp_infra.flows import api as app
+from mcp_infra.flows.cycle import supervise
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state import evidence
+from mcp_infra.state.catalog import policy_dir
+from mcp_infra.state.context import load_config, service_record
+from mcp_infra.state.store import Home, read_model
+
+pytestmark = pytest.mark.slow
+
+SHORT_1 = {"request_class": "short", "concurrency": 1, "role": "decisive"}
+SHORT_4 = {"request_class": "short", "concurrency": 4, "role": "reported"}
+
+AA_MANIFEST = """\
+schema_version: 1
+id: demo-aa
+title: The demo target under another registry id (an A/A check)
+class: server_tuning
+semantics: lossless
+license_reviewed: true
+runtime:
+  template: mlx_lm_server
+  min_versions: {mlx-lm: "0.32.2"}
+  platforms: [linux-x86_64, linux-aarch64, darwin-arm64]
+target: {role: target, demo: target}
+resources: {memory_gb: 1, disk_gb: 0.1}
+variants:
+  - id: same
+    title: the target's own knobs (mlx_lm.server's default prefill step, stated explicitly)
+    knobs: {prefill_step_size: 2048}
+"""
+
+
+def policy(home: Home, **protocol: object) -> None:
+    """The demo policy, small enough for a 2-core machine, as the home's `test` policy."""
+    data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
+    data["name"] = "test"
+    data["protocol"].update(
+        {
+            "repeats": 2,
+            "warmup": 1,
+            "max_tokens": 32,
+            "bootstrap_resamples": 500,
+            "ready_timeout_s": 120,
+            "request_timeout_s": 60,
+            "min_starts": 2,
+            "max_starts": 2,
+            "workload": [SHORT_1, SHORT_4],
+            **protocol,
+        }
+    )
+    data["thresholds"]["min_speedup_pct"] = {"default": 0.0, "low": 0.0, "high": 200.0}
+    (home.user_policy / "test.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def run_cycle(home: Home, candidates: list[str]) -> tuple[CycleSummary, Verdict, dict]:
+    config = load_config(home)
+    ensure_serving(home, config.baseline, config)
+    view = app.propose(
+        home,
+        {"hypothesis": "measured as the user's workload", "candidates": candidates},
+        start_supervisor=False,
+    )
+    assert view.accepted, view
+    (summary,) = supervise(home)
+    bundle = evidence.bundle_path(home, summary.cycle_id)
+    assert evidence.verify(bundle).ok, evidence.verify(bundle).problems
+    runs = {p.name: read_model(p, CandidateRun) for p in (bundle / "runs").glob("*.json")}
+    return summary, read_model(bundle / "verdict.json", Verdict), runs
+
+
+def test_every_configuration_runs_in_fresh_interleaved_starts_and_the_winner_holds_out(
+    home: Home,
+) -> None:
+    policy(home)
+    summary, verdict, runs = run_cycle(home, ["demo-tiny:draft-k2"])
+    baseline, cand = runs["baseline.json"], runs["demo-tiny__draft-k2.json"]
+    # At least two fresh processes per configuration, the baseline recipe included.
+    assert baseline.starts >= 2 and cand.starts >= 2
+    assert {s.start for s in baseline.samples if s.phase == "measure"} == {0, 1}
+    assert {s.start for s in cand.samples if s.phase == "measure"} == {0, 1}
+    # Interleaved: the baseline opens round 0 and closes round 1.
+    order = {(r.round, r.config): r.position for r in baseline.rounds + cand.rounds}
+    assert order[(0, BASELINE_ID)] == 0 and order[(1, BASELINE_ID)] == 1
+    assert order[(0, "demo-tiny:draft-k2")] == 1 and order[(1, "demo-tiny:draft-k2")] == 0
+    ports = {r.port for r in baseline.rounds + cand.rounds}
+    assert len(baseline.rounds) == 2 and all(r.ended_at >= r.started_at for r in baseline.rounds)
+    assert load_config(home).port not in ports  # measured beside the live service, not on it
+    assert all(r.live_requests is None for r in baseline.rounds)  # no front counter here
+    assert cand.stopped  # why measuring it ended is recorded
+    # Samples carry their cell, start, round and send time.
+    timed = [s for s in cand.samples if s.phase == "measure"]
+    assert {(s.request_class, s.concurrency) for s in timed} == {("short", 1), ("short", 4)}
+    assert all(s.started_at is not None and s.t_mono is not None for s in timed)
+    assert all(s.timing_source == "client" for s in timed)
+    assert all(s.concurrency == 1 for s in cand.greedy)
+    # Four requests really were in flight together: their sends lie within one request's time.
+    batch = [
+        s
+        for s in timed
+        if s.concurrency == 4
+        and s.start == 0
+        and s.order == max(x.order for x in timed if x.concurrency == 4 and x.start == 0)
+    ]
+    assert len(batch) == 4
+    assert max(s.t_mono for s in batch) - min(s.t_mono for s in batch) < min(s.e2e_s for s in batch)
+    # Per-cell figures against the baseline; the reported cell is said in words.
+    cells = {(c.concurrency, c.role) for c in cand.cells}
+    assert cells == {(1, "decisive"), (4, "reported")}
+    assert all(c.aggregate_vs_baseline is not None for c in cand.cells)
+    # The live service was measured once, recorded, and kept out of the verdict.
+    live = runs["live--baseline.json"]
+    assert live.purpose == "live" and live.samples
+    events, _ = home.read_journal(summary.cycle_id)
+    steps = [(e.state.value, e.fields.get("step")) for e in events]
+    assert ("EXPERIMENT", "judged") in steps
+    assert sum(1 for s in steps if s == ("EXPERIMENT", "start")) >= 4
+    assert summary.outcome == Outcome.PROMOTED, summary.reason
+    assert "4 concurrent requests" in summary.reason and "reported" in summary.reason
+    # The held-out check ran in fresh starts on prompts selection never saw, and passed.
+    held_base, held_win = runs["heldout--baseline.json"], runs["heldout--demo-tiny__draft-k2.json"]
+    assert held_base.purpose == held_win.purpose == "heldout"
+    held_ids = {s.prompt_id for s in held_win.samples if s.phase == "heldout"}
+    assert held_ids and not held_ids & {s.prompt_id for s in timed}
+    assert [g.token_ids for g in held_win.greedy] == [g.token_ids for g in held_base.greedy]
+    assert ("SELECT", "heldout-passed") in steps
+    assert not any(v.candidate.startswith("heldout") for v in verdict.candidates)
+    record = service_record(home)
+    assert record is not None and "--draft-model" in record.argv
+
+
+def test_when_four_concurrent_requests_decide_the_drafter_is_refused_with_the_reason(
+    home: Home,
+) -> None:
+    policy(home, workload=[SHORT_1, {**SHORT_4, "role": "decisive"}])
+    summary, verdict, runs = run_cycle(home, ["demo-tiny:draft-k4"])
+    base = {c.concurrency: c for c in runs["baseline.json"].cells}
+    (four,) = [c for c in runs["demo-tiny__draft-k4.json"].cells if c.concurrency == 4]
+    assert four.role == "decisive" and four.aggregate_vs_baseline is not None
+    batching = (base[4].aggregate_tps or 0) / (base[1].aggregate_tps or 1)
+    if four.aggregate_vs_baseline >= 0.9:
+        # Whether the drafter loses at 4 is the machine's, measured in this same cycle: on a quiet
+        # 2-core machine the target batches 4 requests (~2.3x its own rate) and the drafter
+        # serves ~0.55x of it; on a CPU saturated by other processes the drafter's single-request
+        # gain grows and the loss can vanish. Then there is no loss to refuse, and nothing here
+        # is tested (cell_regressions is tested directly in test_measure.py).
+        pytest.skip(
+            f"the drafter served {four.aggregate_vs_baseline:.2f}x the target at 4 concurrent "
+            f"requests on this machine now (the target's own batching gain: {batching:.2f}x)"
+        )
+    assert summary.outcome == Outcome.KEPT_BASELINE, summary.reason
+    assert "4 concurrent requests" in summary.reason, summary.reason
+    record = service_record(home)
+    assert record is not None and "--draft-model" not in record.argv
+
+
+def test_the_baseline_recipe_under_another_id_never_qualifies(home: Home) -> None:
+    policy(home)
+    data = yaml.safe_load((home.user_policy / "test.yaml").read_text())
+    data["thresholds"]["min_speedup_pct"] = {"default": 5.0, "low": 0.0, "high": 200.0}
+    (home.user_policy / "test.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    home.user_registry.mkdir(parents=True, exist_ok=True)
+    (home.user_registry / "demo-aa.yaml").write_text(AA_MANIFEST)
+    summary, verdict, runs = run_cycle(home, ["demo-aa:same"])
+    (judged,) = verdict.candidates
+    assert judged.decision.value != "qualified", judged.reasons
+    assert summary.outcome == Outcome.KEPT_BASELINE
+    assert runs["demo-aa__same.json"].starts >= 2
