@@ -38,7 +38,9 @@ from mcp_infra.contracts import (
     SupervisorRecord,
     Verdict,
 )
+from mcp_infra.core.admission import admit, expected_downtime_s
 from mcp_infra.demo_models import model_fingerprint
+from mcp_infra.flows import impact
 from mcp_infra.gates import compare_greedy, smoke_failures
 from mcp_infra.hub import HubError
 from mcp_infra.policy import load_policy
@@ -56,13 +58,17 @@ from mcp_infra.selector import select
 from mcp_infra.service import (
     ServiceError,
     active_recipe,
+    adopt,
+    backend_url,
     ensure_serving,
+    hold_live,
     is_serving,
     load_config,
+    service_policy,
     service_record,
     stable_port_held_by_stranger,
+    start_backend,
     start_candidate,
-    start_service,
     stop_candidate,
     stop_stray_candidates,
 )
@@ -326,6 +332,8 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
     except (ServerStartError, PortBusy) as exc:
         raise NeedsOperator(f"the live recipe could not be started: {exc}") from exc
+    impact.begin(home, cycle_id)
+    admitted: list[tuple[str, Any, Any]] = []
     runs: dict[str, CandidateRun] = {}
     recipes: dict[str, Recipe] = {}
     for candidate in plan.candidates[1:]:
@@ -335,6 +343,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
                                            start_error="no longer in the registry")
             continue
         manifest, variant = found
+        admitted.append((candidate, manifest, variant))
         check = preflight(manifest, variant, policy, facts)
         try:
             recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
@@ -360,8 +369,10 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
 
     journal(CycleState.BASELINE, "measuring the live service", recipe=live.candidate_id)
     record = service_record(home)
-    base_url = f"http://{config.host}:{config.port}"
+    base_url = backend_url(record) if record else f"http://{config.host}:{config.port}"
+    baseline_started = time.monotonic()
     baseline = measure(base_url, BASELINE_ID, plan, record)
+    baseline_s = time.monotonic() - baseline_started
     baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
                                            "cache_note": cache_note(live)})
     write_model(home.cycle_dir(cycle_id) / "runs" / "baseline.json", baseline)
@@ -371,9 +382,19 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
     write_model(home.cycle_dir(cycle_id) / "environment.json",
                 environment([live, *recipes.values()]))
 
-    journal(CycleState.MAINTENANCE, "experiments run on the scratch port; the live service keeps "
-            "serving", expected_downtime_s=0, scratch_port=config.scratch_port)
     todo = [c for c in plan.candidates[1:] if c not in runs]
+    admission = impact.plan_admission(home, policy, record,
+                                      [a for a in admitted if a[0] in todo])
+    exclusive = admission.mode == "exclusive" and bool(todo)
+    expected = expected_downtime_s(
+        admission.mode if todo else "concurrent", candidates=len(todo), per_candidate_s=baseline_s,
+        load_s=(record.ready_s if record and record.ready_s else plan.protocol.ready_timeout_s))
+    impact.decided(home, cycle_id, admission, expected)
+    journal(CycleState.MAINTENANCE, impact.downtime_words(
+        "exclusive" if exclusive else "concurrent", expected, policy.service.max_hold_s),
+        mode=admission.mode, mode_reason=admission.reason, expected_downtime_s=expected)
+    if exclusive:
+        hold_live(home, config, reason=f"cycle {cycle_id}: candidates run alone (exclusive)")
     for index, candidate in enumerate(todo, start=1):
         recipe = recipes[candidate]
         if time.monotonic() > deadline:
@@ -385,6 +406,9 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str,
         runs[candidate] = _experiment(home, config, plan, journal, recipe)
         write_model(home.cycle_dir(cycle_id) / "runs" / f"{_safe(candidate)}.json",
                     runs[candidate])
+    if exclusive:  # the live recipe serves again before anything else is measured or promoted
+        ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
+        base_url = backend_url(service_record(home) or record)
     for candidate, run in runs.items():  # record candidates that never started, too
         path = home.cycle_dir(cycle_id) / "runs" / f"{_safe(candidate)}.json"
         if not path.exists():
@@ -427,7 +451,7 @@ def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
 
 def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
                 recipe: Recipe) -> CandidateRun:
-    """Start the candidate on the scratch port, measure it as it will be served, stop it."""
+    """Start the candidate on a free port, measure it as it will be served, stop it."""
     try:
         record = start_candidate(home, recipe, config, cycle_id=journal.cycle_id,
                                  timeout=plan.protocol.ready_timeout_s)
@@ -436,8 +460,7 @@ def _experiment(home: Home, config: Any, plan: FrozenPlan, journal: Journal,
     try:
         journal(CycleState.EXPERIMENT, f"{recipe.candidate_id} is ready; measuring",
                 step="measuring", candidate=recipe.candidate_id)
-        run = measure(f"http://{config.host}:{config.scratch_port}", recipe.candidate_id, plan,
-                      record)
+        run = measure(backend_url(record), recipe.candidate_id, plan, record)
     finally:
         stop_candidate(home, record)
     return run.model_copy(update={"candidate_class": recipe.candidate_class,
@@ -455,31 +478,50 @@ def _speedup_pct(verdict: Verdict, candidate: str) -> float | None:
 def _promote(home: Home, config: Any, plan: FrozenPlan, journal: Journal, live: Recipe,
              winner: Recipe, run: CandidateRun, speedup: float | None,
              verdict: Verdict) -> tuple[Outcome, str | None, str, float | None]:
-    journal(CycleState.PROMOTE, f"restarting the stable port with {winner.candidate_id}",
-            step="enter", recipe=winner.model_dump(mode="json"), previous=live.candidate_id)
+    """Start the winner on its own port, verify it there, then switch the front to it and drain
+    the old backend. If the two do not fit in memory together (measured peak of the winner +
+    measured footprint of the live backend against the policy's budget), the front holds
+    requests while the old backend stops and the winner loads (exclusive)."""
+    policy = service_policy(home)
+    live_record = service_record(home)
+    fit = admit(run.peak_memory_gb, impact.footprint_gb(live_record),
+                psutil.virtual_memory().total / 2**30, policy.memory_budget_fraction,
+                peak_source="measured in this cycle", live_source="measured RSS")
+    exclusive = fit.mode == "exclusive" and live_record is not None
+    journal(CycleState.PROMOTE, f"starting {winner.candidate_id} on its own port "
+            f"({'exclusive: the front holds requests' if exclusive else 'beside the live one'})",
+            step="enter", recipe=winner.model_dump(mode="json"), previous=live.candidate_id,
+            mode=fit.mode, mode_reason=fit.reason)
     if stable_port_held_by_stranger(home, config):
         reason = (f"port {config.port} is held by a process mcp-infra did not start; "
                   "promotion refused, nothing was touched")
         journal(CycleState.ROLLBACK, reason, step="enter")
         return _restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason, None
     try:
-        start_service(home, winner, config, cycle_id=journal.cycle_id,
-                      timeout=plan.protocol.ready_timeout_s)
+        if exclusive:
+            hold_live(home, config, reason=f"exclusive promotion of {winner.candidate_id}")
+        safe = winner.candidate_id.replace(":", "_")
+        new = start_backend(home, winner, role="backend", log=home.logs / f"backend-{safe}.log",
+                            cycle_id=journal.cycle_id, timeout=plan.protocol.ready_timeout_s)
     except (ServerStartError, PortBusy) as exc:
-        reason = f"the winner did not start on the stable port: {str(exc)[:300]}"
+        reason = f"the winner did not start: {str(exc)[:300]}"
         journal(CycleState.ROLLBACK, reason, step="enter")
         return _restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason, None
-    journal(CycleState.VERIFY, "checking the promoted service online", step="enter")
-    failure = verify_online(home, config, plan, winner, run)
+    journal(CycleState.VERIFY, f"checking {winner.candidate_id} on its own port before the "
+            "switch", step="enter", port=new.port)
+    failure = verify_online(home, config, plan, winner, run, base_url=backend_url(new))
     if failure:
         journal(CycleState.VERIFY, failure, step="failed")
-        journal(CycleState.ROLLBACK, "verification failed; restoring the previous recipe",
+        journal(CycleState.ROLLBACK, "verification failed; the previous recipe keeps serving",
                 step="enter")
         return _restore(home, journal, failure, outcome=Outcome.ROLLED_BACK), None, failure, None
-    journal(CycleState.VERIFY, "the stable port reproduces the measured greedy outputs",
+    journal(CycleState.VERIFY, "the winner reproduces the measured greedy outputs",
             step="passed")
-    journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe")
+    journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe; switching the front")
     commit(home, live, winner)
+    switched = adopt(home, new, config, reason=f"promoted {winner.candidate_id}")
+    journal(CycleState.COMMIT, f"front switched to {winner.candidate_id} ({switched})",
+            step="switched")
     return Outcome.PROMOTED, winner.candidate_id, verdict.reason, speedup
 
 
@@ -489,9 +531,10 @@ def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
 
 
 def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
-                  run: CandidateRun) -> str | None:
-    """Gates again on the stable port: the same greedy outputs as measured, no smoke failure."""
-    base_url = f"http://{config.host}:{config.port}"
+                  run: CandidateRun, *, base_url: str | None = None) -> str | None:
+    """Gates again on the server about to serve (its own port, before the front switches to
+    it): the same greedy outputs as measured, no smoke failure."""
+    base_url = base_url or f"http://{config.host}:{config.port}"
     suite = load_suite(plan.protocol.suite)
     online = [bench.greedy_chat(base_url, _messages(p), max_tokens=_max_tokens(p, plan.protocol),
                                 timeout=plan.protocol.request_timeout_s,
@@ -540,6 +583,12 @@ def _seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started
           *, interrupted: bool = False, recovery: str | None = None) -> CycleSummary:
     journal(CycleState.SEALED, f"outcome: {outcome.value}", step="enter", outcome=outcome.value,
             selected=selected, reason=reason, speedup_pct=speedup)
+    try:  # what the stable endpoint's clients saw; never fails a cycle
+        impact.finish(home, cycle_id)
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            journal(CycleState.SEALED, f"service impact not recorded: {type(exc).__name__}",
+                    step="note")
     summary = CycleSummary(
         cycle_id=cycle_id, plan_id=plan.plan_id, started_at=started, ended_at=utcnow(),
         outcome=outcome, selected=selected, speedup_pct=speedup, reason=reason,
@@ -647,6 +696,7 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
     summaries: list[CycleSummary] = []
     with supervising(home):
         recover(home)
+        _revive_front(home)
         while True:
             if (home.state / "needs_operator.json").exists():
                 break
@@ -664,6 +714,17 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
             summaries.append(summary)
             _maybe_retry(home, plan, summary)
     return summaries
+
+
+def _revive_front(home: Home) -> None:
+    """A front that was started and died (its record remains) is restarted, and the route put
+    back on the live backend; a service stopped on purpose (no record) stays stopped."""
+    from mcp_infra.procs.front import front_record, front_running
+
+    if front_record(home) is None or front_running(home):
+        return
+    with contextlib.suppress(ServerStartError, PortBusy, ServiceError, OSError, RuntimeError):
+        ensure_serving(home, active_recipe(home), load_config(home))
 
 
 def operator_recover(home: Home) -> list[str]:

@@ -29,7 +29,8 @@ from mcp_infra.store import (
     write_model,
 )
 
-BUNDLE_FILES = ("plan.json", "environment.json", "verdict.json", "journal.ndjson")
+BUNDLE_FILES = ("plan.json", "environment.json", "verdict.json", "journal.ndjson",
+                "service_impact.json")
 
 
 def seal(home: Home, cycle_id: str, summary: CycleSummary) -> Path:
