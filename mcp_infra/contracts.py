@@ -514,6 +514,8 @@ class ServiceImpact(Contract):
 
     mode: Literal["concurrent", "exclusive"]
     mode_reason: str = Field("", max_length=500)
+    promotion_mode: Literal["concurrent", "exclusive"] | None = Field(
+        None, description="how a winner was swapped in, if the cycle got that far")
     expected_downtime_s: float = Field(ge=0)
     unserved_s: float | None = None
     requests_held: int | None = None

@@ -488,6 +488,7 @@ def _promote(home: Home, config: Any, plan: FrozenPlan, journal: Journal, live: 
                 psutil.virtual_memory().total / 2**30, policy.memory_budget_fraction,
                 peak_source="measured in this cycle", live_source="measured RSS")
     exclusive = fit.mode == "exclusive" and live_record is not None
+    impact.promotion(home, journal.cycle_id, fit)
     journal(CycleState.PROMOTE, f"starting {winner.candidate_id} on its own port "
             f"({'exclusive: the front holds requests' if exclusive else 'beside the live one'})",
             step="enter", recipe=winner.model_dump(mode="json"), previous=live.candidate_id,

@@ -2,7 +2,7 @@
 promotes it after a fresh online verification on real servers, and refuses stale approvals.
 
 The cycle's greedy outputs are real (read from a real live mlx_lm.server and a real candidate on
-the scratch port); only its timing samples are fixed numbers (see tests/sealed.py), so that the
+its own port); only its timing samples are fixed numbers (see tests/sealed.py), so that the
 candidate qualifies on speed deterministically on a busy 2-core machine.
 """
 
@@ -50,7 +50,7 @@ def test_awaiting_approval_then_approve_after_online_verification(
     recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache)
     record = start_candidate(home, recipe, config, cycle_id="measure", timeout=120)
     try:
-        kv_greedy = real_greedy(f"http://127.0.0.1:{config.scratch_port}", KV8, plan)
+        kv_greedy = real_greedy(f"http://127.0.0.1:{record.port}", KV8, plan)
     finally:
         stop_candidate(home, record)
     assert not [s.error for s in base_greedy + kv_greedy if s.error]

@@ -235,39 +235,68 @@ def _kill_winner_when_verifying(home: Home, stop: threading.Event) -> list[int]:
     return killed
 
 
-@pytest.mark.slow
-def test_rollback_after_failed_verification_fails_no_client_request(home: Home) -> None:
-    _policy(home, min_speedup=0.0)  # a promotion by policy, not by this machine's speed
-    config = load_config(home)
-    ensure_serving(home, config.baseline, config)
-    plan_id = queue_plan(home, {"hypothesis": "h", "candidates": [WINNER]})
-    stop = threading.Event()
-    killed = _kill_winner_when_verifying(home, stop)
-    calls: list[Call] = []
-
-    def traffic() -> None:
+def _traffic(port: int, stop: threading.Event, calls: list[Call]) -> threading.Thread:
+    def run() -> None:
         while not stop.is_set():
-            call = Call(config.port, max_tokens=4)
+            call = Call(port, max_tokens=4)
             call.run()
             calls.append(call)
+            stop.wait(0.2)
 
-    client = threading.Thread(target=traffic, daemon=True)
-    client.start()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_rollback_then_promotion_under_traffic_fail_no_client_request(home: Home) -> None:
+    """A qualified KV-cache candidate (real greedy outputs, fixed timings: tests/sealed.py) is
+    approved twice under live traffic: first its server dies while it is verified (rollback),
+    then it is promoted. The front switches only after verification; no client request fails."""
+    from sealed import baseline_run, freeze, seal, timing
+    from test_approve import KV8, real_greedy
+
+    from mcp_infra.approve import approve
+    from mcp_infra.contracts import CandidateRun
+    from mcp_infra.service import start_candidate, stop_candidate
+
+    config = load_config(home)
+    ensure_serving(home, config.baseline, config)
+    plan = freeze(home, [KV8])
+    live = service_record(home)
+    assert live is not None
+    base_greedy = real_greedy(backend_url(live), "baseline", plan)
+    record = start_candidate(home, _recipe(home, KV8), config, cycle_id="measure", timeout=120)
     try:
-        assert run_supervisor(home, timeout=600) == 0
+        kv_greedy = real_greedy(backend_url(record), KV8, plan)
+    finally:
+        stop_candidate(home, record)
+    summary = seal(home, plan, baseline_run(plan, base_greedy),
+                   [CandidateRun(candidate=KV8, samples=timing(KV8, plan, 13.0),
+                                 greedy=kv_greedy, peak_memory_gb=0.2)])
+    stop, calls = threading.Event(), []
+    client = _traffic(config.port, stop, calls)
+    try:
+        killed = _kill_winner_when_verifying(home, stop)
+        failed = approve(home, summary.cycle_id)
+        assert killed, f"the winner was verifying when it died ({failed.reason})"
+        assert failed.outcome == Outcome.ROLLED_BACK, failed.reason
+        assert active_recipe(home).candidate_id == "demo-tiny:target"
+        assert service_record(home) == live, "the live backend was never touched"
+        promoted = approve(home, summary.cycle_id)
+        assert promoted.outcome == Outcome.PROMOTED, promoted.reason
+        assert active_recipe(home).candidate_id == KV8
+        time.sleep(1.0)  # traffic on the new backend too
     finally:
         stop.set()
         client.join(130)
-    summary = evidence.list_cycles(home)[0]
-    assert summary.plan_id == plan_id
-    assert killed, "the winner was verifying when it died"
-    assert summary.outcome == Outcome.ROLLED_BACK, summary.reason
-    assert active_recipe(home).candidate_id == "demo-tiny:target"
-    assert calls and [c.error or c.status for c in calls if c.status != 200] == []
-    bundle = evidence.bundle_path(home, summary.cycle_id)
-    impact = ServiceImpact.model_validate_json((bundle / "service_impact.json").read_text())
-    assert impact.mode == "concurrent" and impact.rejected_503 == 0
-    assert impact.live_requests is not None and impact.live_requests >= len(calls) - 2
+    assert len(calls) > 5 and [c.error or c.status for c in calls if c.status != 200] == []
+    assert not is_running(live), "the old backend was drained and stopped"
+    for cycle_summary in (failed, promoted):
+        bundle = evidence.bundle_path(home, cycle_summary.cycle_id)
+        impact = ServiceImpact.model_validate_json((bundle / "service_impact.json").read_text())
+        assert impact.rejected_503 == 0 and impact.upstream_errors == 0
+        assert impact.live_requests and impact.live_requests > 0
 
 
 @pytest.mark.slow

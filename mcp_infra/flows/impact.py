@@ -90,6 +90,17 @@ def decided(home: Home, cycle_id: str, admission: Admission, expected_s: float) 
         "expected_downtime_s": expected_s}))
 
 
+def promotion(home: Home, cycle_id: str, admission: Admission) -> None:
+    """Record how the winner is swapped in (an approval cycle starts counting here)."""
+    path = home.cycle_dir(cycle_id) / IMPACT_FILE
+    if not path.exists():
+        begin(home, cycle_id)
+        decided(home, cycle_id, admission.model_copy(update={"mode": "concurrent"}), 0.0)
+    impact = read_optional(path, ServiceImpact)
+    if impact is not None:
+        write_model(path, impact.model_copy(update={"promotion_mode": admission.mode}))
+
+
 def finish(home: Home, cycle_id: str) -> ServiceImpact:
     """Fill in what the front counted for this cycle's scope."""
     path = home.cycle_dir(cycle_id) / IMPACT_FILE
