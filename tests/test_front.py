@@ -84,16 +84,33 @@ def test_round_traffic_limit_repeats_then_accepts_with_a_note() -> None:
 
 
 def test_route_transitions_number_generations_and_keep_what_a_hold_returns_to() -> None:
-    first = route_to(None, mode="serve", now=NOW, backend_url="http://127.0.0.1:1", max_hold_s=9,
-                     candidate_id="a", scope="c1")
+    first = route_to(
+        None,
+        mode="serve",
+        now=NOW,
+        backend_url="http://127.0.0.1:1",
+        max_hold_s=9,
+        candidate_id="a",
+        scope="c1",
+    )
     assert (first.generation, first.mode, first.max_hold_s, first.scope) == (1, "serve", 9, "c1")
     held = route_to(first, mode="hold", now=NOW)
     assert (held.generation, held.backend_url, held.candidate_id, held.max_hold_s, held.scope) == (
-        2, "http://127.0.0.1:1", "a", 9, "c1")
-    moved = route_to(held, mode="serve", now=NOW, backend_url="http://127.0.0.1:2",
-                     candidate_id="b", scope=None)
+        2,
+        "http://127.0.0.1:1",
+        "a",
+        9,
+        "c1",
+    )
+    moved = route_to(
+        held, mode="serve", now=NOW, backend_url="http://127.0.0.1:2", candidate_id="b", scope=None
+    )
     assert (moved.generation, moved.backend_url, moved.candidate_id, moved.scope) == (
-        3, "http://127.0.0.1:2", "b", None)
+        3,
+        "http://127.0.0.1:2",
+        "b",
+        None,
+    )
     with pytest.raises(ValueError):
         route_to(moved, mode="serve", now=NOW)
 
@@ -108,8 +125,9 @@ def test_hold_bound_and_retry_after() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _policy(home: Home, *, service: dict[str, Any] | None = None, min_speedup: float | None = None
-            ) -> None:
+def _policy(
+    home: Home, *, service: dict[str, Any] | None = None, min_speedup: float | None = None
+) -> None:
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
     if service:
@@ -122,12 +140,17 @@ def _policy(home: Home, *, service: dict[str, Any] | None = None, min_speedup: f
 class Call(threading.Thread):
     """One chat request through the stable port, in the background; records what came back."""
 
-    def __init__(self, port: int, *, stream: bool = False, max_tokens: int = 8,
-                 timeout: float = 120.0) -> None:
+    def __init__(
+        self, port: int, *, stream: bool = False, max_tokens: int = 8, timeout: float = 120.0
+    ) -> None:
         super().__init__(daemon=True)
         self.url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        self.body = {"messages": [{"role": "user", "content": "Tell me about harbours."}],
-                     "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
+        self.body = {
+            "messages": [{"role": "user", "content": "Tell me about harbours."}],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": stream,
+        }
         self.timeout = timeout
         self.status: int | None = None
         self.headers: dict[str, str] = {}
@@ -160,7 +183,8 @@ def _recipe(home: Home, candidate: str) -> Any:
 
 @pytest.mark.slow
 def test_switch_under_a_streaming_request_completes_it_and_drains_the_old_backend(
-        home: Home) -> None:
+    home: Home,
+) -> None:
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     old = service_record(home)
@@ -221,8 +245,9 @@ def _kill_winner_when_verifying(home: Home, stop: threading.Event) -> list[int]:
     def watch() -> None:
         while not stop.is_set() and not killed:
             cycles = list(home.cycles.iterdir()) if home.cycles.is_dir() else []
-            if any(e.state == CycleState.VERIFY for c in cycles
-                   for e in home.read_journal(c.name)[0]):
+            if any(
+                e.state == CycleState.VERIFY for c in cycles for e in home.read_journal(c.name)[0]
+            ):
                 from faultkit import candidate_records
 
                 for record in candidate_records(home):
@@ -271,9 +296,16 @@ def test_rollback_then_promotion_under_traffic_fail_no_client_request(home: Home
         kv_greedy = real_greedy(backend_url(record), KV8, plan)
     finally:
         stop_candidate(home, record)
-    summary = seal(home, plan, baseline_run(plan, base_greedy),
-                   [CandidateRun(candidate=KV8, samples=timing(KV8, plan, 13.0),
-                                 greedy=kv_greedy, peak_memory_gb=0.2)])
+    summary = seal(
+        home,
+        plan,
+        baseline_run(plan, base_greedy),
+        [
+            CandidateRun(
+                candidate=KV8, samples=timing(KV8, plan, 13.0), greedy=kv_greedy, peak_memory_gb=0.2
+            )
+        ],
+    )
     stop, calls = threading.Event(), []
     client = _traffic(config.port, stop, calls)
     try:
@@ -331,7 +363,8 @@ def test_front_killed_mid_cycle_is_restarted_by_recovery(home: Home) -> None:
 
 @pytest.mark.slow
 def test_supervisor_sigkilled_while_requests_are_held_leaves_none_hanging(
-        tmp_path: Path, demo_models: dict[str, Path]) -> None:
+    tmp_path: Path, demo_models: dict[str, Path]
+) -> None:
     home = make_home(tmp_path / "home", demo_models)
     try:
         # A memory budget no pair of servers fits: exclusive mode, the front holds requests.
@@ -341,8 +374,7 @@ def test_supervisor_sigkilled_while_requests_are_held_leaves_none_hanging(
         queue_plan(home, {"hypothesis": "h", "candidates": [WINNER]})
         proc = supervisor(home, pause_at="EXPERIMENT:measuring")
         try:
-            wait_for((home.state / "paused-at-EXPERIMENT-measuring").exists, 300, "the pause",
-                     proc)
+            wait_for((home.state / "paused-at-EXPERIMENT-measuring").exists, 300, "the pause", proc)
             route = read_route(home)
             assert route is not None and route.mode == "hold" and route.max_hold_s == 4.0
             calls = [Call(config.port) for _ in range(2)]

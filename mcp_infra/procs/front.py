@@ -65,8 +65,19 @@ from mcp_infra.store import CorruptFile, Home, read_optional, utcnow, write_mode
 ROUTE_POLL_S = 0.02
 STATUS_EVERY_S = 0.2
 PROBE_EVERY_S = 2.0
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-              "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
 DROP_FROM_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"date", "server"}
 
 
@@ -107,7 +118,8 @@ class FrontState:
         self._last_write = 0.0
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=2.0, read=None, write=None, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
 
     # routing ------------------------------------------------------------------------------
 
@@ -189,23 +201,35 @@ class FrontState:
 
     def snapshot(self) -> FrontStatus:
         open_gap = time.monotonic() - self._unserved_since if self._unserved_since else 0.0
-        total = self.total.model_copy(update={"unserved_s": round(self.total.unserved_s
-                                                                  + open_gap, 3)})
-        scoped = self.scoped.model_copy(update={"unserved_s": round(self.scoped.unserved_s
-                                                                    + open_gap, 3)})
+        total = self.total.model_copy(
+            update={"unserved_s": round(self.total.unserved_s + open_gap, 3)}
+        )
+        scoped = self.scoped.model_copy(
+            update={"unserved_s": round(self.scoped.unserved_s + open_gap, 3)}
+        )
         route = self.route
         return FrontStatus(
-            pid=os.getpid(), generation=route.generation if route else 0,
-            mode=route.mode if route else "hold", backend_url=route.backend_url if route else None,
+            pid=os.getpid(),
+            generation=route.generation if route else 0,
+            mode=route.mode if route else "hold",
+            backend_url=route.backend_url if route else None,
             in_flight=sum(self.in_flight.values()),
             in_flight_by_backend={k: v for k, v in self.in_flight.items() if v},
-            held_now=self.held_now, total=total, scope=route.scope if route else None,
-            scoped=scoped, backend=self.health, updated_at=utcnow())
+            held_now=self.held_now,
+            total=total,
+            scope=route.scope if route else None,
+            scoped=scoped,
+            backend=self.health,
+            updated_at=utcnow(),
+        )
 
     def write_status(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and not (self._dirty and now - self._last_write >= STATUS_EVERY_S) and (
-                now - self._last_write < PROBE_EVERY_S):
+        if (
+            not force
+            and not (self._dirty and now - self._last_write >= STATUS_EVERY_S)
+            and (now - self._last_write < PROBE_EVERY_S)
+        ):
             return
         _write_volatile(status_path(self.home), self.snapshot())
         self._dirty = False
@@ -281,8 +305,7 @@ def build_app(home: Home) -> Starlette:
         snap = st().snapshot()
         data = snap.model_dump(mode="json")
         checked = st().health.checked_at
-        data["backend_age_s"] = (round((utcnow() - checked).total_seconds(), 1)
-                                 if checked else None)
+        data["backend_age_s"] = round((utcnow() - checked).total_seconds(), 1) if checked else None
         return JSONResponse(data)
 
     async def models(request: Request) -> Response:
@@ -298,8 +321,14 @@ def build_app(home: Home) -> Starlette:
         if st().models_body is not None:
             return Response(st().models_body, media_type="application/json")
         cid = st().route.candidate_id if st().route else None
-        return JSONResponse({"object": "list", "data": [] if not cid else [
-            {"id": cid, "object": "model", "owned_by": "mcp-infra"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": []
+                if not cid
+                else [{"id": cid, "object": "model", "owned_by": "mcp-infra"}],
+            }
+        )
 
     async def proxy(request: Request) -> Response:
         s = st()
@@ -313,8 +342,9 @@ def build_app(home: Home) -> Starlette:
             while True:
                 url = s.serving_url()
                 if url is not None:
-                    outgoing = s.client.build_request(request.method, url + target,
-                                                      headers=headers, content=body)
+                    outgoing = s.client.build_request(
+                        request.method, url + target, headers=headers, content=body
+                    )
                     s.in_flight[url] += 1
                     try:
                         upstream = await s.client.send(outgoing, stream=True)
@@ -324,8 +354,9 @@ def build_app(home: Home) -> Starlette:
                     except httpx.HTTPError as exc:
                         s.in_flight[url] -= 1
                         s._add(upstream_errors=1)
-                        return JSONResponse({"error": f"upstream: {type(exc).__name__}"},
-                                            status_code=502)
+                        return JSONResponse(
+                            {"error": f"upstream: {type(exc).__name__}"}, status_code=502
+                        )
                     else:
                         s.mark(url, True)
                         if held:
@@ -333,9 +364,14 @@ def build_app(home: Home) -> Starlette:
                             s.held_now -= 1
                             held = False
                         return StreamingResponse(
-                            _relay(s, upstream, url), status_code=upstream.status_code,
-                            headers={k: v for k, v in upstream.headers.items()
-                                     if k.lower() not in DROP_FROM_RESPONSE})
+                            _relay(s, upstream, url),
+                            status_code=upstream.status_code,
+                            headers={
+                                k: v
+                                for k, v in upstream.headers.items()
+                                if k.lower() not in DROP_FROM_RESPONSE
+                            },
+                        )
                 if not held:
                     held = True
                     s.held_now += 1
@@ -348,21 +384,30 @@ def build_app(home: Home) -> Starlette:
                     s._add(rejected_503=1)
                     retry = retry_after_s(s.max_hold_s())
                     return JSONResponse(
-                        {"error": {"message": "the service is switching backends and could not "
-                                   f"serve within {s.max_hold_s():.0f} s; retry shortly",
-                                   "type": "service_unavailable"}},
-                        status_code=503, headers={"Retry-After": str(retry)})
+                        {
+                            "error": {
+                                "message": "the service is switching backends and could not "
+                                f"serve within {s.max_hold_s():.0f} s; retry shortly",
+                                "type": "service_unavailable",
+                            }
+                        },
+                        status_code=503,
+                        headers={"Retry-After": str(retry)},
+                    )
                 await s.wait_change(min(0.1, s.max_hold_s() - waited))
         finally:
             if held:  # the client went away while held
                 s.note_hold(time.monotonic() - start)
                 s.held_now -= 1
 
-    return Starlette(routes=[
-        Route("/health", health, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/{path:path}", proxy, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
-    ], lifespan=lifespan)
+    return Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/{path:path}", proxy, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        ],
+        lifespan=lifespan,
+    )
 
 
 async def _relay(s: FrontState, upstream: httpx.Response, url: str) -> AsyncIterator[bytes]:
@@ -387,9 +432,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     home = Home(args.home)
-    config = uvicorn.Config(build_app(home), host=LOOPBACK, port=args.port, log_level="warning",
-                            access_log=False, lifespan="on", timeout_graceful_shutdown=5,
-                            timeout_keep_alive=30)
+    config = uvicorn.Config(
+        build_app(home),
+        host=LOOPBACK,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=30,
+    )
     uvicorn.Server(config).run()
     return 0
 
@@ -443,22 +495,44 @@ def ensure_front(home: Home, config: ServiceConfig, *, timeout: float = 20.0) ->
         stop_server(record, grace=3.0)
     record_path(home).unlink(missing_ok=True)
     if port_open(config.port):
-        raise PortBusy(f"port {config.port} is held by a process mcp-infra did not start; "
-                       "refusing to touch it")
+        raise PortBusy(
+            f"port {config.port} is held by a process mcp-infra did not start; refusing to touch it"
+        )
     log = home.logs / "front.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "mcp_infra.procs.front", "--home", str(home.root),
-            "--port", str(config.port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "mcp_infra.procs.front",
+        "--home",
+        str(home.root),
+        "--port",
+        str(config.port),
+    ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with log.open("ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,  # argv, no shell
-                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,  # argv, no shell
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
     import psutil
 
-    new = ProcessRecord(role="front", pid=proc.pid, pgid=proc.pid,
-                        create_time=psutil.Process(proc.pid).create_time(), argv=argv,
-                        host=LOOPBACK, port=config.port, log_path=str(log),
-                        candidate_id="front", started_at=utcnow())
+    new = ProcessRecord(
+        role="front",
+        pid=proc.pid,
+        pgid=proc.pid,
+        create_time=psutil.Process(proc.pid).create_time(),
+        argv=argv,
+        host=LOOPBACK,
+        port=config.port,
+        log_path=str(log),
+        candidate_id="front",
+        started_at=utcnow(),
+    )
     write_model(record_path(home), new)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -482,13 +556,28 @@ def stop_front(home: Home, grace: float = 10.0) -> str:
     return outcome
 
 
-def set_route(home: Home, *, mode: Literal["serve", "hold"], backend_url: str | None = None,
-              candidate_id: str | None = None, max_hold_s: float | None = None,
-              scope: Any = ..., reason: str = "", wait_s: float = 5.0) -> FrontRoute:
+def set_route(
+    home: Home,
+    *,
+    mode: Literal["serve", "hold"],
+    backend_url: str | None = None,
+    candidate_id: str | None = None,
+    max_hold_s: float | None = None,
+    scope: Any = ...,
+    reason: str = "",
+    wait_s: float = 5.0,
+) -> FrontRoute:
     """Write the next route atomically and wait (bounded) until a running front adopted it."""
-    route = route_to(read_route(home), mode=mode, now=utcnow(), backend_url=backend_url,
-                     candidate_id=candidate_id, max_hold_s=max_hold_s, scope=scope,
-                     reason=reason)
+    route = route_to(
+        read_route(home),
+        mode=mode,
+        now=utcnow(),
+        backend_url=backend_url,
+        candidate_id=candidate_id,
+        max_hold_s=max_hold_s,
+        scope=scope,
+        reason=reason,
+    )
     write_model(route_path(home), route)
     wait_adopted(home, route.generation, wait_s)
     return route
