@@ -27,6 +27,7 @@ from mcp_infra.contracts import (
     PlanChange,
     Recipe,
     RefusedCandidate,
+    ServiceImpact,
     SupervisorRecord,
     Verdict,
 )
@@ -540,6 +541,8 @@ class EvidenceView(View):
     page: int = 1
     pages: int = 1
     path: str | None = None
+    service_impact: ServiceImpact | None = Field(None, description="what the stable endpoint's "
+                                                 "clients saw during the cycle")
 
 
 PAGE_SIZE = 40
@@ -562,6 +565,10 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         view.table = per_prompt_table(verdict)
     if section in (None, "summary", "verdict"):
         view.verdict = verdict
+        try:
+            view.service_impact = read_optional(bundle / "service_impact.json", ServiceImpact)
+        except CorruptFile:
+            view.service_impact = None
     if section == "gates" and verdict:
         view.gates = [{"candidate": c.candidate, **g.model_dump(mode="json")}
                       for c in verdict.candidates for g in c.gates]
