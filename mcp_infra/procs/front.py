@@ -8,8 +8,8 @@ restart of the port clients use.
 Control is by one file, ``state/route.json`` (a ``FrontRoute``, written atomically by the
 supervisor side), not by a socket: the route must survive a restart of the front anyway, so the
 file is the one source of truth a restarted front resumes from, and there is no second endpoint
-to secure (ordinary clients reach only the TCP port; the home is the user's own, mode 0700). The
-front polls the file's identity every 20 ms and echoes the generation it adopted, with its
+to secure (ordinary clients reach only the TCP port; the route file is in the user's own home).
+The front polls the file's identity every 20 ms and echoes the generation it adopted, with its
 counters and the backend's last probed health, in ``state/front_status.json``; the supervisor
 waits for that echo before it drains or stops anything.
 
