@@ -15,8 +15,9 @@ waits for that echo before it drains or stops anything.
 
 When the route holds (no backend can serve: an exclusive swap) or its backend refuses
 connections, a request waits up to the route's ``max_hold_s`` and is then forwarded, or answered
-503 with ``Retry-After``. Only requests that never reached a backend are retried, so no request
-is sent twice. ``/health`` and ``/v1/models`` always answer.
+503 with ``Retry-After``. A request is retried only when its connection failed before any
+answer came (refused, or closed without a response: a stale or dying backend), never once an
+answer started. ``/health`` and ``/v1/models`` always answer.
 
 Run: ``python -m mcp_infra.procs.front --home DIR --port PORT`` (started by ``ensure_front``).
 """
