@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx2 as httpx
+import psutil
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -520,8 +521,6 @@ def ensure_front(home: Home, config: ServiceConfig, *, timeout: float = 20.0) ->
             start_new_session=True,
             env=env,
         )
-    import psutil
-
     new = ProcessRecord(
         role="front",
         pid=proc.pid,
