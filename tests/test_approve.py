@@ -75,7 +75,8 @@ def test_awaiting_approval_then_approve_after_online_verification(
     assert evidence.verify(bundle).ok
     journal = [json.loads(line)["state"] for line in (bundle / "journal.ndjson").open()]
     assert [s for s in journal if s in ("PROMOTE", "VERIFY", "COMMIT", "ROLLBACK")] == [
-        "PROMOTE", "VERIFY", "VERIFY", "COMMIT"]  # verified online, then committed
+        "PROMOTE", "VERIFY", "VERIFY", "COMMIT", "COMMIT"]  # verified on its own port, committed,
+    # then the front switched to it
     # remembered as approved and promoted
     last = memory.outcomes(home, KV8)[-1]
     assert last.cycle_id == approved["cycle_id"] and last.selected
