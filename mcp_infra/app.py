@@ -68,7 +68,7 @@ class ServiceView(View):
     backend_url: str | None = None
     backend_healthy: bool | None = None
     backend_health_age_s: float | None = Field(None, description="age of the front's last probe "
-                                               "of the live backend (GET /v1/models)")
+                                               "of the live backend (GET /health)")
     route_mode: str | None = Field(None, description="serve, or hold while backends swap")
     requests_in_flight: int | None = None
     requests_held_now: int | None = None
@@ -145,7 +145,7 @@ def status(home: Home) -> StatusView:
     healthy = bool(front_alive and alive and fstat and fstat.mode == "serve" and probed
                    and probed.healthy)
     how = ("front on the stable port, live backend " + (
-        f"answered GET /v1/models {probe_age:.0f} s ago" if probed and probed.healthy
+        f"answered {probed.detail.split(':')[0]} {probe_age:.0f} s ago" if probed and probed.healthy
         and probe_age is not None else "not seen healthy yet" if alive else "not running")
         if front_alive else "no front on the stable port")
     if fstat and fstat.mode == "hold":

@@ -44,7 +44,7 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
         async with stdio_client(home, mode="legacy") as client:
             before = (await client.call_tool("status", {})).structured_content["service"]
             assert before["healthy"] is True and before["pid"] and before["since"]
-            assert "answered GET /v1/models" in before["health_check"]  # no completion sent
+            assert "answered GET /health" in before["health_check"]  # no completion sent
 
             started = time.monotonic()
             result = await client.call_tool("propose_plan", {"plan": {
@@ -80,8 +80,8 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
     assert cycle["expected_downtime_s"] == 0 and "ports of their own" in cycle["downtime_note"]
     assert cycle["started_at"] and cycle["elapsed_s"] >= 0
     live = seen["status"]["service"]
-    # status sends no completion: the front's last probe (GET /v1/models) and its age
-    assert live["healthy"] is True and "answered GET /v1/models" in live["health_check"]
+    # status sends no completion: the front's last probe (GET /health) and its age
+    assert live["healthy"] is True and "answered GET /health" in live["health_check"]
     assert live["backend_health_age_s"] is not None and live["front_pid"]
     assert seen["status"]["supervisor_running"] is True
 

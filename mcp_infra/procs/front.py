@@ -240,18 +240,23 @@ class FrontState:
     # health ---------------------------------------------------------------------------------
 
     async def probe(self) -> None:
-        """``GET /v1/models`` on the backend: cheap, sends no completion."""
+        """``GET /health`` on the backend (``/v1/models`` where a server has no ``/health``):
+        cheap, sends no completion and queues nothing behind the server's generation."""
         url = self.route.backend_url if self.route else None
         if not url:
             return
         try:
-            response = await self.client.get(f"{url}/v1/models", timeout=2.0)
+            response = await self.client.get(f"{url}/health", timeout=2.0)
+            path = "/health"
+            if response.status_code == 404:
+                path = "/v1/models"
+                response = await self.client.get(f"{url}{path}", timeout=2.0)
+                if response.status_code == 200:
+                    self.models_body = response.content
             healthy = response.status_code == 200
-            detail = f"GET /v1/models: HTTP {response.status_code}"
-            if healthy:
-                self.models_body = response.content
+            detail = f"GET {path}: HTTP {response.status_code}"
         except httpx.HTTPError as exc:
-            healthy, detail = False, f"GET /v1/models: {type(exc).__name__}"
+            healthy, detail = False, f"GET /health: {type(exc).__name__}"
         self.health = BackendHealth(url=url, healthy=healthy, checked_at=utcnow(), detail=detail)
         self.mark(url, healthy)
         self._dirty = True
