@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import httpx2 as httpx  # noqa: E402
+import yaml  # noqa: E402
 from conftest import _kill_leftovers, make_home  # noqa: E402
 from faultkit import (  # noqa: E402
     candidate_records,
@@ -40,7 +43,8 @@ from faultkit import (  # noqa: E402
 from mcp_infra.contracts import Recipe  # noqa: E402
 from mcp_infra.demo.models import build_demo_models  # noqa: E402
 from mcp_infra.flows.cycle import SealFailed, supervise  # noqa: E402
-from mcp_infra.procs.runtime import free_port, start_server, stop_server  # noqa: E402
+from mcp_infra.procs.front import front_record, read_route  # noqa: E402
+from mcp_infra.procs.runtime import free_port, is_running, start_server, stop_server  # noqa: E402
 from mcp_infra.state.context import load_config, service_record  # noqa: E402
 from mcp_infra.state.store import Home  # noqa: E402
 
@@ -78,6 +82,10 @@ def stranger_takes_port(home: Home) -> str:
     record = service_record(home)
     assert record is not None
     stop_server(record, grace=5)
+    front = front_record(home)
+    if front is not None:  # the front dies too, so a stranger can take the stable port
+        os.killpg(front.pgid, signal.SIGKILL)
+        wait_for(lambda: not is_running(front), 10, "the front to die")
     intruder = stranger(config.port)
     try:
         proc.wait(timeout=300)
@@ -88,6 +96,61 @@ def stranger_takes_port(home: Home) -> str:
     subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root), "recover"],
                    capture_output=True, timeout=300, check=False)
     return f"stranger {'left alone' if alive else 'KILLED'}; then `recover`"
+
+
+def front_killed(home: Home) -> str:
+    """The front (the stable port) is SIGKILLed mid-cycle, and the supervisor with it."""
+    proc = supervisor(home, pause_at="EXPERIMENT:measuring")
+    wait_for((home.state / "paused-at-EXPERIMENT-measuring").exists, 300, "the pause", proc)
+    front = front_record(home)
+    assert front is not None
+    os.killpg(front.pgid, signal.SIGKILL)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    run_supervisor(home)
+    again = front_record(home)
+    route = read_route(home)
+    served = _one_request(load_config(home).port)
+    return (f"front pid {front.pid} -> {again.pid if again else '-'}; route "
+            f"{route.mode if route else '-'}; request via front: {served}")
+
+
+def held_then_supervisor_killed(home: Home) -> str:
+    """Exclusive mode (a memory budget no two servers fit): the front holds requests while the
+    candidate runs; the supervisor is SIGKILLed with requests held."""
+    path = home.user_policy / "test.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["service"] = {"max_hold_s": 5.0, "memory_budget_fraction": 0.001}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    port = load_config(home).port
+    proc = supervisor(home, pause_at="EXPERIMENT:measuring")
+    wait_for((home.state / "paused-at-EXPERIMENT-measuring").exists, 300, "the pause", proc)
+    answers: list[str] = []
+    threads = [threading.Thread(target=lambda: answers.append(_one_request(port)))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    started = time.monotonic()
+    for thread in threads:
+        thread.join(60)
+    hanging = sum(t.is_alive() for t in threads)
+    run_supervisor(home)
+    return (f"held requests: {', '.join(sorted(answers))} within "
+            f"{time.monotonic() - started + 1:.0f} s; {hanging} hanging; after recovery: "
+            f"{_one_request(port)}")
+
+
+def _one_request(port: int) -> str:
+    try:
+        response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
+                              json={"messages": [{"role": "user", "content": "hi"}],
+                                    "max_tokens": 4})
+        return f"HTTP {response.status_code}"
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
 
 
 def disk_full_while_sealing(home: Home) -> str:
@@ -128,6 +191,8 @@ SCENARIOS: list[tuple[str, Callable[[Home], str]]] = [
     ("SIGKILL while sealing", kill_at("SEALED")),
     ("candidate server killed mid-benchmark", candidate_dies),
     ("stranger takes the stable port", stranger_takes_port),
+    ("front SIGKILLed mid-cycle", front_killed),
+    ("supervisor SIGKILLed while requests are held", held_then_supervisor_killed),
     ("disk full while sealing (tmpfs)", disk_full_while_sealing),
     ("server ignores SIGTERM", term_ignored),
 ]

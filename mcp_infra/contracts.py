@@ -137,8 +137,12 @@ class RuntimeSpec(Part):
 
 
 class Resources(Part):
-    memory_gb: float = Field(0, ge=0, le=4096)
+    memory_gb: float = Field(0, ge=0, le=4096, description="peak of one server of this recipe "
+                             "(the exclusive mode's need)")
     disk_gb: float = Field(0, ge=0, le=8192)
+    concurrent_memory_gb: float | None = Field(
+        None, ge=0, le=8192, description="stated need of this candidate beside the live backend "
+        "(both processes); admission uses measured figures when it has them")
 
 
 class Variant(Part):
@@ -303,6 +307,21 @@ class Budgets(Part):
     retry_backoff_s: float = Field(30.0, ge=0, le=3600, description="doubles on each retry")
 
 
+class ServicePolicy(Part):
+    """How the stable endpoint (the front) behaves through a cycle, and what may run beside it."""
+
+    max_hold_s: float = Field(120.0, gt=0, le=3600, description="longest a request is held "
+                              "while no backend can serve; past it the front answers 503")
+    drain_s: float = Field(60.0, ge=0, le=3600, description="longest wait for in-flight "
+                           "requests on an old backend before it is stopped")
+    memory_budget_fraction: float = Field(0.8, gt=0, le=1, description="share of physical "
+                                          "memory that backends running at once may use")
+    max_live_requests_per_round: int = Field(2, ge=0, description="live requests overlapping "
+                                             "a measurement round above which it is repeated")
+    max_round_repeats: int = Field(2, ge=0, le=10)
+    quiet_wait_s: float = Field(60.0, ge=0, le=3600)
+
+
 class Policy(Contract):
     name: Annotated[str, Field(pattern=ID_PATTERN)]
     trusted_namespaces: list[str] = Field(default_factory=list)
@@ -317,6 +336,7 @@ class Policy(Contract):
     window: Window = Field(default_factory=Window)
     budgets: Budgets = Field(default_factory=Budgets)
     watch: Watch = Field(default_factory=Watch)
+    service: ServicePolicy = Field(default_factory=ServicePolicy)
 
     @field_validator("auto_promote")
     @classmethod
@@ -482,7 +502,7 @@ class Recipe(Contract):
 class ProcessRecord(Contract):
     """A server the project started: enough to find it again, never confused with a stranger."""
 
-    role: Literal["stable", "candidate"]
+    role: Literal["stable", "candidate", "front", "backend"]
     pid: int
     pgid: int
     create_time: float = Field(description="process start time (epoch seconds, from the OS)")
@@ -493,6 +513,7 @@ class ProcessRecord(Contract):
     candidate_id: str
     cycle_id: str | None = None
     started_at: datetime
+    ready_s: float | None = Field(None, description="seconds from start until it answered")
 
 
 class ServiceConfig(Contract):
@@ -503,6 +524,73 @@ class ServiceConfig(Contract):
     scratch_port: int = Field(8090, ge=1024, le=65535)
     policy: Annotated[str, Field(pattern=ID_PATTERN)] = "default"
     baseline: Recipe
+
+
+class FrontRoute(Contract):
+    """state/route.json: where the front sends requests. Written only by the supervisor side
+    (atomically); the front polls it and echoes the generation it adopted in FrontStatus."""
+
+    generation: int = Field(ge=0)
+    mode: Literal["serve", "hold"]
+    backend_url: str | None = None
+    candidate_id: str | None = None
+    max_hold_s: float = Field(120.0, gt=0, le=3600)
+    scope: str | None = Field(None, description="the cycle whose impact is being counted")
+    reason: str = Field("", max_length=300)
+    updated_at: datetime
+
+
+class BackendHealth(Part):
+    url: str | None = None
+    healthy: bool | None = None
+    checked_at: datetime | None = None
+    detail: str = ""
+
+
+class FrontCounters(Part):
+    live_requests: int = Field(0, description="requests received (served or in flight)")
+    served: int = 0
+    held: int = 0
+    longest_hold_s: float = 0.0
+    rejected_503: int = 0
+    upstream_errors: int = 0
+    unserved_s: float = Field(0.0, description="seconds with no backend able to serve")
+
+
+class FrontStatus(Contract):
+    """state/front_status.json: written by the front at most every 0.2 s while busy, at least
+    every probe interval (a heartbeat)."""
+
+    pid: int
+    generation: int
+    mode: Literal["serve", "hold"]
+    backend_url: str | None = None
+    in_flight: int = 0
+    in_flight_by_backend: dict[str, int] = Field(default_factory=dict)
+    held_now: int = 0
+    total: FrontCounters = Field(default_factory=FrontCounters)
+    scope: str | None = None
+    scoped: FrontCounters = Field(default_factory=FrontCounters)
+    backend: BackendHealth = Field(default_factory=BackendHealth)
+    updated_at: datetime
+
+
+class ServiceImpact(Contract):
+    """cycles/<id>/service_impact.json: what the stable endpoint's clients saw during a cycle."""
+
+    mode: Literal["concurrent", "exclusive"]
+    mode_reason: str = Field("", max_length=500)
+    promotion_mode: Literal["concurrent", "exclusive"] | None = Field(
+        None, description="how a winner was swapped in, if the cycle got that far")
+    expected_downtime_s: float = Field(ge=0)
+    unserved_s: float | None = None
+    requests_held: int | None = None
+    longest_hold_s: float | None = None
+    rejected_503: int | None = None
+    upstream_errors: int | None = None
+    live_requests: int | None = None
+    front_restarted: bool = False
+    note: str = Field("", max_length=500)
 
 
 class SupervisorRecord(Contract):

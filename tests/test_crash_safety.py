@@ -31,7 +31,8 @@ from faultkit import stranger as start_stranger
 from mcp_infra.contracts import CycleState, Outcome
 from mcp_infra.flows import api as app
 from mcp_infra.flows.cycle import SealFailed, supervise
-from mcp_infra.procs.runtime import stop_server
+from mcp_infra.procs.front import front_record
+from mcp_infra.procs.runtime import is_running, stop_server
 from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home
 
@@ -95,9 +96,10 @@ def test_sigkill_at_every_state_then_recovery(fast_home: Home, pause: str, servi
 
 
 def test_stranger_on_the_stable_port_is_left_alone_and_blocks_promotion(fast_home: Home) -> None:
-    """The live server dies mid-cycle and a stranger takes its port: the cycle refuses to promote,
-    never touches the stranger, and asks for an operator; `recover` fixes it once the port is
-    free again. The supervisor is also SIGKILLed during the rollback, to prove that too recovers."""
+    """The live backend and the front die mid-cycle and a stranger takes the stable port: the
+    cycle refuses to promote, never touches the stranger, and asks for an operator; `recover`
+    fixes it once the port is free again. The supervisor is also SIGKILLed during the rollback,
+    to prove that too recovers."""
     home = fast_home
     start_live(home)
     config = load_config(home)
@@ -108,9 +110,12 @@ def test_stranger_on_the_stable_port_is_left_alone_and_blocks_promotion(fast_hom
         wait_for(lambda: any(e.state == CycleState.EXPERIMENT for c in home.cycles.iterdir()
                              for e in home.read_journal(c.name)[0]), 240, "EXPERIMENT", proc)
         record = service_record(home)
-        assert record is not None
-        stop_server(record, grace=5)  # the live service crashes...
-        stranger = start_stranger(config.port)  # ...and another program takes its port
+        front = front_record(home)
+        assert record is not None and front is not None
+        stop_server(record, grace=5)  # the live backend crashes, so does the front...
+        os.killpg(front.pgid, signal.SIGKILL)
+        wait_for(lambda: not is_running(front), 10, "the front to die")
+        stranger = start_stranger(config.port)  # ...and another program takes the stable port
         wait_for((home.state / "paused-at-ROLLBACK").exists, 240, "ROLLBACK", proc)
         proc.kill()
         proc.wait()

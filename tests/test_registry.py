@@ -94,7 +94,8 @@ def test_the_shipped_dflash2_manifest_pins_exactly_the_issue_revisions() -> None
     assert manifest.runtime.template == "mlx_vlm_server"
     assert manifest.runtime.min_versions["mlx-vlm"] == "0.6.16"
     assert manifest.runtime.platforms == ["darwin-arm64"]
-    assert manifest.resources.memory_gb >= 32
+    # issue #11's figures: one server of the pair peaks at 21.7 GB; two side by side about 38 GB
+    assert manifest.resources.memory_gb == 22 and manifest.resources.concurrent_memory_gb == 38
     sizes = {v.id: v.knobs.draft_block_size for v in manifest.variants}
     # the native variant passes no block size: the drafter's own config decides
     assert sizes == {"dflash-native": None, "dflash-b3": 3, "dflash-b4": 4, "dflash-b5": 5,
@@ -130,7 +131,7 @@ def test_preflight_on_this_machine_demo_passes_and_dflash2_fails_on_platform(
             assert checks[name].passed, checks[name]
         assert checks["pinned"].detail.endswith(f"@{TARGET_REV[:12]}, "
                                                 f"z-lab/Qwen3.8-27B-DFlash2@{DRAFT_REV[:12]}")
-        assert checks["memory"].passed == (facts.memory_gb >= 32)
+        assert checks["memory"].passed == (facts.memory_gb >= 22)
         assert not checks["artifacts"].passed
         assert f"run `mcp-infra prepare {DFLASH2}:{variant.id}`" in checks["artifacts"].detail
         if platform_tag() != "darwin-arm64":

@@ -51,7 +51,7 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
         async with stdio_client(home, mode="legacy") as client:
             before = (await client.call_tool("status", {})).structured_content["service"]
             assert before["healthy"] is True and before["pid"] and before["since"]
-            assert "1-token" in before["health_check"]
+            assert "answered GET /health" in before["health_check"]  # no completion sent
 
             result = await client.call_tool("propose_plan", {"plan": {
                 "hypothesis": hypothesis, "candidates": ["demo-tiny:draft-k2"]}})
@@ -84,10 +84,12 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
     assert cycle["cycle_id"].startswith("c-") and cycle["plan_id"] == seen["plan_id"]
     assert cycle["candidate"] == "demo-tiny:draft-k2" and (cycle["index"], cycle["total"]) == (1, 1)
     assert cycle["step"] == 6 and cycle["steps"] == 11 and "1 of 1" in cycle["progress"]
-    assert cycle["expected_downtime_s"] == 0 and "scratch port" in cycle["downtime_note"]
+    assert cycle["expected_downtime_s"] == 0 and "ports of their own" in cycle["downtime_note"]
     assert cycle["started_at"] and cycle["elapsed_s"] >= 0
     live = seen["status"]["service"]
-    assert live["healthy"] is True and "no request sent" in live["health_check"]
+    # status sends no completion: the front's last probe (GET /health) and its age
+    assert live["healthy"] is True and "answered GET /health" in live["health_check"]
+    assert live["backend_health_age_s"] is not None and live["front_pid"]
     assert seen["status"]["supervisor_running"] is True
 
     summary = wait_for(lambda: sealed_for(home, seen["plan_id"]), timeout=300,

@@ -1,9 +1,10 @@
 """`mcp-infra demo`: the whole loop on the embedded default, through a real MCP client.
 
-It builds the tiny models, serves the baseline on the stable port, starts `mcp-infra serve` as a
-subprocess and talks to it over stdio exactly as an IDE agent would: reads the registry, proposes
-a plan, follows `status` until the cycle is sealed, and prints the evidence. Nothing about the
-result is decided here: the detached supervisor measures and the selector decides.
+It builds the tiny models, serves the baseline behind the front on the stable port, starts
+`mcp-infra serve` as a subprocess and talks to it over stdio exactly as an IDE agent would: reads
+the registry, proposes a plan, follows `status` until the cycle is sealed, and prints the
+evidence. Nothing about the result is decided here: the detached supervisor measures and the
+selector decides.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def prepare(home: Home) -> ServiceConfig:
                           f"{load_config(home).policy!r}); the demo resets its home, so give it "
                           "its own (--home DIR)")
     home.ensure()
-    if (home.service_file).exists():
+    if (home.service_file).exists() or (home.state / "front.json").exists():
         stop_service(home)
     # Each demo is a first cycle in a sandbox: recipe memory would otherwise (rightly) skip the
     # candidate the last demo saw fail its lossless gate. Only the built models are kept.
@@ -138,7 +139,8 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log(f"demo models built in {home.models}")
-    log(f"starting the live service (baseline: plain target) on 127.0.0.1:{config.port}")
+    log(f"starting the front on 127.0.0.1:{config.port} (clients' endpoint) and the live "
+        "backend (baseline: plain target) on a port of its own")
     ensure_serving(home, config.baseline, config)
     try:
         evidence = anyio.run(drive, home, DEMO_CANDIDATES, log)

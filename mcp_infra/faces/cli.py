@@ -300,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     prop.add_argument("--no-supervisor", action="store_true",
                       help="queue only; run `mcp-infra supervise` yourself")
 
-    svc = sub.add_parser("service", help="start or stop the live service with the active recipe")
+    svc = sub.add_parser("service", help="start or stop the live service (the front on the "
+                         "stable port and the live backend behind it)")
     svc.add_argument("action", choices=["start", "stop"])
 
     gate = sub.add_parser("gate", help="see how the quality checkers judge a text")

@@ -184,6 +184,14 @@ def verdict_table(view: app.EvidenceView) -> str:
         s = view.summary
         lines.append(f"cycle {s.cycle_id}: {s.outcome.value}"
                      + (f", selected {s.selected}" if s.selected else "") + f" — {s.reason}")
+    if (impact := getattr(view, "service_impact", None)) is not None:
+        lines.append(
+            f"service: {impact.mode} mode, expected downtime {impact.expected_downtime_s:.0f} s; "
+            f"unserved {impact.unserved_s if impact.unserved_s is not None else '?'} s, "
+            f"{impact.live_requests if impact.live_requests is not None else '?'} live requests, "
+            f"{impact.requests_held if impact.requests_held is not None else '?'} held (longest "
+            f"{impact.longest_hold_s if impact.longest_hold_s is not None else '?'} s), "
+            f"{impact.rejected_503 if impact.rejected_503 is not None else '?'} answered 503")
     if verdict is None:
         return "\n".join(lines)
     lines.append(f"{'candidate':26} {'decode tok/s':>13} {'speedup':>9} {'95% interval':>17} "

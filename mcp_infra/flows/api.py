@@ -32,13 +32,15 @@ from mcp_infra.contracts import (
     Recipe,
     RefusedCandidate,
     ServiceConfig,
+    ServiceImpact,
     SupervisorRecord,
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.preflight import Check, manifest_hash, preflight
 from mcp_infra.core.sanitize import PlanRefused, parse_plan, sanitize
-from mcp_infra.procs.runtime import is_running, port_owner_is, probe_completion
+from mcp_infra.procs.front import front_record, front_status, status_age_s
+from mcp_infra.procs.runtime import is_running, port_owner_is
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
 from mcp_infra.state import memory
@@ -80,6 +82,15 @@ class ServiceView(View):
     pid: int | None = None
     since: datetime | None = None
     health_check: str = Field("", description="how `healthy` was decided")
+    front_pid: int | None = None
+    front_status_age_s: float | None = Field(None, description="age of the front's last status")
+    backend_url: str | None = None
+    backend_healthy: bool | None = None
+    backend_health_age_s: float | None = Field(None, description="age of the front's last probe "
+                                               "of the live backend (GET /health)")
+    route_mode: str | None = Field(None, description="serve, or hold while backends swap")
+    requests_in_flight: int | None = None
+    requests_held_now: int | None = None
 
 
 class CycleView(View):
@@ -97,8 +108,8 @@ class CycleView(View):
     steps: int | None = None
     progress: str | None = Field(None, description="state, candidate i of n, step k of N")
     expected_downtime_s: float | None = Field(
-        None, description="service downtime expected from the current step (0 while candidates "
-        "run on the scratch port)")
+        None, description="seconds the stable endpoint is expected not to serve in this cycle "
+        "(0 in concurrent mode; exclusive mode: the experiments and reloads)")
     downtime_note: str | None = None
 
 
@@ -140,19 +151,38 @@ def status(home: Home) -> StatusView:
         problems.append(str(exc))
     alive = record is not None and is_running(record)
     endpoint = f"http://{config.host}:{config.port}/v1"
-    if home.lock_is_held():  # a cycle may be timing requests: asking status must not disturb it
-        healthy = alive and port_owner_is(record, config.port)
-        how = ("process alive and holding the port (no request sent: a supervisor is running, "
-               "and a request would disturb its measurements)")
-    else:
-        healthy = alive and probe_completion(f"http://{config.host}:{config.port}", timeout=5)
-        how = "answered a 1-token chat completion" if healthy else (
-            "no live process" if not alive else "did not answer a 1-token chat completion")
+    # Never a request on a status call: the front probes its backend every few seconds (GET
+    # /v1/models, no completion) and writes what it saw; status reads that, with its age.
+    front = None
+    try:
+        front = front_record(home)
+    except CorruptFile as exc:
+        problems.append(str(exc))
+    front_alive = front is not None and is_running(front) and port_owner_is(front, config.port)
+    fstat = front_status(home) if front_alive else None
+    probed = fstat.backend if fstat else None
+    probe_age = (round((utcnow() - probed.checked_at).total_seconds(), 1)
+                 if probed and probed.checked_at else None)
+    healthy = bool(front_alive and alive and fstat and fstat.mode == "serve" and probed
+                   and probed.healthy)
+    how = ("front on the stable port, live backend " + (
+        f"answered {probed.detail.split(':')[0]} {probe_age:.0f} s ago" if probed and probed.healthy
+        and probe_age is not None else "not seen healthy yet" if alive else "not running")
+        if front_alive else "no front on the stable port")
+    if fstat and fstat.mode == "hold":
+        how += "; the front is holding requests while backends swap"
     service = ServiceView(endpoint=endpoint, healthy=healthy, active_recipe=recipe.candidate_id,
                           knobs=recipe.knobs.model_dump(exclude_defaults=True),
                           pid=record.pid if alive and record else None,
                           since=record.started_at if alive and record else None,
-                          health_check=how)
+                          health_check=how, front_pid=front.pid if front_alive and front else None,
+                          front_status_age_s=status_age_s(fstat),
+                          backend_url=fstat.backend_url if fstat else None,
+                          backend_healthy=probed.healthy if probed else None,
+                          backend_health_age_s=probe_age,
+                          route_mode=fstat.mode if fstat else None,
+                          requests_in_flight=fstat.in_flight if fstat else None,
+                          requests_held_now=fstat.held_now if fstat else None)
     sup = None
     try:
         sup = read_optional(home.supervisor_file, SupervisorRecord)
@@ -195,10 +225,6 @@ RESTARTING_STATES = {"PROMOTE", "VERIFY", "ROLLBACK", "RECOVER"}
 def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
     """Add when the cycle started, how far it is, and what downtime the current step implies."""
     events, _ = home.read_journal(cycle.cycle_id)
-    try:
-        plan = read_optional(home.cycle_files(cycle.cycle_id).plan, FrozenPlan)
-    except CorruptFile:
-        plan = None
     update: dict[str, Any] = {"steps": len(NOMINAL_STATES)}
     if events:
         update["started_at"] = events[0].ts
@@ -219,20 +245,22 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
     if update.get("step"):
         parts.append(f"step {update['step']} of {update['steps']}")
     update["progress"] = ", ".join(parts)
-    bound = plan.protocol.ready_timeout_s if plan else None
-    restart = (f"at most {bound:.0f} s (the policy's ready timeout), usually a few seconds"
-               if bound else "usually a few seconds")
-    if cycle.state in RESTARTING_STATES:
-        update["expected_downtime_s"] = bound
-        update["downtime_note"] = f"the stable port is being restarted now: {restart}"
-    elif cycle.state in ("COMMIT", "SEALED"):
-        update["expected_downtime_s"] = 0.0
-        update["downtime_note"] = "the service is back; nothing more restarts in this cycle"
+    modes = [e.fields for e in events if e.fields.get("mode")]
+    mode = str(modes[-1]["mode"]) if modes else "concurrent"
+    expected = next((float(e.fields["expected_downtime_s"]) for e in reversed(events)
+                     if e.fields.get("expected_downtime_s") is not None), 0.0)
+    if mode == "exclusive" and cycle.state in ("MAINTENANCE", "EXPERIMENT", *RESTARTING_STATES):
+        update["expected_downtime_s"] = expected
+        update["downtime_note"] = (f"exclusive mode ({modes[-1].get('mode_reason', '')}): the "
+                                   "live backend is stopped while this runs; the front on the "
+                                   "stable port holds requests, then answers 503 with "
+                                   "Retry-After past the policy's hold bound")
     else:
         update["expected_downtime_s"] = 0.0
-        update["downtime_note"] = ("none now: the live service keeps serving while candidates run "
-                                   "on the scratch port; a promotion, if one qualifies, restarts "
-                                   f"the stable port once ({restart})")
+        update["downtime_note"] = ("none: requests go through the front on the stable port; "
+                                   "candidates run on ports of their own beside the live "
+                                   "backend, and a promotion switches the front between two "
+                                   "running backends with no refused request")
     return cycle.model_copy(update=update)
 
 
@@ -265,6 +293,11 @@ class CandidateView(View):
                                "of this class be promoted without a person")
     learned: list[LearnedView] = Field(default_factory=list)
     skip: str | None = Field(None, description="why recipe memory would refuse it in a plan now")
+    memory_mode: str | None = Field(None, description="concurrent (beside the live backend) or "
+                                    "exclusive (the live backend stops while it runs)")
+    memory_mode_reason: str | None = None
+    expected_downtime_s: float | None = Field(None, description="seconds the stable endpoint "
+                                              "would not serve if a plan measured it alone")
 
 
 class RegistryView(View):
@@ -302,6 +335,8 @@ def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
     p_hash = ctx.policy_hash
     learned = _learned(home, recipes, p_hash)
     skips = memory.skips(home, recipes, policy, p_hash)
+    from mcp_infra.flows.impact import preview
+
     views = []
     for manifest in manifests.values():
         for variant in manifest.variants:
@@ -309,7 +344,11 @@ def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
             if candidate_id and cid != candidate_id:
                 continue
             check = preflight(manifest, variant, policy, facts, require_artifacts=True)
+            mode = preview(home, policy, [cid])
             views.append(CandidateView(skip=skips.get(cid),
+                memory_mode=mode.memory_mode if mode else None,
+                memory_mode_reason=mode.memory_mode_reason if mode else None,
+                expected_downtime_s=mode.expected_downtime_s if mode else None,
                 id=cid, title=variant.title or manifest.title,
                 candidate_class=manifest.class_of(variant).value,
                 semantics=manifest.semantics_of(variant).value,
@@ -342,6 +381,10 @@ class ProposalView(View):
     plan_hash: str | None = Field(None, description="sha256 of the frozen plan (also in the "
                                   "audit log)")
     window: str | None = Field(None, description="when the policy lets a queued plan start")
+    memory_mode: str | None = Field(None, description="concurrent or exclusive (see README)")
+    memory_mode_reason: str | None = None
+    expected_downtime_s: float | None = None
+    downtime_note: str | None = None
 
 
 def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool = False,
@@ -367,7 +410,7 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
                         candidates=frozen.candidates,
                         thresholds=frozen.thresholds.model_dump(), changes=frozen.changes,
                         refused=frozen.refused, plan_hash=frozen.content_hash,
-                        window=_window_text(ctx))
+                        window=_window_text(ctx), **_mode_preview(ctx, frozen.candidates[1:]))
     if dry_run:
         home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200],
                                       plan_hash=frozen.content_hash, accepted=True,
@@ -385,6 +428,20 @@ def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool
     if start_supervisor:
         ensure_supervisor(home)
     return view
+
+
+def _mode_preview(ctx: HomeContext, candidates: list[str]) -> dict[str, Any]:
+    from mcp_infra.flows.impact import preview
+
+    try:
+        found = preview(ctx.home, ctx.policy, candidates)
+    except Exception:  # a preview never refuses a plan
+        return {}
+    return found.model_dump() if found else {}
+
+    """Whether a queued plan may start now under the policy's window, and why (or when)."""
+    state = ctx.window()
+    return ("may start now: " if state.may_start else "waits: ") + state.reason
 
 
 def _window_text(ctx: HomeContext) -> str:
@@ -512,6 +569,8 @@ class EvidenceView(View):
     checks: list[CheckResult] | None = None
     report_path: str | None = Field(None, description="the HTML report written for this cycle")
     report_uri: str | None = Field(None, description="MCP resource URI of the HTML report")
+    service_impact: ServiceImpact | None = Field(None, description="what the stable endpoint's "
+                                                 "clients saw during the cycle")
 
 
 PAGE_SIZE = 40
@@ -536,6 +595,10 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         view.verdict = verdict
     if section in (None, "summary"):
         view.cost = read_optional(bundle / "cost.json", CycleCost)
+        try:
+            view.service_impact = read_optional(bundle / "service_impact.json", ServiceImpact)
+        except CorruptFile:
+            view.service_impact = None
     if section == "gates" and verdict:
         view.gates = [{"candidate": c.candidate, **g.model_dump(mode="json")}
                       for c in verdict.candidates for g in c.gates]

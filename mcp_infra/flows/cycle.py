@@ -35,6 +35,7 @@ from mcp_infra.contracts import (
     SupervisorRecord,
     Verdict,
 )
+from mcp_infra.core.admission import admit, expected_downtime_s
 from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
@@ -42,8 +43,8 @@ from mcp_infra.core.selector import select
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, decisive_view, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
+from mcp_infra.flows import impact
 from mcp_infra.flows.measure import (
-    LiveTraffic,
     annotate_cells,
     heldout_check,
     measure_drift,
@@ -51,11 +52,18 @@ from mcp_infra.flows.measure import (
     run_rounds,
 )
 from mcp_infra.procs import bench, usage
+from mcp_infra.procs.front import live_request_count
+from mcp_infra.procs.runtime import PortBusy, ServerStartError
 from mcp_infra.procs.service import (
+    ServiceError,
+    adopt,
+    backend_url,
     ensure_serving,
+    hold_live,
     is_serving,
+    service_policy,
     stable_port_held_by_stranger,
-    start_service,
+    start_backend,
     stop_stray_candidates,
 )
 from mcp_infra.state import evidence, memory
@@ -81,9 +89,6 @@ from mcp_infra.state.store import (
 )
 
 PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
-# A monotonic counter of requests the stable endpoint has served, if one is running (the front
-# of the stable port provides it); each measurement round records the live traffic it overlapped.
-LIVE_TRAFFIC: LiveTraffic | None = None
 
 
 class NeedsOperator(McpInfraError, RuntimeError):
@@ -235,6 +240,8 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
         ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
     except ServerUnavailable as exc:
         raise NeedsOperator(f"the live recipe could not be started: {exc}") from exc
+    impact.begin(home, cycle_id)
+    admitted: list[tuple[str, Any, Any]] = []
     runs: dict[str, CandidateRun] = {}
     recipes: dict[str, Recipe] = {}
     for candidate in plan.candidates[1:]:
@@ -244,6 +251,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
                                            start_error="no longer in the registry")
             continue
         manifest, variant = found
+        admitted.append((candidate, manifest, variant))
         check = preflight(manifest, variant, policy, facts)
         try:
             recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
@@ -270,8 +278,11 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
     journal(CycleState.BASELINE, "measuring the live service once (a sanity check; selection "
             "uses fresh starts of its recipe)", recipe=live.candidate_id)
     runs_dir = home.cycle_files(cycle_id).runs
-    live_run = measure_live(f"http://{config.host}:{config.port}", live, plan,
-                            service_record(home))
+    record = service_record(home)
+    base_url = backend_url(record) if record else f"http://{config.host}:{config.port}"
+    baseline_started = time.monotonic()
+    live_run = measure_live(base_url, live, plan, record)
+    baseline_s = time.monotonic() - baseline_started
     write_model(runs_dir / "live--baseline.json", live_run)
     broken = [s.error for s in live_run.samples if s.error]
     if broken:
@@ -280,10 +291,25 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
                 fingerprint_environment([live, *recipes.values()]))
 
     todo = [c for c in plan.candidates[1:] if c not in runs]
-    journal(CycleState.MAINTENANCE, "experiments run in fresh scratch servers, in interleaved "
-            "rounds; the live service keeps serving", expected_downtime_s=0,
-            configurations=[BASELINE_ID, *todo], min_starts=plan.protocol.min_starts,
-            max_starts=plan.protocol.max_starts)
+
+    def traffic() -> int:
+        """Live requests the front has received so far: each round records its overlap."""
+        return live_request_count(home) or 0
+
+    admission = impact.plan_admission(home, policy, record,
+                                      [a for a in admitted if a[0] in todo])
+    exclusive = admission.mode == "exclusive" and bool(todo)
+    expected = expected_downtime_s(
+        admission.mode if todo else "concurrent", candidates=len(todo), per_candidate_s=baseline_s,
+        load_s=(record.ready_s if record and record.ready_s else plan.protocol.ready_timeout_s))
+    impact.decided(home, cycle_id, admission, expected)
+    journal(CycleState.MAINTENANCE, impact.downtime_words(
+        "exclusive" if exclusive else "concurrent", expected, policy.service.max_hold_s),
+        mode=admission.mode, mode_reason=admission.reason, expected_downtime_s=expected,
+        configurations=[BASELINE_ID, *todo], min_starts=plan.protocol.min_starts,
+        max_starts=plan.protocol.max_starts)
+    if exclusive:
+        hold_live(home, config, reason=f"cycle {cycle_id}: candidates run alone (exclusive)")
 
     def keep_runs(base: CandidateRun, measured: list[CandidateRun]) -> None:
         write_model(home.cycle_files(cycle_id).run(BASELINE_ID), base.model_copy(update={
@@ -294,17 +320,19 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
 
     baseline, measured = run_rounds(home, config, plan, journal, live,
                                     {c: recipes[c] for c in todo}, deadline=deadline,
-                                    live_traffic=LIVE_TRAFFIC, on_round=keep_runs)
+                                    live_traffic=traffic, on_round=keep_runs)
     baseline = baseline.model_copy(update={"knobs": live.knobs, "semantics": live.semantics,
                                            "cache_note": cache_note(live)})
     for candidate, run in measured.items():
         runs[candidate] = run.model_copy(update={"cache_note": cache_note(recipes[candidate])})
+    if exclusive:  # the live recipe serves again before anything else is measured or promoted
+        ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
     if plan.protocol.drift_check:
         journal(CycleState.SELECT, "re-measuring the baseline for drift in a fresh start",
                 step="drift")
         rounds = max((r.round for r in baseline.rounds), default=-1) + 1
         baseline = measure_drift(home, config, plan, journal, live, baseline, rounds,
-                                 live_traffic=LIVE_TRAFFIC)
+                                 live_traffic=traffic)
     baseline, runs = annotate_cells(baseline, runs, plan.protocol)
     write_model(home.cycle_files(cycle_id).run(BASELINE_ID), baseline)
     for candidate, run in runs.items():  # candidates that never started are recorded too
@@ -332,7 +360,7 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
         return CycleResult(Outcome.KEPT_BASELINE, None, reason)
     journal(CycleState.SELECT, f"checking {verdict.selected} on held-out prompts", step="heldout",
             candidate=verdict.selected)
-    held = heldout_check(home, config, plan, journal, live, winner, live_traffic=LIVE_TRAFFIC)
+    held = heldout_check(home, config, plan, journal, live, winner, live_traffic=traffic)
     write_model(runs_dir / "heldout--baseline.json", held.baseline)
     write_model(runs_dir / f"heldout--{file_safe(verdict.selected)}.json", held.winner)
     journal(CycleState.SELECT, held.reason[:1000], step="heldout-passed" if held.passed
@@ -380,33 +408,52 @@ def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
 def promote(home: Home, config: ServiceConfig, plan: FrozenPlan, journal: Journal, live: Recipe,
             winner: Recipe, run: CandidateRun, speedup: float | None,
             verdict: Verdict) -> CycleResult:
-    """Put ``winner`` on the stable port, verify it online, commit it; roll back on any failure.
-    Used by the cycle and by a person's approval."""
-    journal(CycleState.PROMOTE, f"restarting the stable port with {winner.candidate_id}",
-            step="enter", recipe=winner.model_dump(mode="json"), previous=live.candidate_id)
+    """Start the winner on its own port, verify it there, then switch the front to it and drain
+    the old backend; roll back on any failure. If the two do not fit in memory together
+    (measured peak of the winner + measured footprint of the live backend against the policy's
+    budget), the front holds requests while the old backend stops and the winner loads
+    (exclusive). Used by the cycle and by a person's approval."""
+    policy = service_policy(home)
+    live_record = service_record(home)
+    fit = admit(run.peak_memory_gb, impact.footprint_gb(live_record),
+                psutil.virtual_memory().total / 2**30, policy.memory_budget_fraction,
+                peak_source="measured in this cycle", live_source="measured RSS")
+    exclusive = fit.mode == "exclusive" and live_record is not None
+    impact.promotion(home, journal.cycle_id, fit)
+    journal(CycleState.PROMOTE, f"starting {winner.candidate_id} on its own port "
+            f"({'exclusive: the front holds requests' if exclusive else 'beside the live one'})",
+            step="enter", recipe=winner.model_dump(mode="json"), previous=live.candidate_id,
+            mode=fit.mode, mode_reason=fit.reason)
     if stable_port_held_by_stranger(home, config):
         reason = (f"port {config.port} is held by a process mcp-infra did not start; "
                   "promotion refused, nothing was touched")
         journal(CycleState.ROLLBACK, reason, step="enter")
         return rolled_back(home, journal, reason)
     try:
-        start_service(home, winner, config, cycle_id=journal.cycle_id,
-                      timeout=plan.protocol.ready_timeout_s)
+        if exclusive:
+            hold_live(home, config, reason=f"exclusive promotion of {winner.candidate_id}")
+        new = start_backend(home, winner, role="backend",
+                            log=home.logs / f"backend-{file_safe(winner.candidate_id)}.log",
+                            cycle_id=journal.cycle_id, timeout=plan.protocol.ready_timeout_s)
     except ServerUnavailable as exc:
-        reason = f"the winner did not start on the stable port: {str(exc)[:300]}"
+        reason = f"the winner did not start: {str(exc)[:300]}"
         journal(CycleState.ROLLBACK, reason, step="enter")
         return rolled_back(home, journal, reason)
-    journal(CycleState.VERIFY, "checking the promoted service online", step="enter")
-    failure = verify_online(home, config, plan, winner, run)
+    journal(CycleState.VERIFY, f"checking {winner.candidate_id} on its own port before the "
+            "switch", step="enter", port=new.port)
+    failure = verify_online(home, config, plan, winner, run, base_url=backend_url(new))
     if failure:
         journal(CycleState.VERIFY, failure, step="failed")
-        journal(CycleState.ROLLBACK, "verification failed; restoring the previous recipe",
+        journal(CycleState.ROLLBACK, "verification failed; the previous recipe keeps serving",
                 step="enter")
         return rolled_back(home, journal, failure)
-    journal(CycleState.VERIFY, "the stable port reproduces the measured greedy outputs",
+    journal(CycleState.VERIFY, "the winner reproduces the measured greedy outputs",
             step="passed")
-    journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe")
+    journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe; switching the front")
     commit(home, live, winner)
+    switched = adopt(home, new, config, reason=f"promoted {winner.candidate_id}")
+    journal(CycleState.COMMIT, f"front switched to {winner.candidate_id} ({switched})",
+            step="switched")
     return CycleResult(Outcome.PROMOTED, winner.candidate_id, verdict.reason, speedup)
 
 
@@ -416,9 +463,10 @@ def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
 
 
 def verify_online(home: Home, config: Any, plan: FrozenPlan, winner: Recipe,
-                  run: CandidateRun) -> str | None:
-    """Gates again on the stable port: the same greedy outputs as measured, no smoke failure."""
-    base_url = f"http://{config.host}:{config.port}"
+                  run: CandidateRun, *, base_url: str | None = None) -> str | None:
+    """Gates again on the server about to serve (its own port, before the front switches to
+    it): the same greedy outputs as measured, no smoke failure."""
+    base_url = base_url or f"http://{config.host}:{config.port}"
     suite = load_suite(plan.protocol.suite)
     online = [bench.greedy_chat(base_url, _messages(p), max_tokens=_max_tokens(p, plan.protocol),
                                 timeout=plan.protocol.request_timeout_s,
@@ -487,6 +535,12 @@ def seal(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal, started:
     outcome, selected, reason, speedup = result
     journal(CycleState.SEALED, f"outcome: {outcome.value}", step="enter", outcome=outcome.value,
             selected=selected, reason=reason, speedup_pct=speedup)
+    try:  # what the stable endpoint's clients saw; never fails a cycle
+        impact.finish(home, cycle_id)
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            journal(CycleState.SEALED, f"service impact not recorded: {type(exc).__name__}",
+                    step="note")
     summary = CycleSummary(
         cycle_id=cycle_id, plan_id=plan.plan_id, started_at=started, ended_at=utcnow(),
         outcome=outcome, selected=selected, speedup_pct=speedup, reason=reason,
@@ -594,6 +648,7 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
     summaries: list[CycleSummary] = []
     with supervising(home):
         recover(home)
+        _revive_front(home)
         while True:
             if (home.needs_operator_file).exists():
                 break
@@ -611,6 +666,17 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
             summaries.append(summary)
             _maybe_retry(home, plan, summary)
     return summaries
+
+
+def _revive_front(home: Home) -> None:
+    """A front that was started and died (its record remains) is restarted, and the route put
+    back on the live backend; a service stopped on purpose (no record) stays stopped."""
+    from mcp_infra.procs.front import front_record, front_running
+
+    if front_record(home) is None or front_running(home):
+        return
+    with contextlib.suppress(ServerStartError, PortBusy, ServiceError, OSError, RuntimeError):
+        ensure_serving(home, active_recipe(home), load_config(home))
 
 
 def operator_recover(home: Home) -> list[str]:

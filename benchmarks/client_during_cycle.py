@@ -1,0 +1,353 @@
+"""A client on the stable port during cycles: does any request fail; what does the front cost?
+
+    .venv/bin/python benchmarks/client_during_cycle.py [--streams 1,4] [--json]
+        [--scenarios promote,exclusive,rollback]
+
+For each scenario and each client concurrency (streams sending streamed chat requests back to
+back, 120 s client timeout), a fresh home with the demo models and a live mlx_lm.server behind
+the front:
+
+- promote: a qualified KV-cache candidate (greedy outputs read from real servers, timing figures
+  fixed by tests/sealed.py so it qualifies on a busy 2-core machine) is approved: the real
+  promotion path starts it on its own port, verifies it there, switches the front, drains and
+  stops the old backend (concurrent mode).
+- exclusive: a real cycle (plan: demo-tiny:draft-k4) under a policy whose memory budget no two
+  servers fit: the live backend is stopped while the candidate runs and the front holds requests.
+- rollback: the same approval, but the winner's server is SIGKILLed the moment the journal says
+  VERIFY (a real failure, not an edited check): the previous backend keeps serving.
+
+Then the front's own cost, side by side in one run on an idle service: interleaved identical
+requests to the front and to the backend's own port (latency p50 of 8-token answers; decode tok/s
+of 64-token streams). Timings on this shared 2-core machine are taken under contention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import httpx2 as httpx  # noqa: E402
+import yaml  # noqa: E402
+from conftest import _kill_leftovers, make_home  # noqa: E402
+from faultkit import candidate_records, queue_plan, run_supervisor  # noqa: E402
+from synthetic_bundle import baseline_run, freeze, seal, timing  # noqa: E402
+
+from mcp_infra.contracts import CandidateRun, CycleState, ServiceImpact  # noqa: E402
+from mcp_infra.core.preflight import find_candidate
+from mcp_infra.demo.models import build_demo_models  # noqa: E402
+from mcp_infra.flows.approve import approve  # noqa: E402
+from mcp_infra.flows.cycle import _max_tokens, _messages  # noqa: E402
+from mcp_infra.procs import bench
+from mcp_infra.procs.service import backend_url, ensure_serving, start_candidate, stop_candidate
+from mcp_infra.state import evidence  # noqa: E402
+from mcp_infra.state.artifacts import resolve_recipe  # noqa: E402
+from mcp_infra.state.catalog import (
+    load_registry,
+    load_suite,  # noqa: E402
+)
+from mcp_infra.state.context import load_config, service_record
+from mcp_infra.state.store import Home  # noqa: E402
+
+KV8 = "demo-tiny:kv8"
+DRAFT = "demo-tiny:draft-k4"
+CLIENT_TIMEOUT_S = 120.0
+BODY = {
+    "messages": [{"role": "user", "content": "Tell me about harbours."}],
+    "max_tokens": 16,
+    "temperature": 0.0,
+    "stream": True,
+}
+
+
+@dataclass
+class Result:
+    status: int | None
+    error: str | None
+    seconds: float
+
+
+@dataclass
+class Client:
+    """``streams`` threads sending streamed chat requests back to back to the stable port."""
+
+    port: int
+    streams: int
+    results: list[Result] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def _loop(self) -> None:
+        url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        while not self.stop.is_set():
+            start = time.perf_counter()
+            status, error = None, None
+            try:
+                with httpx.stream("POST", url, json=BODY, timeout=CLIENT_TIMEOUT_S) as resp:
+                    status = resp.status_code
+                    done = any(line.strip() == "data: [DONE]" for line in resp.iter_lines())
+                    if status == 200 and not done:
+                        error = "stream ended without [DONE]"
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"[:200]
+            self.results.append(Result(status, error, time.perf_counter() - start))
+
+    def __enter__(self) -> Client:
+        for _ in range(self.streams):
+            thread = threading.Thread(target=self._loop, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(CLIENT_TIMEOUT_S + 10)
+
+
+def _policy(home: Home, **service: Any) -> None:
+    path = home.user_policy / "test.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["protocol"].update({"repeats": 2, "warmup": 1, "max_tokens": 32})
+    if service:
+        data["service"] = service
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _recipe(home: Home, candidate: str) -> Any:
+    manifest, variant = find_candidate(load_registry(), candidate)  # type: ignore[misc]
+    return resolve_recipe(manifest, variant, home.models, home.hf_cache)
+
+
+def _sealed_kv8(home: Home) -> str:
+    """A sealed cycle where KV8 qualifies and awaits approval (real greedy outputs)."""
+    config = load_config(home)
+    plan = freeze(home, [KV8])
+    suite = load_suite(plan.protocol.suite)
+
+    def greedy(url: str, name: str) -> list[Any]:
+        return [
+            bench.greedy_chat(
+                url,
+                _messages(p),
+                max_tokens=_max_tokens(p, plan.protocol),
+                timeout=60,
+                candidate=name,
+                prompt_id=p.id,
+            )
+            for p in suite.prompts
+        ]
+
+    live = service_record(home)
+    assert live is not None
+    base = greedy(backend_url(live), "baseline")
+    record = start_candidate(home, _recipe(home, KV8), config, cycle_id="measure", timeout=120)
+    try:
+        kv = greedy(backend_url(record), KV8)
+    finally:
+        stop_candidate(home, record)
+    summary = seal(
+        home,
+        plan,
+        baseline_run(plan, base),
+        [
+            CandidateRun(
+                candidate=KV8, samples=timing(KV8, plan, 13.0), greedy=kv, peak_memory_gb=0.2
+            )
+        ],
+    )
+    return summary.cycle_id
+
+
+def _kill_at_verify(home: Home, stop: threading.Event) -> None:
+    def watch() -> None:
+        while not stop.is_set():
+            cycles = list(home.cycles.iterdir()) if home.cycles.is_dir() else []
+            if any(
+                e.state == CycleState.VERIFY for c in cycles for e in home.read_journal(c.name)[0]
+            ):
+                for record in candidate_records(home):
+                    if record.role == "backend":
+                        os.killpg(record.pgid, signal.SIGKILL)
+                        return
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def scenario(name: str, streams: int, models: dict[str, Path]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="mcp-infra-client-") as tmp:
+        home = make_home(Path(tmp) / "home", models)
+        try:
+            if name == "exclusive":
+                _policy(home, memory_budget_fraction=0.001, max_hold_s=120.0)
+            else:
+                _policy(home)
+            config = load_config(home)
+            ensure_serving(home, config.baseline, config)
+            source = _sealed_kv8(home) if name in ("promote", "rollback") else None
+            stop = threading.Event()
+            started = time.monotonic()
+            with Client(config.port, streams) as client:
+                time.sleep(2.0)
+                if name == "exclusive":
+                    queue_plan(home, {"hypothesis": "h", "candidates": [DRAFT]})
+                    run_supervisor(home, timeout=900)
+                    summary = evidence.list_cycles(home)[0]
+                else:
+                    if name == "rollback":
+                        _kill_at_verify(home, stop)
+                    assert source is not None
+                    summary = approve(home, source)
+                time.sleep(2.0)
+            stop.set()
+            wall = time.monotonic() - started
+            bundle = evidence.bundle_path(home, summary.cycle_id)
+            impact = ServiceImpact.model_validate_json((bundle / "service_impact.json").read_text())
+            ok = [r.seconds for r in client.results if r.status == 200 and not r.error]
+            failed = [r for r in client.results if r.status != 200 or r.error]
+            row = {
+                "scenario": name,
+                "streams": streams,
+                "outcome": summary.outcome.value,
+                "mode": f"{impact.mode}/{impact.promotion_mode or '-'}",
+                "requests": len(client.results),
+                "failed": len(failed),
+                "held": impact.requests_held,
+                "longest_hold_s": impact.longest_hold_s,
+                "rejected_503": impact.rejected_503,
+                "unserved_s": impact.unserved_s,
+                "p50_s": round(statistics.median(ok), 3) if ok else None,
+                "p99_s": round(_pct(ok, 0.99), 3) if ok else None,
+                "wall_s": round(wall, 1),
+                "failures": sorted({r.error or f"HTTP {r.status}" for r in failed})[:3],
+            }
+            if name == "promote" and streams == 1:
+                row["overhead"] = overhead(home)
+            return row
+        finally:
+            _kill_leftovers(home)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def overhead(home: Home, pairs: int = 40) -> dict[str, Any]:
+    """Interleaved identical requests: the front's port vs the backend's own port."""
+    config = load_config(home)
+    live = service_record(home)
+    assert live is not None
+    front, direct = f"http://127.0.0.1:{config.port}", backend_url(live)
+    lat: dict[str, list[float]] = {"front": [], "direct": []}
+    tps: dict[str, list[float]] = {"front": [], "direct": []}
+    short = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0.0}
+    with httpx.Client(timeout=60) as http:
+        for i in range(pairs):
+            order = [("front", front), ("direct", direct)]
+            for name, url in order if i % 2 == 0 else order[::-1]:
+                start = time.perf_counter()
+                http.post(f"{url}/v1/chat/completions", json=short).raise_for_status()
+                lat[name].append(time.perf_counter() - start)
+    hop: dict[str, list[float]] = {"front": [], "direct": []}
+    with httpx.Client(timeout=60) as http:  # the hop alone: no model work behind it
+        for i in range(pairs * 5):
+            order = [("front", front), ("direct", direct)]
+            for name, url in order if i % 2 == 0 else order[::-1]:
+                start = time.perf_counter()
+                http.get(f"{url}/v1/models").raise_for_status()
+                hop[name].append(time.perf_counter() - start)
+    for i in range(max(6, pairs // 4)):
+        order = [("front", front), ("direct", direct)]
+        for name, url in order if i % 2 == 0 else order[::-1]:
+            sample = bench.stream_chat(
+                url,
+                [{"role": "user", "content": f"story {i}"}],
+                max_tokens=64,
+                timeout=60,
+                candidate=name,
+                prompt_id="p",
+                repeat=i,
+            )
+            if sample.decode_tps:
+                tps[name].append(sample.decode_tps)
+    diffs = [f - d for f, d in zip(lat["front"], lat["direct"], strict=True)]
+    hops = [f - d for f, d in zip(hop["front"], hop["direct"], strict=True)]
+    return {
+        "pairs": pairs,
+        "models_get_p50_front_ms": round(statistics.median(hop["front"]) * 1000, 2),
+        "models_get_p50_direct_ms": round(statistics.median(hop["direct"]) * 1000, 2),
+        "hop_added_ms_p50": round(statistics.median(hops) * 1000, 2),
+        "latency_p50_front_ms": round(statistics.median(lat["front"]) * 1000, 2),
+        "latency_p50_direct_ms": round(statistics.median(lat["direct"]) * 1000, 2),
+        "added_ms_p50_of_pair_differences": round(statistics.median(diffs) * 1000, 2),
+        "decode_tps_front": round(statistics.median(tps["front"]), 1),
+        "decode_tps_direct": round(statistics.median(tps["direct"]), 1),
+        "decode_tps_change_pct": round(
+            (statistics.median(tps["front"]) / statistics.median(tps["direct"]) - 1) * 100, 2
+        ),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--streams", default="1,4")
+    parser.add_argument("--scenarios", default="promote,exclusive,rollback")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    models = build_demo_models(Path(tempfile.gettempdir()) / "mcp-infra-client-models")
+    rows = []
+    for name in args.scenarios.split(","):
+        for streams in (int(s) for s in args.streams.split(",")):
+            row = scenario(name, streams, models)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    head = (
+        "| scenario | streams | outcome | mode (experiments/promotion) | requests | failed "
+        "| held | longest hold s | 503s | unserved s | p50 s | p99 s | wall s |"
+    )
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in rows:
+        print(
+            f"| {r['scenario']} | {r['streams']} | {r['outcome']} | {r['mode']} | "
+            f"{r['requests']} | {r['failed']} | {r['held']} | {r['longest_hold_s']} | "
+            f"{r['rejected_503']} | {r['unserved_s']} | {r['p50_s']} | {r['p99_s']} | "
+            f"{r['wall_s']} |"
+        )
+    for r in rows:
+        if r["failures"]:
+            print(f"failures in {r['scenario']}/{r['streams']}: {r['failures']}")
+        if "overhead" in r:
+            o = r["overhead"]
+            print(
+                f"\nfront overhead ({o['pairs']} interleaved pairs, idle service): latency p50 "
+                f"front {o['latency_p50_front_ms']} ms vs direct {o['latency_p50_direct_ms']} ms"
+                f"; added p50 (pairwise) {o['added_ms_p50_of_pair_differences']} ms; the hop "
+                f"alone (GET /v1/models, {o['pairs'] * 5} pairs): front "
+                f"{o['models_get_p50_front_ms']} ms vs direct {o['models_get_p50_direct_ms']} "
+                f"ms, added p50 {o['hop_added_ms_p50']} ms; decode "
+                f"tok/s front {o['decode_tps_front']} vs direct {o['decode_tps_direct']} "
+                f"({o['decode_tps_change_pct']:+.2f}%)"
+            )
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
