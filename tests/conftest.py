@@ -342,9 +342,13 @@ def write_test_policy(home: Home, thresholds: dict[str, object] | None = None,
     """The demo policy, with a smaller protocol, saved as the home's own `test` policy."""
     data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
     data["name"] = "test"
-    data["protocol"].update({"repeats": 3, "warmup": 1, "max_tokens": 32,
+    # Lean on purpose (a 2-core CI machine): two starts per configuration and one request at a
+    # time; tests of the workload cells and of more starts set their own protocol.
+    data["protocol"].update({"repeats": 2, "warmup": 1, "max_tokens": 32,
                              "bootstrap_resamples": 500, "ready_timeout_s": 120,
-                             "request_timeout_s": 60, **protocol})
+                             "request_timeout_s": 60, "min_starts": 2, "max_starts": 2,
+                             "workload": [{"request_class": "short", "concurrency": 1,
+                                           "role": "decisive"}], **protocol})
     data["thresholds"].update(thresholds or {})
     data["budgets"].update(budgets or {})
     home.user_policy.mkdir(parents=True, exist_ok=True)

@@ -43,19 +43,25 @@ def freeze(home: Home, candidates: list[str]) -> FrozenPlan:
 
 
 def prompts(plan: FrozenPlan) -> list[str]:
-    return [p.id for p in load_suite(plan.protocol.suite).prompts]
+    """The suite's selection prompts (held-out prompts are measured only after selection)."""
+    return [p.id for p in load_suite(plan.protocol.suite).prompts if p.split == "selection"]
 
 
 def timing(candidate: str, plan: FrozenPlan, tps: float) -> list[Sample]:
-    """SYNTHETIC timing samples at a fixed decode rate (small, deterministic spread per repeat):
-    invented numbers, so a test's verdict does not depend on this machine's speed."""
-    return [Sample(candidate=candidate, prompt_id=pid, repeat=r, order=i, prompt_tokens=20,
-                   completion_tokens=32, ttft_s=0.05, decode_s=31 / (tps * (1 + 0.002 * r)),
-                   decode_tps=tps * (1 + 0.002 * r),
-                   e2e_s=0.06 + 31 / (tps * (1 + 0.002 * r)), finish_reason="length",
-                   text="x")
-            for i, (r, pid) in enumerate((r, p) for r in range(plan.protocol.repeats)
-                                         for p in prompts(plan))]
+    """SYNTHETIC timing samples at a fixed decode rate (small, deterministic spread per repeat
+    and per server start, in as many starts as the protocol's minimum): invented numbers, so a
+    test's verdict does not depend on this machine's speed."""
+    starts = max(plan.protocol.min_starts, 2)
+    out = []
+    for start in range(starts):
+        for i, (r, pid) in enumerate((r, p) for r in range(plan.protocol.repeats)
+                                     for p in prompts(plan)):
+            rate = tps * (1 + 0.002 * r) * (1 + 0.003 * start)
+            out.append(Sample(candidate=candidate, prompt_id=pid, repeat=r, order=i,
+                              start=start, round=start, prompt_tokens=20, completion_tokens=32,
+                              ttft_s=0.05, decode_s=31 / rate, decode_tps=rate,
+                              e2e_s=0.06 + 31 / rate, finish_reason="length", text="x"))
+    return out
 
 
 def greedy_ids(candidate: str, plan: FrozenPlan, ids: dict[str, list[int]]) -> list[Sample]:

@@ -91,14 +91,17 @@ def test_evidence_that_does_not_verify(home: Home, awaiting: CycleSummary) -> No
 
 
 def test_an_incomplete_bundle(home: Home, awaiting: CycleSummary) -> None:
-    """summary.json is not part of the recomputed verdict: corrupted, with its hash made to
-    match, the bundle verifies but cannot be read."""
+    """summary.json corrupted, with its hash in MANIFEST.json made to match: complete
+    verification (the signed Statement, the summary against the verdict) refuses it before the
+    bundle is even read."""
     bundle = home.evidence / awaiting.cycle_id
     (bundle / "summary.json").write_text("{ not json")
     manifest = read_model(bundle / "MANIFEST.json", EvidenceManifest)
     files = {**manifest.files, "summary.json": sha256_file(bundle / "summary.json")}
     write_model(bundle / "MANIFEST.json", manifest.model_copy(update={"files": files}))
-    refused(home, awaiting.cycle_id, None, f"the bundle of {awaiting.cycle_id} is incomplete")
+    refused(home, awaiting.cycle_id, None,
+            f"the evidence of {awaiting.cycle_id} does not verify: statement_files: .*"
+            "summary_agrees")
 
 
 def test_no_candidate_awaiting(home: Home) -> None:
