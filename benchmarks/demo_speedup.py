@@ -44,13 +44,22 @@ class Setting:
 
 def settings(ks: list[int]) -> list[Setting]:
     out = [Setting("target (cache off)", Knobs(prompt_cache_size=0))]
-    out += [Setting(f"draft K={k} (cache off)",
-                    Knobs(draft=True, num_draft_tokens=k, prompt_cache_size=0)) for k in ks]
+    out += [
+        Setting(
+            f"draft K={k} (cache off)", Knobs(draft=True, num_draft_tokens=k, prompt_cache_size=0)
+        )
+        for k in ks
+    ]
     out.append(Setting("target (default cache)", Knobs()))
-    out += [Setting(f"draft K={k} (default cache)", Knobs(draft=True, num_draft_tokens=k))
-            for k in ks]
-    out += [Setting(f"kv-bits {b} (cache off)",
-                    Knobs(kv_bits=b, quantized_kv_start=0, prompt_cache_size=0)) for b in (8, 4)]
+    out += [
+        Setting(f"draft K={k} (default cache)", Knobs(draft=True, num_draft_tokens=k)) for k in ks
+    ]
+    out += [
+        Setting(
+            f"kv-bits {b} (cache off)", Knobs(kv_bits=b, quantized_kv_start=0, prompt_cache_size=0)
+        )
+        for b in (8, 4)
+    ]
     return out
 
 
@@ -61,19 +70,31 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 6])
     args = ap.parse_args()
-    prompts = [p for p in load_suite("demo-speed").prompts  # the short selection prompts
-               if p.split == "selection" and p.prompt_class != "long_context"]
+    prompts = [
+        p
+        for p in load_suite("demo-speed").prompts  # the short selection prompts
+        if p.split == "selection" and p.prompt_class != "long_context"
+    ]
     work = Path(tempfile.mkdtemp(prefix="demo-speedup-"))
     paths = build_demo_models(work / "models")
     table = settings(args.ks)
     reference: dict[str, list[int] | None] = {}
     try:
         for s in table:  # start one at a time (startup timed alone), warm up, check greedy ids
-            recipe = Recipe(candidate_id=f"bench:{len(reference)}", template="mlx_lm_server",
-                            model_path=str(paths["target"]), draft_path=str(paths["draft"]),
-                            knobs=s.knobs)
-            s.record, _ = start_server(recipe, port=free_port(), role="candidate",
-                                       log_path=work / f"{s.name}.log", hf_cache=work / "hf")
+            recipe = Recipe(
+                candidate_id=f"bench:{len(reference)}",
+                template="mlx_lm_server",
+                model_path=str(paths["target"]),
+                draft_path=str(paths["draft"]),
+                knobs=s.knobs,
+            )
+            s.record, _ = start_server(
+                recipe,
+                port=free_port(),
+                role="candidate",
+                log_path=work / f"{s.name}.log",
+                hf_cache=work / "hf",
+            )
             try:
                 s.startup_s = wait_ready(s.record, timeout=120)
             except Exception as exc:  # one broken setting is a finding, not the end
@@ -81,29 +102,49 @@ def main() -> int:
                 continue
             url = f"http://127.0.0.1:{s.record.port}"
             for p in prompts:  # a warm server whose default cache holds the template prefix
-                bench.stream_chat(url, [m.model_dump() for m in p.messages],
-                                  max_tokens=args.max_tokens, timeout=120, candidate=s.name,
-                                  prompt_id=p.id, repeat=0, phase="warmup")
+                bench.stream_chat(
+                    url,
+                    [m.model_dump() for m in p.messages],
+                    max_tokens=args.max_tokens,
+                    timeout=120,
+                    candidate=s.name,
+                    prompt_id=p.id,
+                    repeat=0,
+                    phase="warmup",
+                )
             for _ in range(args.rounds):
                 for p in prompts:
-                    ids = bench.greedy_chat(url, [m.model_dump() for m in p.messages],
-                                            max_tokens=args.max_tokens, timeout=120,
-                                            candidate=s.name, prompt_id=p.id).token_ids
+                    ids = bench.greedy_chat(
+                        url,
+                        [m.model_dump() for m in p.messages],
+                        max_tokens=args.max_tokens,
+                        timeout=120,
+                        candidate=s.name,
+                        prompt_id=p.id,
+                    ).token_ids
                     reference.setdefault(p.id, ids)  # the first setting is the reference
                     s.total += 1
                     s.identical += int(ids is not None and ids == reference[p.id])
-            print(f"  {s.name}: ready in {s.startup_s:.2f}s, greedy identical "
-                  f"{s.identical}/{s.total}", file=sys.stderr, flush=True)
+            print(
+                f"  {s.name}: ready in {s.startup_s:.2f}s, greedy identical "
+                f"{s.identical}/{s.total}",
+                file=sys.stderr,
+                flush=True,
+            )
         live = [s for s in table if not s.error]
         for run in range(args.runs):  # round-robin, so load bursts hit every setting alike
-            for s in live[run % len(live):] + live[:run % len(live)]:
+            for s in live[run % len(live) :] + live[: run % len(live)]:
                 for p in prompts:
                     assert s.record is not None
                     sample = bench.stream_chat(
                         f"http://127.0.0.1:{s.record.port}",
                         bench.with_nonce([m.model_dump() for m in p.messages], uuid.uuid4().hex),
-                        max_tokens=args.max_tokens, timeout=120, candidate=s.name,
-                        prompt_id=p.id, repeat=run)
+                        max_tokens=args.max_tokens,
+                        timeout=120,
+                        candidate=s.name,
+                        prompt_id=p.id,
+                        repeat=run,
+                    )
                     if sample.decode_tps:
                         s.tps.append(sample.decode_tps)
             print(f"  run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
@@ -112,17 +153,23 @@ def main() -> int:
             if s.record is not None:
                 stop_server(s.record)
     base = statistics.median(table[0].tps)
-    print(f"demo-speed suite, {len(prompts)} prompts x {args.runs} runs, max_tokens "
-          f"{args.max_tokens}; greedy ids vs '{table[0].name}', {args.rounds} rounds")
-    print(f"{'setting':<26} {'decode tok/s (median)':>22} {'speedup':>8} {'greedy identical':>17} "
-          f"{'startup s':>10}")
+    print(
+        f"demo-speed suite, {len(prompts)} prompts x {args.runs} runs, max_tokens "
+        f"{args.max_tokens}; greedy ids vs '{table[0].name}', {args.rounds} rounds"
+    )
+    print(
+        f"{'setting':<26} {'decode tok/s (median)':>22} {'speedup':>8} {'greedy identical':>17} "
+        f"{'startup s':>10}"
+    )
     for s in table:
         if s.error:
             print(f"{s.name:<26} FAILED: {s.error}")
             continue
         med = statistics.median(s.tps)
-        print(f"{s.name:<26} {med:>22.1f} {100 * (med / base - 1):>+7.0f}% "
-              f"{f'{s.identical}/{s.total}':>17} {s.startup_s:>10.2f}")
+        print(
+            f"{s.name:<26} {med:>22.1f} {100 * (med / base - 1):>+7.0f}% "
+            f"{f'{s.identical}/{s.total}':>17} {s.startup_s:>10.2f}"
+        )
     return 0
 
 

@@ -56,6 +56,7 @@ def kill_at(state: str) -> Callable[[Home], str]:
         pause_and_kill(home, state)
         run_supervisor(home)
         return "new supervisor recovered"
+
     return scenario
 
 
@@ -93,8 +94,12 @@ def stranger_takes_port(home: Home) -> str:
     finally:
         intruder.kill()
         intruder.wait()
-    subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root), "recover"],
-                   capture_output=True, timeout=300, check=False)
+    subprocess.run(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "recover"],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
     return f"stranger {'left alone' if alive else 'KILLED'}; then `recover`"
 
 
@@ -111,8 +116,10 @@ def front_killed(home: Home) -> str:
     again = front_record(home)
     route = read_route(home)
     served = _one_request(load_config(home).port)
-    return (f"front pid {front.pid} -> {again.pid if again else '-'}; route "
-            f"{route.mode if route else '-'}; request via front: {served}")
+    return (
+        f"front pid {front.pid} -> {again.pid if again else '-'}; route "
+        f"{route.mode if route else '-'}; request via front: {served}"
+    )
 
 
 def held_then_supervisor_killed(home: Home) -> str:
@@ -126,8 +133,9 @@ def held_then_supervisor_killed(home: Home) -> str:
     proc = supervisor(home, pause_at="EXPERIMENT:measuring")
     wait_for((home.state / "paused-at-EXPERIMENT-measuring").exists, 300, "the pause", proc)
     answers: list[str] = []
-    threads = [threading.Thread(target=lambda: answers.append(_one_request(port)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: answers.append(_one_request(port))) for _ in range(3)
+    ]
     for thread in threads:
         thread.start()
     time.sleep(1.0)
@@ -138,24 +146,33 @@ def held_then_supervisor_killed(home: Home) -> str:
         thread.join(60)
     hanging = sum(t.is_alive() for t in threads)
     run_supervisor(home)
-    return (f"held requests: {', '.join(sorted(answers))} within "
-            f"{time.monotonic() - started + 1:.0f} s; {hanging} hanging; after recovery: "
-            f"{_one_request(port)}")
+    return (
+        f"held requests: {', '.join(sorted(answers))} within "
+        f"{time.monotonic() - started + 1:.0f} s; {hanging} hanging; after recovery: "
+        f"{_one_request(port)}"
+    )
 
 
 def _one_request(port: int) -> str:
     try:
-        response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=120,
-                              json={"messages": [{"role": "user", "content": "hi"}],
-                                    "max_tokens": 4})
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            timeout=120,
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
         return f"HTTP {response.status_code}"
     except httpx.HTTPError as exc:
         return type(exc).__name__
 
 
 def disk_full_while_sealing(home: Home) -> str:
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs",
-                              str(home.evidence)], capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(home.evidence)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     if not mounted:
         return "skipped (cannot mount tmpfs here)"
     try:
@@ -172,9 +189,13 @@ def disk_full_while_sealing(home: Home) -> str:
 def term_ignored(home: Home) -> str:
     code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
     recipe = Recipe(candidate_id="x:y", template="mlx_lm_server", model_path="/none")
-    record, proc = start_server(recipe, port=free_port(), role="candidate",
-                                log_path=home.logs / "stubborn.log",
-                                argv=[sys.executable, "-c", code])
+    record, proc = start_server(
+        recipe,
+        port=free_port(),
+        role="candidate",
+        log_path=home.logs / "stubborn.log",
+        argv=[sys.executable, "-c", code],
+    )
     time.sleep(0.5)
     outcome = stop_server(record, grace=2)
     proc.wait(timeout=10)
@@ -212,9 +233,17 @@ def main() -> int:
             note = scenario(home)
             after = inspect(home)
             lost = len(after.journal_problems) + (0 if after.sealed else 1)
-            rows.append((name, after.outcome or "-", "yes" if after.healthy else "NO",
-                         str(len(after.orphans)), str(lost), note,
-                         f"{time.monotonic() - started:.0f}s"))
+            rows.append(
+                (
+                    name,
+                    after.outcome or "-",
+                    "yes" if after.healthy else "NO",
+                    str(len(after.orphans)),
+                    str(lost),
+                    note,
+                    f"{time.monotonic() - started:.0f}s",
+                )
+            )
         except Exception as exc:  # a benchmark reports a broken scenario instead of dying
             rows.append((name, "ERROR", "?", "?", "?", f"{type(exc).__name__}: {exc}"[:60], "-"))
         finally:

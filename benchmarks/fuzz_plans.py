@@ -26,8 +26,9 @@ def main() -> int:
     outcomes: Counter[str] = Counter()
     started = time.monotonic()
 
-    @settings(max_examples=count, deadline=None, suppress_health_check=list(HealthCheck),
-              database=None)
+    @settings(
+        max_examples=count, deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
     @given(fuzz.inputs)
     def run(raw: object) -> None:
         fuzz.test_any_input_freezes_validly_or_is_refused.hypothesis.inner_test(raw)

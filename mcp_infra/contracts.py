@@ -123,8 +123,9 @@ class RuntimeSpec(Part):
     @classmethod
     def _no_remote_code(cls, value: bool) -> bool:
         if value:
-            raise ValueError("trust_remote_code must be false: mcp-infra never runs code from a "
-                             "model repository")
+            raise ValueError(
+                "trust_remote_code must be false: mcp-infra never runs code from a model repository"
+            )
         return value
 
     @field_validator("min_versions")
@@ -137,12 +138,20 @@ class RuntimeSpec(Part):
 
 
 class Resources(Part):
-    memory_gb: float = Field(0, ge=0, le=4096, description="peak of one server of this recipe "
-                             "(the exclusive mode's need)")
+    memory_gb: float = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="peak of one server of this recipe (the exclusive mode's need)",
+    )
     disk_gb: float = Field(0, ge=0, le=8192)
     concurrent_memory_gb: float | None = Field(
-        None, ge=0, le=8192, description="stated need of this candidate beside the live backend "
-        "(both processes); admission uses measured figures when it has them")
+        None,
+        ge=0,
+        le=8192,
+        description="stated need of this candidate beside the live backend "
+        "(both processes); admission uses measured figures when it has them",
+    )
 
 
 class Variant(Part):
@@ -239,8 +248,11 @@ class WorkloadCell(Part):
 
 
 def _default_workload() -> list[WorkloadCell]:
-    return [WorkloadCell(request_class=c, concurrency=n)  # type: ignore[arg-type]
-            for c in ("short", "long_prefill") for n in (1, 4)]
+    return [
+        WorkloadCell(request_class=c, concurrency=n)  # type: ignore[arg-type]
+        for c in ("short", "long_prefill")
+        for n in (1, 4)
+    ]
 
 
 class Protocol(Part):
@@ -256,12 +268,22 @@ class Protocol(Part):
     drift_tolerance_pct: float = Field(10.0, ge=0, le=100)
     request_timeout_s: float = Field(120.0, gt=0, le=3600)
     ready_timeout_s: float = Field(120.0, gt=0, le=3600)
-    workload: list[WorkloadCell] = Field(default_factory=_default_workload, min_length=1,
-                                         max_length=8)
-    min_starts: int = Field(2, ge=1, le=10, description="fresh server processes per configuration "
-                            "before any decision (one per round)")
-    max_starts: int = Field(4, ge=1, le=20, description="rounds at most: one more start per "
-                            "configuration per round while some decision is still open")
+    workload: list[WorkloadCell] = Field(
+        default_factory=_default_workload, min_length=1, max_length=8
+    )
+    min_starts: int = Field(
+        2,
+        ge=1,
+        le=10,
+        description="fresh server processes per configuration before any decision (one per round)",
+    )
+    max_starts: int = Field(
+        4,
+        ge=1,
+        le=20,
+        description="rounds at most: one more start per "
+        "configuration per round while some decision is still open",
+    )
 
 
 class Window(Part):
@@ -294,8 +316,10 @@ class Watch(Part):
     ``budgets.retry_backoff_s``, doubled per attempt, between attempts)."""
 
     recheck_changed: bool = Field(
-        False, description="propose a re-check of candidates measured before whose manifest, "
-        "policy or environment has changed since")
+        False,
+        description="propose a re-check of candidates measured before whose manifest, "
+        "policy or environment has changed since",
+    )
     interval_s: float = Field(300, ge=1, le=86_400, description="seconds between looks")
 
 
@@ -310,14 +334,30 @@ class Budgets(Part):
 class ServicePolicy(Part):
     """How the stable endpoint (the front) behaves through a cycle, and what may run beside it."""
 
-    max_hold_s: float = Field(120.0, gt=0, le=3600, description="longest a request is held "
-                              "while no backend can serve; past it the front answers 503")
-    drain_s: float = Field(60.0, ge=0, le=3600, description="longest wait for in-flight "
-                           "requests on an old backend before it is stopped")
-    memory_budget_fraction: float = Field(0.8, gt=0, le=1, description="share of physical "
-                                          "memory that backends running at once may use")
-    max_live_requests_per_round: int = Field(2, ge=0, description="live requests overlapping "
-                                             "a measurement round above which it is repeated")
+    max_hold_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="longest a request is held "
+        "while no backend can serve; past it the front answers 503",
+    )
+    drain_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="longest wait for in-flight requests on an old backend before it is stopped",
+    )
+    memory_budget_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="share of physical memory that backends running at once may use",
+    )
+    max_live_requests_per_round: int = Field(
+        2,
+        ge=0,
+        description="live requests overlapping a measurement round above which it is repeated",
+    )
     max_round_repeats: int = Field(2, ge=0, le=10)
     quiet_wait_s: float = Field(60.0, ge=0, le=3600)
 
@@ -332,7 +372,8 @@ class Policy(Contract):
     auto_promote: dict[CandidateClass, bool] = Field(
         default_factory=lambda: dict(DEFAULT_AUTO_PROMOTE),
         description="per class: may a qualified candidate be promoted without a person? Classes "
-        "left out take DEFAULT_AUTO_PROMOTE (drafters and server tuning yes, the rest no)")
+        "left out take DEFAULT_AUTO_PROMOTE (drafters and server tuning yes, the rest no)",
+    )
     window: Window = Field(default_factory=Window)
     budgets: Budgets = Field(default_factory=Budgets)
     watch: Watch = Field(default_factory=Watch)
@@ -341,8 +382,9 @@ class Policy(Contract):
     @field_validator("auto_promote")
     @classmethod
     def _every_class(cls, value: dict[CandidateClass, bool]) -> dict[CandidateClass, bool]:
-        return {klass: bool(value.get(klass, DEFAULT_AUTO_PROMOTE[klass]))
-                for klass in CandidateClass}
+        return {
+            klass: bool(value.get(klass, DEFAULT_AUTO_PROMOTE[klass])) for klass in CandidateClass
+        }
 
     @model_validator(mode="after")
     def _drift_below_speedup(self) -> Policy:
@@ -383,18 +425,22 @@ def _finite(value: float | None) -> float | None:
 # Characters refused in free text that people and models read later: C0 controls (a multi-line
 # field keeps \n and \t), DEL, C1 controls (NEL included), bidi embeddings, overrides, isolates
 # and marks, and the Unicode line and paragraph separators.
-_UNSAFE_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
-                              "\u2066-\u2069\u2028\u2029]")
-_UNSAFE_MULTI_LINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f"
-                                "\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_UNSAFE_ONE_LINE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+_UNSAFE_MULTI_LINE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
 
 
 def text_problem(value: str, *, multiline: bool = False) -> str | None:
     """Why free text is refused (the caller names the field), never repeating the text; None if
     it is fine."""
     if (_UNSAFE_MULTI_LINE if multiline else _UNSAFE_ONE_LINE).search(value):
-        return ("must be plain text: control, bidi-override and line-separator characters are "
-                "not allowed" + ("" if multiline else " (one line)"))
+        return (
+            "must be plain text: control, bidi-override and line-separator characters are "
+            "not allowed" + ("" if multiline else " (one line)")
+        )
     return None
 
 
@@ -414,9 +460,14 @@ class Plan(Part):
     hypothesis: str = Field(min_length=1, max_length=300)
     # The pattern is advertised in the schema; an id that misses it is refused by sanitize, with
     # a reason, like any other id that is not a runnable candidate.
-    candidates: list[Annotated[str, Field(min_length=1, max_length=130,
-                                          json_schema_extra={"pattern": CANDIDATE_ID_PATTERN})]] = (
-        Field(min_length=1, max_length=3))
+    candidates: list[
+        Annotated[
+            str,
+            Field(
+                min_length=1, max_length=130, json_schema_extra={"pattern": CANDIDATE_ID_PATTERN}
+            ),
+        ]
+    ] = Field(min_length=1, max_length=3)
     acceptance: Acceptance | None = None
     notes: str = Field("", max_length=2000)
 
@@ -581,7 +632,8 @@ class ServiceImpact(Contract):
     mode: Literal["concurrent", "exclusive"]
     mode_reason: str = Field("", max_length=500)
     promotion_mode: Literal["concurrent", "exclusive"] | None = Field(
-        None, description="how a winner was swapped in, if the cycle got that far")
+        None, description="how a winner was swapped in, if the cycle got that far"
+    )
     expected_downtime_s: float = Field(ge=0)
     unserved_s: float | None = None
     requests_held: int | None = None
@@ -625,15 +677,24 @@ class Sample(Contract):
     text: str = ""
     token_ids: list[int] | None = None
     error: str | None = None
-    start: int = Field(0, ge=0, description="index of the fresh server process this sample was "
-                       "measured in (per configuration, counted from 0)")
+    start: int = Field(
+        0,
+        ge=0,
+        description="index of the fresh server process this sample was "
+        "measured in (per configuration, counted from 0)",
+    )
     round: int = Field(0, ge=0, description="measurement round the sample belongs to")
-    started_at: datetime | None = Field(None, description="UTC wall-clock time the request was sent")
+    started_at: datetime | None = Field(
+        None, description="UTC wall-clock time the request was sent"
+    )
     t_mono: float | None = Field(None, description="time.monotonic() when the request was sent")
     timing_source: Literal["client", "server"] = Field(
-        "client", description="who timed it: the client (streamed tokens) or the server's timings")
+        "client", description="who timed it: the client (streamed tokens) or the server's timings"
+    )
     request_class: Literal["short", "long_prefill"] = "short"
-    concurrency: int = Field(1, ge=1, le=64, description="requests in flight at once, this included")
+    concurrency: int = Field(
+        1, ge=1, le=64, description="requests in flight at once, this included"
+    )
 
 
 class Comparison(Part):
@@ -691,8 +752,10 @@ class CellVerdict(Part):
     decode_ci_low: float | None = None
     decode_ci_high: float | None = None
     baseline_output_tps: float | None = Field(
-        None, description="aggregate output tok/s: completion tokens / wall span of the cell's "
-        "requests, per start, geometric mean over starts")
+        None,
+        description="aggregate output tok/s: completion tokens / wall span of the cell's "
+        "requests, per start, geometric mean over starts",
+    )
     candidate_output_tps: float | None = None
     output_ratio: float | None = None
     output_ci_low: float | None = None
@@ -719,19 +782,26 @@ class CandidateVerdict(Part):
     auto_promote: bool = True
     repeats_to_decide: int | None = None
     noise_floor: float | None = Field(
-        None, description="A/A noise floor: the speedup the baseline shows against itself at the "
-        "protocol's confidence; ci_low must clear it as well as the threshold")
+        None,
+        description="A/A noise floor: the speedup the baseline shows against itself at the "
+        "protocol's confidence; ci_low must clear it as well as the threshold",
+    )
     noise_floor_assumed: bool = Field(
-        False, description="the baseline had one start: the floor comes from an assumed "
-        "start-to-start spread (stats.ASSUMED_START_NOISE)")
+        False,
+        description="the baseline had one start: the floor comes from an assumed "
+        "start-to-start spread (stats.ASSUMED_START_NOISE)",
+    )
     interval_level: float | None = Field(
-        None, description="confidence of ci_low/ci_high: the protocol's, adjusted for the "
-        "number of looks early stopping may take")
+        None,
+        description="confidence of ci_low/ci_high: the protocol's, adjusted for the "
+        "number of looks early stopping may take",
+    )
     baseline_starts: int = Field(0, ge=0, description="baseline server starts compared with")
     starts_used: int = Field(0, ge=0, description="server starts the candidate was measured in")
     rounds_used: int = Field(0, ge=0, description="measurement rounds the candidate took part in")
-    requests_used: int = Field(0, ge=0, description="the candidate's measured requests, all "
-                               "cells, failed ones included")
+    requests_used: int = Field(
+        0, ge=0, description="the candidate's measured requests, all cells, failed ones included"
+    )
     cells: list[CellVerdict] = Field(default_factory=list)
 
 
@@ -740,7 +810,8 @@ class Verdict(Contract):
     selected: str | None
     reason: str
     baseline_drift: float | None = Field(
-        None, description="baseline speed re-measured after the experiments / before (geo-mean)")
+        None, description="baseline speed re-measured after the experiments / before (geo-mean)"
+    )
 
 
 class RoundRecord(Part):
@@ -754,8 +825,10 @@ class RoundRecord(Part):
     ended_at: datetime
     port: int | None = None
     live_requests: int | None = Field(
-        None, description="live requests the stable endpoint served while this round ran "
-        "(co-tenant load); None when no counter was available")
+        None,
+        description="live requests the stable endpoint served while this round ran "
+        "(co-tenant load); None when no counter was available",
+    )
     error: str | None = None
 
 
@@ -771,7 +844,8 @@ class CellFigures(Part):
     ttft_p99_s: float | None = None
     decode_tps: float | None = Field(None, description="median per-request decode tok/s")
     aggregate_tps: float | None = Field(
-        None, description="output tokens of all requests / wall time their batches took")
+        None, description="output tokens of all requests / wall time their batches took"
+    )
     aggregate_vs_baseline: float | None = None
     decode_vs_baseline: float | None = None
 
@@ -791,8 +865,10 @@ class CandidateRun(Contract):
     greedy: list[Sample] = Field(default_factory=list)
     cache_note: str = ""
     purpose: Literal["selection", "heldout", "live"] = Field(
-        "selection", description="selection runs feed the selector; held-out runs are the final "
-        "check of the winner; the live run is the live service's sanity measurement")
+        "selection",
+        description="selection runs feed the selector; held-out runs are the final "
+        "check of the winner; the live run is the live service's sanity measurement",
+    )
     starts: int = Field(0, ge=0, description="fresh server processes this configuration ran in")
     rounds: list[RoundRecord] = Field(default_factory=list)
     stopped: str = Field("", description="why measuring this configuration stopped")
@@ -987,8 +1063,10 @@ class ArtifactInventory(Contract):
 
 class DsseSignature(Part):
     keyid: str = Field(description="sha256 of the raw Ed25519 public key (its fingerprint)")
-    sig: str = Field(description="base64 Ed25519 signature over the DSSE pre-authentication "
-                     "encoding of payloadType and payload")
+    sig: str = Field(
+        description="base64 Ed25519 signature over the DSSE pre-authentication "
+        "encoding of payloadType and payload"
+    )
 
 
 class DsseEnvelope(Part):
@@ -1019,9 +1097,11 @@ class EvidencePredicate(Part):
     manifest_sha256: str
     previous: PreviousBundle | None = None
     plan_content_hash: str
-    samples_sha256: str = Field(description="sha256 over the canonical JSON of every sample of "
-                                "every run (warm-up, measure, drift, quality, greedy, held-out) "
-                                "and of the online verification")
+    samples_sha256: str = Field(
+        description="sha256 over the canonical JSON of every sample of "
+        "every run (warm-up, measure, drift, quality, greedy, held-out) "
+        "and of the online verification"
+    )
     sample_counts: dict[str, int] = Field(default_factory=dict)
     verdict_sha256: str | None = None
     key_fingerprint: str
@@ -1031,10 +1111,12 @@ class EvidencePredicate(Part):
 
 class InTotoStatement(Part):
     type_: Literal["https://in-toto.io/Statement/v1"] = Field(
-        "https://in-toto.io/Statement/v1", alias="_type")
+        "https://in-toto.io/Statement/v1", alias="_type"
+    )
     subject: list[StatementSubject]
     predicate_type: Literal["urn:mcp-infra:evidence-bundle:v1"] = Field(
-        "urn:mcp-infra:evidence-bundle:v1", alias="predicateType")
+        "urn:mcp-infra:evidence-bundle:v1", alias="predicateType"
+    )
     predicate: EvidencePredicate
 
 

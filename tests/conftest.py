@@ -71,8 +71,11 @@ def _key(proc: psutil.Process) -> tuple[int, float]:
     return proc.pid, proc.create_time()
 
 
-def _ours(proc: psutil.Process, since: float = RUN_START,
-          before: frozenset[tuple[int, float]] = frozenset()) -> bool:
+def _ours(
+    proc: psutil.Process,
+    since: float = RUN_START,
+    before: frozenset[tuple[int, float]] = frozenset(),
+) -> bool:
     """Started by this run (marker in its environment, or a path under this run's temporary
     root on its command line, for children whose environment was built by hand), not this
     process, and not one of ``before`` (pid and start time: what was running when a test began).
@@ -113,13 +116,19 @@ def _orphan_of_a_dead_run(proc: psutil.Process) -> bool:
         return False
 
 
-def sweep(before: frozenset[tuple[int, float]] = frozenset(), *,
-          orphans: bool = False) -> list[str]:
+def sweep(
+    before: frozenset[tuple[int, float]] = frozenset(), *, orphans: bool = False
+) -> list[str]:
     """Stop every process this run started, but those in ``before`` (TERM, then KILL after
     3 s). psutil checks the recorded start time before it signals: a recycled pid is never hit.
     """
-    return _stop([proc for proc in psutil.process_iter()
-                  if _ours(proc, before=before) or (orphans and _orphan_of_a_dead_run(proc))])
+    return _stop(
+        [
+            proc
+            for proc in psutil.process_iter()
+            if _ours(proc, before=before) or (orphans and _orphan_of_a_dead_run(proc))
+        ]
+    )
 
 
 def _running(children_only: bool) -> frozenset[tuple[int, float]]:
@@ -173,8 +182,9 @@ def _forbidden(argv: Sequence[str]) -> bool:
         return True
     if any(Path(p).name == "mcp-infra" for p in parts[:1]):
         return True
-    return any(a == "-m" and b.startswith("mcp_infra") for a, b in zip(parts, parts[1:],
-                                                                        strict=False))
+    return any(
+        a == "-m" and b.startswith("mcp_infra") for a, b in zip(parts, parts[1:], strict=False)
+    )
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -182,8 +192,10 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     argv = args[1] if isinstance(args[1], list | tuple) else [args[1]]
     if _forbidden(argv):
-        message = (f"{_fast_test[0]} is in the fast tier but started {list(argv)[:4]}: use a "
-                   "fixture in conftest.SLOW_FIXTURES (e.g. `spawn`)")
+        message = (
+            f"{_fast_test[0]} is in the fast tier but started {list(argv)[:4]}: use a "
+            "fixture in conftest.SLOW_FIXTURES (e.g. `spawn`)"
+        )
         _violations.append(message)
         raise FastTierViolation(message)
 
@@ -210,8 +222,10 @@ def _heavy_children(before: frozenset[tuple[int, float]]) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get("CI", "").lower() == "true" and config.getoption(
-            "hypothesis_seed", None) is None:
+    if (
+        os.environ.get("CI", "").lower() == "true"
+        and config.getoption("hypothesis_seed", None) is None
+    ):
         config.option.hypothesis_seed = HYPOTHESIS_CI_SEED
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -220,8 +234,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _seed_line(config: pytest.Config) -> str:
     seed = config.getoption("hypothesis_seed", None)
-    return (f"mcp-infra: run marker {RUN_ENV}={RUN_ID}; hypothesis seed: "
-            f"{seed if seed is not None else 'random (set CI=true or --hypothesis-seed)'}")
+    return (
+        f"mcp-infra: run marker {RUN_ENV}={RUN_ID}; hypothesis seed: "
+        f"{seed if seed is not None else 'random (set CI=true or --hypothesis-seed)'}"
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -298,20 +314,27 @@ class Spawn:
     def env(env: dict[str, str] | None = None) -> dict[str, str]:
         return {**(os.environ if env is None else env), **run_env()}
 
-    def run(self, argv: list[str], *, env: dict[str, str] | None = None,
-            timeout: float = 300, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float = 300,
+        **kwargs: Any,
+    ) -> subprocess.CompletedProcess[str]:
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         return subprocess.run(argv, env=self.env(env), timeout=timeout, check=False, **kwargs)
 
-    def mcp_infra(self, home: Home | Path | str, *args: str, **kwargs: Any
-                  ) -> subprocess.CompletedProcess[str]:
+    def mcp_infra(
+        self, home: Home | Path | str, *args: str, **kwargs: Any
+    ) -> subprocess.CompletedProcess[str]:
         root = home.root if isinstance(home, Home) else home
-        return self.run([sys.executable, "-m", "mcp_infra", "--home", str(root), *args],
-                        **kwargs)
+        return self.run([sys.executable, "-m", "mcp_infra", "--home", str(root), *args], **kwargs)
 
-    def popen(self, argv: list[str], *, env: dict[str, str] | None = None,
-              **kwargs: Any) -> subprocess.Popen[Any]:
+    def popen(
+        self, argv: list[str], *, env: dict[str, str] | None = None, **kwargs: Any
+    ) -> subprocess.Popen[Any]:
         proc = subprocess.Popen(argv, env=self.env(env), **kwargs)
         self.procs.append(proc)
         return proc
@@ -333,30 +356,50 @@ def spawn() -> Iterator[Spawn]:
 # Thresholds that let a measured gain promote whatever its size (a promotion by policy, not
 # by this machine's speed): any estimate above 1.000x with an interval above 0.5x, and no
 # per-prompt floor. Identical measurements still never qualify (selector.judge: "No gain").
-PROMOTE_ANY_GAIN = {"min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
-                    "worst_prompt_tolerance_pct": 100.0}
+PROMOTE_ANY_GAIN = {
+    "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
+    "worst_prompt_tolerance_pct": 100.0,
+}
 
 
-def write_test_policy(home: Home, thresholds: dict[str, object] | None = None,
-                      budgets: dict[str, object] | None = None, **protocol: object) -> None:
+def write_test_policy(
+    home: Home,
+    thresholds: dict[str, object] | None = None,
+    budgets: dict[str, object] | None = None,
+    **protocol: object,
+) -> None:
     """The demo policy, with a smaller protocol, saved as the home's own `test` policy."""
     data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
     data["name"] = "test"
     # Lean on purpose (a 2-core CI machine): two starts per configuration and one request at a
     # time; tests of the workload cells and of more starts set their own protocol.
-    data["protocol"].update({"repeats": 2, "warmup": 1, "max_tokens": 32,
-                             "bootstrap_resamples": 500, "ready_timeout_s": 120,
-                             "request_timeout_s": 60, "min_starts": 2, "max_starts": 2,
-                             "workload": [{"request_class": "short", "concurrency": 1,
-                                           "role": "decisive"}], **protocol})
+    data["protocol"].update(
+        {
+            "repeats": 2,
+            "warmup": 1,
+            "max_tokens": 32,
+            "bootstrap_resamples": 500,
+            "ready_timeout_s": 120,
+            "request_timeout_s": 60,
+            "min_starts": 2,
+            "max_starts": 2,
+            "workload": [{"request_class": "short", "concurrency": 1, "role": "decisive"}],
+            **protocol,
+        }
+    )
     data["thresholds"].update(thresholds or {})
     data["budgets"].update(budgets or {})
     home.user_policy.mkdir(parents=True, exist_ok=True)
     (home.user_policy / "test.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-def make_home(root: Path, models: dict[str, Path], thresholds: dict[str, object] | None = None,
-              budgets: dict[str, object] | None = None, **protocol: object) -> Home:
+def make_home(
+    root: Path,
+    models: dict[str, Path],
+    thresholds: dict[str, object] | None = None,
+    budgets: dict[str, object] | None = None,
+    **protocol: object,
+) -> Home:
     home = Home(root).ensure()
     home.models.rmdir()
     home.models.symlink_to(models["target"].parent, target_is_directory=True)
@@ -365,10 +408,19 @@ def make_home(root: Path, models: dict[str, Path], thresholds: dict[str, object]
     scratch = free_port()
     while scratch == port:
         scratch = free_port()
-    write_model(home.config, ServiceConfig(
-        port=port, scratch_port=scratch, policy="test",
-        baseline=Recipe(candidate_id="demo-tiny:target", template="mlx_lm_server",
-                        model_path=str(home.models / "target"))))
+    write_model(
+        home.config,
+        ServiceConfig(
+            port=port,
+            scratch_port=scratch,
+            policy="test",
+            baseline=Recipe(
+                candidate_id="demo-tiny:target",
+                template="mlx_lm_server",
+                model_path=str(home.models / "target"),
+            ),
+        ),
+    )
     return home
 
 

@@ -33,9 +33,13 @@ def supervisor(home: Home, pause_at: str | None = None) -> subprocess.Popen[byte
     if pause_at:
         env["MCP_INFRA_PAUSE_AT"] = pause_at
     log = (home.logs / "test-supervisor.log").open("ab")
-    return subprocess.Popen([sys.executable, "-m", "mcp_infra", "--home", str(home.root),
-                             "supervise"], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=env,
+    )
 
 
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
@@ -51,8 +55,11 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
 
 def stranger(port: int) -> subprocess.Popen[bytes]:
     """A program mcp-infra did not start, listening on `port` (it must never be killed)."""
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
-                             "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for(lambda: port_open(port), 20, "the stranger to listen")
     return proc
 
@@ -83,7 +90,8 @@ def project_servers(home: Home) -> list[int]:
         if proc.info.get("status") == psutil.STATUS_ZOMBIE:
             continue
         if any("mlx_lm" in part or "mlx_vlm" in part for part in cmd) and any(
-                str(home.root) in part for part in cmd):
+            str(home.root) in part for part in cmd
+        ):
             pids.append(proc.pid)
     return pids
 
@@ -114,13 +122,19 @@ def inspect(home: Home, plan_id: str | None = None) -> Aftermath:
     live = record is not None and is_running(record)
     healthy = False
     if live and record is not None:
-        sample = bench.greedy_chat(f"http://127.0.0.1:{record.port}",
-                                   [{"role": "user", "content": "ping"}], max_tokens=4,
-                                   timeout=30, candidate="check", prompt_id="p")
+        sample = bench.greedy_chat(
+            f"http://127.0.0.1:{record.port}",
+            [{"role": "user", "content": "ping"}],
+            max_tokens=4,
+            timeout=30,
+            candidate="check",
+            prompt_id="p",
+        )
         healthy = sample.error is None
     orphans = [pid for pid in project_servers(home) if not (record and pid == record.pid)]
-    summaries: list[CycleSummary] = [s for s in evidence.list_cycles(home)
-                                     if plan_id is None or s.plan_id == plan_id]
+    summaries: list[CycleSummary] = [
+        s for s in evidence.list_cycles(home) if plan_id is None or s.plan_id == plan_id
+    ]
     summary = summaries[0] if summaries else None
     problems: list[str] = []
     for cycle_dir in home.cycles.iterdir() if home.cycles.is_dir() else []:
@@ -129,8 +143,13 @@ def inspect(home: Home, plan_id: str | None = None) -> Aftermath:
     return Aftermath(
         outcome=summary.outcome.value if summary else None,
         serving=active_recipe(home).candidate_id if live else None,
-        healthy=healthy, orphans=orphans, journal_problems=problems, sealed=summary is not None,
-        interrupted=bool(summary and summary.interrupted), verified=verified)
+        healthy=healthy,
+        orphans=orphans,
+        journal_problems=problems,
+        sealed=summary is not None,
+        interrupted=bool(summary and summary.interrupted),
+        verified=verified,
+    )
 
 
 def pause_and_kill(home: Home, state: str, timeout: float = 240) -> None:

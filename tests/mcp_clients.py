@@ -18,15 +18,23 @@ from mcp.client.stdio import StdioServerParameters
 from mcp_infra.contracts import AuditRecord
 from mcp_infra.state.store import Home
 
-PLAN = {"hypothesis": "A 2-token drafter speeds up greedy decoding.",
-        "candidates": ["demo-tiny:draft-k2"]}
+PLAN = {
+    "hypothesis": "A 2-token drafter speeds up greedy decoding.",
+    "candidates": ["demo-tiny:draft-k2"],
+}
 
 
 def child_env(**extra: str) -> dict[str, str]:
     """What a host would pass: a minimal environment (the stdio client passes only a few), plus
     the test run's marker so that the run's sweep finds the server and what it starts."""
-    return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
-            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **run_env(), **extra}
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        **run_env(),
+        **extra,
+    }
 
 
 def serve_argv(home: Home, *extra: str) -> list[str]:
@@ -35,15 +43,19 @@ def serve_argv(home: Home, *extra: str) -> list[str]:
 
 def stdio_client(home: Home, *extra: str, mode: str = "auto", **kwargs: Any) -> Client:
     argv = serve_argv(home, *extra)
-    return Client(StdioServerParameters(command=argv[0], args=argv[1:], env=child_env()),
-                  mode=mode, **kwargs)
+    return Client(
+        StdioServerParameters(command=argv[0], args=argv[1:], env=child_env()), mode=mode, **kwargs
+    )
 
 
 def audit(home: Home) -> list[AuditRecord]:
     if not home.audit_log.exists():
         return []
-    return [AuditRecord.model_validate_json(line)
-            for line in home.audit_log.read_text().splitlines() if line.strip()]
+    return [
+        AuditRecord.model_validate_json(line)
+        for line in home.audit_log.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def serve_processes(home: Home) -> list[psutil.Process]:
@@ -64,8 +76,11 @@ def supervisors(home: Home) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmdline = proc.info.get("cmdline") or []
-        if ("supervise" in cmdline and str(home.root) in cmdline
-                and proc.info.get("status") != psutil.STATUS_ZOMBIE):
+        if (
+            "supervise" in cmdline
+            and str(home.root) in cmdline
+            and proc.info.get("status") != psutil.STATUS_ZOMBIE
+        ):
             found.append(proc)
     return found
 
@@ -74,13 +89,19 @@ class RawStdio:
     """A JSON-RPC peer that writes raw lines (to send what no SDK client would, like NaN)."""
 
     def __init__(self, home: Home, *extra: str) -> None:
-        self.proc = subprocess.Popen(serve_argv(home, *extra), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=child_env())
+        self.proc = subprocess.Popen(
+            serve_argv(home, *extra),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=child_env(),
+        )
         self.next_id = 0
 
-    def request(self, method: str, params: dict[str, Any] | None = None,
-                raw_params: str | None = None) -> dict[str, Any]:
+    def request(
+        self, method: str, params: dict[str, Any] | None = None, raw_params: str | None = None
+    ) -> dict[str, Any]:
         self.next_id += 1
         body = raw_params if raw_params is not None else json.dumps(params or {})
         line = f'{{"jsonrpc": "2.0", "id": {self.next_id}, "method": "{method}", "params": {body}}}'
@@ -93,8 +114,14 @@ class RawStdio:
                 return reply
 
     def initialize(self) -> dict[str, Any]:
-        reply = self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                            "clientInfo": {"name": "raw-peer", "version": "0"}})
+        reply = self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw-peer", "version": "0"},
+            },
+        )
         assert self.proc.stdin
         self.proc.stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
         self.proc.stdin.flush()
@@ -121,5 +148,8 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.5, what: str = 
 
 
 def files_under(path: Path) -> set[str]:
-    return {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()} if path.exists() \
+    return (
+        {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()}
+        if path.exists()
         else set()
+    )

@@ -54,24 +54,49 @@ def timing(candidate: str, plan: FrozenPlan, tps: float) -> list[Sample]:
     starts = max(plan.protocol.min_starts, 2)
     out = []
     for start in range(starts):
-        for i, (r, pid) in enumerate((r, p) for r in range(plan.protocol.repeats)
-                                     for p in prompts(plan)):
+        for i, (r, pid) in enumerate(
+            (r, p) for r in range(plan.protocol.repeats) for p in prompts(plan)
+        ):
             rate = tps * (1 + 0.002 * r) * (1 + 0.003 * start)
-            out.append(Sample(candidate=candidate, prompt_id=pid, repeat=r, order=i,
-                              start=start, round=start, prompt_tokens=20, completion_tokens=32,
-                              ttft_s=0.05, decode_s=31 / rate, decode_tps=rate,
-                              e2e_s=0.06 + 31 / rate, finish_reason="length", text="x"))
+            out.append(
+                Sample(
+                    candidate=candidate,
+                    prompt_id=pid,
+                    repeat=r,
+                    order=i,
+                    start=start,
+                    round=start,
+                    prompt_tokens=20,
+                    completion_tokens=32,
+                    ttft_s=0.05,
+                    decode_s=31 / rate,
+                    decode_tps=rate,
+                    e2e_s=0.06 + 31 / rate,
+                    finish_reason="length",
+                    text="x",
+                )
+            )
     return out
 
 
 def greedy_ids(candidate: str, plan: FrozenPlan, ids: dict[str, list[int]]) -> list[Sample]:
-    return [Sample(candidate=candidate, prompt_id=pid, repeat=0, completion_tokens=len(ids[pid]),
-                   finish_reason="length", text=" ".join(map(str, ids[pid])),
-                   token_ids=ids[pid]) for pid in prompts(plan)]
+    return [
+        Sample(
+            candidate=candidate,
+            prompt_id=pid,
+            repeat=0,
+            completion_tokens=len(ids[pid]),
+            finish_reason="length",
+            text=" ".join(map(str, ids[pid])),
+            token_ids=ids[pid],
+        )
+        for pid in prompts(plan)
+    ]
 
 
-def seal(home: Home, plan: FrozenPlan, baseline: CandidateRun,
-         runs: list[CandidateRun]) -> CycleSummary:
+def seal(
+    home: Home, plan: FrozenPlan, baseline: CandidateRun, runs: list[CandidateRun]
+) -> CycleSummary:
     """Write the cycle's files as `run_cycle` does, select, and seal with the matching outcome."""
     cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S%f}-{plan.content_hash[:6]}"
     cdir = home.cycle_dir(cycle_id)
@@ -85,36 +110,75 @@ def seal(home: Home, plan: FrozenPlan, baseline: CandidateRun,
     for run in runs:
         manifest, variant = find_candidate(manifests, run.candidate)  # type: ignore[misc]
         recipes[run.candidate] = resolve_recipe(manifest, variant, home.models, home.hf_cache)
-    journal(CycleState.PREPARE, "artifacts resolved",
-            recipes={c: r.model_dump(mode="json") for c, r in recipes.items()})
+    journal(
+        CycleState.PREPARE,
+        "artifacts resolved",
+        recipes={c: r.model_dump(mode="json") for c, r in recipes.items()},
+    )
     live = active_recipe(home)
-    journal(CycleState.BASELINE, "synthetic: the live service's samples are given, not measured",
-            recipe=live.candidate_id)
+    journal(
+        CycleState.BASELINE,
+        "synthetic: the live service's samples are given, not measured",
+        recipe=live.candidate_id,
+    )
     write_model(cdir / "runs" / "baseline.json", baseline)
     write_model(cdir / "environment.json", fingerprint_environment([live, *recipes.values()]))
-    journal(CycleState.MAINTENANCE, "experiments run on the scratch port; the live service keeps "
-            "serving", expected_downtime_s=0)
+    journal(
+        CycleState.MAINTENANCE,
+        "experiments run on the scratch port; the live service keeps serving",
+        expected_downtime_s=0,
+    )
     for index, run in enumerate(runs, start=1):
-        journal(CycleState.EXPERIMENT, f"measuring {run.candidate}", candidate=run.candidate,
-                index=index, total=len(runs))
-        journal(CycleState.EXPERIMENT, f"synthetic: {run.candidate}'s samples are given",
-                step="measuring", candidate=run.candidate)
+        journal(
+            CycleState.EXPERIMENT,
+            f"measuring {run.candidate}",
+            candidate=run.candidate,
+            index=index,
+            total=len(runs),
+        )
+        journal(
+            CycleState.EXPERIMENT,
+            f"synthetic: {run.candidate}'s samples are given",
+            step="measuring",
+            candidate=run.candidate,
+        )
         recipe = recipes[run.candidate]
-        run = run.model_copy(update={"candidate_class": recipe.candidate_class,
-                                     "semantics": recipe.semantics, "knobs": recipe.knobs})
+        run = run.model_copy(
+            update={
+                "candidate_class": recipe.candidate_class,
+                "semantics": recipe.semantics,
+                "knobs": recipe.knobs,
+            }
+        )
         write_model(cdir / "runs" / f"{run.candidate.replace(':', '__')}.json", run)
     journal(CycleState.SELECT, "selecting by the frozen thresholds")
-    ordered = [r.model_copy(update={"candidate_class": recipes[r.candidate].candidate_class,
-                                    "semantics": recipes[r.candidate].semantics,
-                                    "knobs": recipes[r.candidate].knobs}) for r in runs]
+    ordered = [
+        r.model_copy(
+            update={
+                "candidate_class": recipes[r.candidate].candidate_class,
+                "semantics": recipes[r.candidate].semantics,
+                "knobs": recipes[r.candidate].knobs,
+            }
+        )
+        for r in runs
+    ]
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(cdir / "verdict.json", verdict)
     assert verdict.selected is None, "these helpers seal cycles that keep the baseline"
-    return cycle.seal(home, plan, cycle_id, journal, started,
-                      cycle.CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason))
+    return cycle.seal(
+        home,
+        plan,
+        cycle_id,
+        journal,
+        started,
+        cycle.CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason),
+    )
 
 
 def baseline_run(plan: FrozenPlan, greedy: list[Sample], tps: float = 10.0) -> CandidateRun:
-    return CandidateRun(candidate=BASELINE_ID, samples=timing(BASELINE_ID, plan, tps),
-                        greedy=[s.model_copy(update={"candidate": BASELINE_ID}) for s in greedy],
-                        peak_memory_gb=0.2)
+    return CandidateRun(
+        candidate=BASELINE_ID,
+        samples=timing(BASELINE_ID, plan, tps),
+        greedy=[s.model_copy(update={"candidate": BASELINE_ID}) for s in greedy],
+        peak_memory_gb=0.2,
+    )

@@ -31,13 +31,22 @@ KV8 = "demo-tiny:kv8"
 
 def real_greedy(base_url: str, candidate: str, plan: FrozenPlan):
     suite = load_suite(plan.protocol.suite)
-    return [bench.greedy_chat(base_url, _messages(p), max_tokens=_max_tokens(p, plan.protocol),
-                              timeout=60, candidate=candidate, prompt_id=p.id)
-            for p in suite.prompts]
+    return [
+        bench.greedy_chat(
+            base_url,
+            _messages(p),
+            max_tokens=_max_tokens(p, plan.protocol),
+            timeout=60,
+            candidate=candidate,
+            prompt_id=p.id,
+        )
+        for p in suite.prompts
+    ]
 
 
 def test_awaiting_approval_then_approve_after_online_verification(
-        home: Home, capsys: pytest.CaptureFixture[str]) -> None:
+    home: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = load_config(home)
     ensure_serving(home, active_recipe(home), config, timeout=120)
     plan = freeze(home, [KV8])
@@ -51,9 +60,16 @@ def test_awaiting_approval_then_approve_after_online_verification(
     finally:
         stop_candidate(home, record)
     assert not [s.error for s in base_greedy + kv_greedy if s.error]
-    summary = seal(home, plan, baseline_run(plan, base_greedy),
-                   [CandidateRun(candidate=KV8, samples=timing(KV8, plan, 13.0),
-                                 greedy=kv_greedy, peak_memory_gb=0.2)])
+    summary = seal(
+        home,
+        plan,
+        baseline_run(plan, base_greedy),
+        [
+            CandidateRun(
+                candidate=KV8, samples=timing(KV8, plan, 13.0), greedy=kv_greedy, peak_memory_gb=0.2
+            )
+        ],
+    )
     assert summary.outcome == Outcome.KEPT_BASELINE
     assert "qualified, awaiting approval: demo-tiny:kv8" in summary.reason
 
@@ -72,7 +88,12 @@ def test_awaiting_approval_then_approve_after_online_verification(
     assert evidence.verify(bundle).ok
     journal = [json.loads(line)["state"] for line in (bundle / "journal.ndjson").open()]
     assert [s for s in journal if s in ("PROMOTE", "VERIFY", "COMMIT", "ROLLBACK")] == [
-        "PROMOTE", "VERIFY", "VERIFY", "COMMIT", "COMMIT"]  # verified on its own port, committed,
+        "PROMOTE",
+        "VERIFY",
+        "VERIFY",
+        "COMMIT",
+        "COMMIT",
+    ]  # verified on its own port, committed,
     # then the front switched to it
     # remembered as approved and promoted
     last = memory.outcomes(home, KV8)[-1]

@@ -99,9 +99,12 @@ def test_an_incomplete_bundle(home: Home, awaiting: CycleSummary) -> None:
     manifest = read_model(bundle / "MANIFEST.json", EvidenceManifest)
     files = {**manifest.files, "summary.json": sha256_file(bundle / "summary.json")}
     write_model(bundle / "MANIFEST.json", manifest.model_copy(update={"files": files}))
-    refused(home, awaiting.cycle_id, None,
-            f"the evidence of {awaiting.cycle_id} does not verify: statement_files: .*"
-            "summary_agrees")
+    refused(
+        home,
+        awaiting.cycle_id,
+        None,
+        f"the evidence of {awaiting.cycle_id} does not verify: statement_files: .*summary_agrees",
+    )
 
 
 def test_no_candidate_awaiting(home: Home) -> None:

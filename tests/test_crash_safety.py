@@ -71,8 +71,9 @@ def fast_home(tmp_path: Path, demo_models: dict[str, Path]):
 
 
 @pytest.mark.parametrize(("pause", "serving", "outcome"), MATRIX, ids=[m[0] for m in MATRIX])
-def test_sigkill_at_every_state_then_recovery(fast_home: Home, pause: str, serving: str,
-                                              outcome: Outcome) -> None:
+def test_sigkill_at_every_state_then_recovery(
+    fast_home: Home, pause: str, serving: str, outcome: Outcome
+) -> None:
     home = fast_home
     start_live(home)
     plan_id = queue_plan(home)
@@ -107,8 +108,16 @@ def test_stranger_on_the_stable_port_is_left_alone_and_blocks_promotion(fast_hom
     proc = supervisor(home, pause_at="ROLLBACK")
     stranger = None
     try:
-        wait_for(lambda: any(e.state == CycleState.EXPERIMENT for c in home.cycles.iterdir()
-                             for e in home.read_journal(c.name)[0]), 240, "EXPERIMENT", proc)
+        wait_for(
+            lambda: any(
+                e.state == CycleState.EXPERIMENT
+                for c in home.cycles.iterdir()
+                for e in home.read_journal(c.name)[0]
+            ),
+            240,
+            "EXPERIMENT",
+            proc,
+        )
         record = service_record(home)
         front = front_record(home)
         assert record is not None and front is not None
@@ -132,8 +141,12 @@ def test_stranger_on_the_stable_port_is_left_alone_and_blocks_promotion(fast_hom
         if stranger is not None:
             stranger.kill()
             stranger.wait()
-    result = subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root),
-                             "recover"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "recover"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "needs-operator cleared" in result.stdout
     after = inspect(home)
@@ -141,7 +154,8 @@ def test_stranger_on_the_stable_port_is_left_alone_and_blocks_promotion(fast_hom
 
 
 def test_candidate_killed_mid_benchmark_is_rejected_and_the_cycle_continues(
-        fast_home: Home) -> None:
+    fast_home: Home,
+) -> None:
     home = fast_home
     start_live(home)
     plan_id = queue_plan(home, {"hypothesis": "h", "candidates": [WINNER, "demo-tiny:draft-k2"]})
@@ -179,8 +193,13 @@ def test_full_disk_while_sealing_keeps_the_service_and_reports_it(fast_home: Hom
     start_live(home)
     queue_plan(home)
     evidence_dir = home.evidence
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs",
-                              str(evidence_dir)], capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(evidence_dir)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     if not mounted:
         pytest.skip("cannot mount a small tmpfs here (needs root); see the injected-error test")
     try:
@@ -189,16 +208,20 @@ def test_full_disk_while_sealing_keeps_the_service_and_reports_it(fast_home: Hom
         record = service_record(home)
         assert record is not None and inspect(home).healthy
         events = [e for c in home.cycles.iterdir() for e in home.read_journal(c.name)[0]]
-        assert any(e.state == CycleState.SEALED and e.fields.get("step") == "failed"
-                   for e in events)
+        assert any(
+            e.state == CycleState.SEALED and e.fields.get("step") == "failed" for e in events
+        )
     finally:
         subprocess.run(["umount", str(evidence_dir)], check=False)
     # With space again, the next supervisor finishes sealing what was decided.
     supervise(home)
     after = inspect(home)
     assert after.sealed and after.verified and after.interrupted and after.healthy
-    decided = [e.fields["outcome"] for e in events
-               if e.state == CycleState.SEALED and "outcome" in e.fields]
+    decided = [
+        e.fields["outcome"]
+        for e in events
+        if e.state == CycleState.SEALED and "outcome" in e.fields
+    ]
     assert after.outcome == decided[0], "resealing keeps the outcome decided before the failure"
 
 
@@ -226,8 +249,12 @@ def test_injected_write_error_while_sealing(fast_home: Home, monkeypatch) -> Non
 def test_second_supervisor_exits_with_a_clear_message(fast_home: Home) -> None:
     home = fast_home
     with home.supervisor_lock():
-        result = subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root),
-                                 "supervise"], capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert result.returncode == 4
     assert "another supervisor is running" in result.stderr
 
@@ -247,8 +274,12 @@ def test_two_proposals_run_in_order(fast_home: Home) -> None:
 def test_corrupt_state_file_is_reported_not_trusted(fast_home: Home) -> None:
     home = fast_home
     (home.state / "service.json").write_text('{"schema_version": 1, "pid": ')
-    result = subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root),
-                             "status", "--json"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     data = json.loads(result.stdout)
     assert any("service.json" in p for p in data["problems"])
     assert data["service"]["healthy"] is False
@@ -261,13 +292,15 @@ def test_status_json_shows_the_running_supervisor_and_state(fast_home: Home) -> 
     proc = supervisor(home, pause_at="BASELINE")
     try:
         wait_for((home.state / "paused-at-BASELINE").exists, 120, "BASELINE", proc)
-        result = subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root),
-                                 "status", "--json"], capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "status", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         data = json.loads(result.stdout)
         assert data["supervisor_pid"] == proc.pid and data["supervisor_running"]
         assert data["cycle"]["state"] == "BASELINE"
     finally:
         proc.kill()
         proc.wait()
-
-

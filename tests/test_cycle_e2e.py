@@ -33,9 +33,15 @@ MESSAGES = [{"role": "user", "content": "Write a haiku about harbours."}]
 
 def stdio_params(home: Home) -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "mcp_infra", "--home", str(home.root), "serve"],
-        env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""),
-             "HF_HUB_OFFLINE": "1", **run_env()})
+        command=sys.executable,
+        args=["-m", "mcp_infra", "--home", str(home.root), "serve"],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", ""),
+            "HF_HUB_OFFLINE": "1",
+            **run_env(),
+        },
+    )
 
 
 async def wait_sealed(client: Client, plan_id: str, timeout: float = 1200) -> dict:
@@ -50,8 +56,14 @@ async def wait_sealed(client: Client, plan_id: str, timeout: float = 1200) -> di
 
 
 def greedy_ids(port: int) -> list[int] | None:
-    return bench.greedy_chat(f"http://127.0.0.1:{port}", MESSAGES, max_tokens=24, timeout=60,
-                             candidate="check", prompt_id="p").token_ids
+    return bench.greedy_chat(
+        f"http://127.0.0.1:{port}",
+        MESSAGES,
+        max_tokens=24,
+        timeout=60,
+        candidate="check",
+        prompt_id="p",
+    ).token_ids
 
 
 async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(home: Home) -> None:
@@ -62,9 +74,15 @@ async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(h
     async with Client(stdio_params(home)) as client:
         tools = {t.name for t in (await client.list_tools()).tools}
         assert tools == {"status", "registry", "evidence", "propose_plan"}
-        result = await client.call_tool("propose_plan", {"plan": {
-            "hypothesis": "a drafter speeds up greedy decoding",
-            "candidates": ["demo-tiny:draft-k4", "demo-tiny:draft-k2"]}})
+        result = await client.call_tool(
+            "propose_plan",
+            {
+                "plan": {
+                    "hypothesis": "a drafter speeds up greedy decoding",
+                    "candidates": ["demo-tiny:draft-k4", "demo-tiny:draft-k2"],
+                }
+            },
+        )
         proposal = result.structured_content
         assert not result.is_error and proposal["accepted"], proposal
         assert proposal["candidates"] == ["baseline", "demo-tiny:draft-k4", "demo-tiny:draft-k2"]
@@ -85,8 +103,15 @@ async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(h
     # The evidence is complete and re-verifiable.
     bundle = evidence.bundle_path(home, cycle_id)
     names = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()}
-    assert {"plan.json", "environment.json", "verdict.json", "journal.ndjson", "summary.json",
-            "MANIFEST.json", "runs/baseline.json"} <= names
+    assert {
+        "plan.json",
+        "environment.json",
+        "verdict.json",
+        "journal.ndjson",
+        "summary.json",
+        "MANIFEST.json",
+        "runs/baseline.json",
+    } <= names
     verdict = read_model(bundle / "verdict.json", Verdict)
     winner = next(c for c in verdict.candidates if c.candidate == summary.selected)
     assert {g.gate: g.passed for g in winner.gates}["lossless"] is True
@@ -94,8 +119,16 @@ async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(h
     events, problems = home.read_journal(cycle_id)
     assert not problems
     states = [e.state.value for e in events]
-    for state in ("PREFLIGHT", "BASELINE", "EXPERIMENT", "SELECT", "PROMOTE", "VERIFY", "COMMIT",
-                  "SEALED"):
+    for state in (
+        "PREFLIGHT",
+        "BASELINE",
+        "EXPERIMENT",
+        "SELECT",
+        "PROMOTE",
+        "VERIFY",
+        "COMMIT",
+        "SEALED",
+    ):
         assert state in states
     # One changed byte in a raw sample file and verification fails.
     sample_file = bundle / "runs" / "baseline.json"
@@ -112,10 +145,17 @@ async def test_refused_plans_change_nothing(home: Home) -> None:
         cases = [
             {"plan": {"hypothesis": "x", "candidates": ["demo-tiny:nope"]}},
             {"plan": {"hypothesis": "x", "candidates": ["demo-tiny:draft-k4; rm -rf ~"]}},
-            {"plan": {"hypothesis": "x", "candidates": ["demo-tiny:draft-k4"]},
-             "run_as_root": True},
-            {"plan": {"hypothesis": "x", "candidates": ["demo-tiny:draft-k4"],
-                      "launch": {"argv": ["sh", "-c", "id"]}}},
+            {
+                "plan": {"hypothesis": "x", "candidates": ["demo-tiny:draft-k4"]},
+                "run_as_root": True,
+            },
+            {
+                "plan": {
+                    "hypothesis": "x",
+                    "candidates": ["demo-tiny:draft-k4"],
+                    "launch": {"argv": ["sh", "-c", "id"]},
+                }
+            },
         ]
         for arguments in cases:
             result = await client.call_tool("propose_plan", arguments)
@@ -131,7 +171,8 @@ async def test_refused_plans_change_nothing(home: Home) -> None:
 
 
 async def test_candidate_that_cannot_start_is_rejected_and_the_baseline_keeps_serving(
-        home: Home, demo_models: dict[str, Path]) -> None:
+    home: Home, demo_models: dict[str, Path]
+) -> None:
     # A real models folder whose draft is broken (an unreadable config), target intact.
     home.models.unlink()
     home.models.mkdir()
@@ -141,8 +182,10 @@ async def test_candidate_that_cannot_start_is_rejected_and_the_baseline_keeps_se
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     async with Client(build_server(home, start_supervisor=False)) as client:
-        result = await client.call_tool("propose_plan", {"plan": {
-            "hypothesis": "broken drafter", "candidates": ["demo-tiny:draft-k2"]}})
+        result = await client.call_tool(
+            "propose_plan",
+            {"plan": {"hypothesis": "broken drafter", "candidates": ["demo-tiny:draft-k2"]}},
+        )
         assert result.structured_content["accepted"]
     (summary,) = supervise(home)
     assert summary.outcome == Outcome.KEPT_BASELINE

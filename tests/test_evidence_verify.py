@@ -48,8 +48,10 @@ def test_the_shipped_bundle_verifies_without_its_home(
     assert cli.main(["--home", str(empty_home), "evidence", "verify", str(bundle), *key]) == 0
     out = capsys.readouterr().out
     assert f"{bundle}: VERIFIED" in out
-    assert cli.main(["--home", str(empty_home), "evidence", "verify", str(bundle), *key,
-                     "--json"]) == 0
+    assert (
+        cli.main(["--home", str(empty_home), "evidence", "verify", str(bundle), *key, "--json"])
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["problems"] == []
 
@@ -72,8 +74,9 @@ def rehash(bundle: Path, *names: str) -> None:
 
 
 def verify_cli(bundle: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = cli.main(["--home", str(home), "evidence", "verify", str(bundle), "--key",
-                     str(key_of(bundle))])
+    code = cli.main(
+        ["--home", str(home), "evidence", "verify", str(bundle), "--key", str(key_of(bundle))]
+    )
     return code, capsys.readouterr().out
 
 
@@ -89,7 +92,8 @@ def test_a_changed_verdict_with_matching_hashes_is_caught_by_recomputing_it(
     result = evidence.verify(bundle, key=key_of(bundle))
     assert "file_hashes" not in result.failed, "the forger fixed the hashes..."
     assert not result.ok and "verdict_recomputed" in result.failed, (
-        "...but the verdict is recomputed from samples")
+        "...but the verdict is recomputed from samples"
+    )
     assert "statement_files" in result.failed, "...and the signed Statement names the old hashes"
     code, out = verify_cli(bundle, tmp_path / "no-home", capsys)
     assert code == 1 and "FAIL verdict_recomputed" in out

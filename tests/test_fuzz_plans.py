@@ -31,61 +31,125 @@ EXAMPLES = int(os.environ.get("MCP_INFRA_FUZZ_EXAMPLES", "300"))
 MANIFESTS = load_registry()
 POLICY = load_policy("demo")
 IDS = all_candidates(MANIFESTS)
-FACTS = HostFacts(platform="linux-x86_64", packages={"mlx-lm": "0.32.2", "mlx": "0.32.4",
-                                                     "mlx-vlm": "0.7.10"},
-                  memory_gb=23.0, free_disk_gb=50.0,
-                  available_artifacts=["demo:target", "demo:draft"])
-CHECKS = {f"{m.id}:{v.id}": preflight(m, v, POLICY, FACTS) for m in MANIFESTS.values()
-          for v in m.variants}
-RECIPES = {cid: resolve_recipe(*find_candidate(MANIFESTS, cid), Path("/m"))  # type: ignore[misc]
-           for cid in IDS}
+FACTS = HostFacts(
+    platform="linux-x86_64",
+    packages={"mlx-lm": "0.32.2", "mlx": "0.32.4", "mlx-vlm": "0.7.10"},
+    memory_gb=23.0,
+    free_disk_gb=50.0,
+    available_artifacts=["demo:target", "demo:draft"],
+)
+CHECKS = {
+    f"{m.id}:{v.id}": preflight(m, v, POLICY, FACTS) for m in MANIFESTS.values() for v in m.variants
+}
+RECIPES = {
+    cid: resolve_recipe(*find_candidate(MANIFESTS, cid), Path("/m"))  # type: ignore[misc]
+    for cid in IDS
+}
 LIVE = Recipe(candidate_id="demo-tiny:target", template="mlx_lm_server", model_path="/m/target")
-NASTY = ["", "baseline", "$(reboot)", "; rm -rf /", "`id`", "../../etc/passwd", "a:b", "A:B",
-         "demo-tiny:", ":draft-k2", "demo-tiny:draft-k2\n", "\x00", "é:ü", "x" * 200,
-         "--trust-remote-code", "demo-tiny:draft-k2 --port 1"]
+NASTY = [
+    "",
+    "baseline",
+    "$(reboot)",
+    "; rm -rf /",
+    "`id`",
+    "../../etc/passwd",
+    "a:b",
+    "A:B",
+    "demo-tiny:",
+    ":draft-k2",
+    "demo-tiny:draft-k2\n",
+    "\x00",
+    "é:ü",
+    "x" * 200,
+    "--trust-remote-code",
+    "demo-tiny:draft-k2 --port 1",
+]
 
 candidate_ids = st.one_of(st.sampled_from(IDS), st.sampled_from(NASTY), st.text(max_size=140))
-numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**9, 10**9),
-                    st.text(max_size=10), st.none(), st.booleans())
+numbers = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(10**9), 10**9),
+    st.text(max_size=10),
+    st.none(),
+    st.booleans(),
+)
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=50))
-json_any = st.recursive(json_leaf, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)),
-    max_leaves=12)
+json_any = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 plans = st.fixed_dictionaries(
-    {"hypothesis": st.one_of(st.text(max_size=400), json_any),
-     "candidates": st.one_of(st.lists(candidate_ids, max_size=5), json_any)},
+    {
+        "hypothesis": st.one_of(st.text(max_size=400), json_any),
+        "candidates": st.one_of(st.lists(candidate_ids, max_size=5), json_any),
+    },
     optional={
         "acceptance": st.one_of(
-            st.fixed_dictionaries({}, optional={"min_speedup_pct": numbers,
-                                                "max_peak_memory_gb": numbers,
-                                                "surprise": json_any}),
-            json_any),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "min_speedup_pct": numbers,
+                    "max_peak_memory_gb": numbers,
+                    "surprise": json_any,
+                },
+            ),
+            json_any,
+        ),
         "notes": st.one_of(st.text(max_size=2100), json_any),
         "argv": json_any,
         "template": st.text(max_size=20),
-    })
+    },
+)
 # Plans that are well formed except for what is being probed: most reach sanitization.
-one_line = st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=["Cs"]),
-                   min_size=1, max_size=300)
+one_line = st.text(
+    st.characters(blacklist_characters="\n\r", blacklist_categories=["Cs"]),
+    min_size=1,
+    max_size=300,
+)
 bounded = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 near_valid = st.fixed_dictionaries(
-    {"hypothesis": one_line,
-     "candidates": st.lists(st.one_of(st.sampled_from(IDS), st.sampled_from(NASTY)),
-                            min_size=1, max_size=3)},
-    optional={"acceptance": st.fixed_dictionaries({}, optional={
-        "min_speedup_pct": bounded, "max_peak_memory_gb": bounded}),
-        "notes": st.text(max_size=300)})
-inputs = st.one_of(near_valid, near_valid, near_valid.map(json.dumps), plans,
-                   plans.map(json.dumps), json_any, st.text(max_size=300))
+    {
+        "hypothesis": one_line,
+        "candidates": st.lists(
+            st.one_of(st.sampled_from(IDS), st.sampled_from(NASTY)), min_size=1, max_size=3
+        ),
+    },
+    optional={
+        "acceptance": st.fixed_dictionaries(
+            {}, optional={"min_speedup_pct": bounded, "max_peak_memory_gb": bounded}
+        ),
+        "notes": st.text(max_size=300),
+    },
+)
+inputs = st.one_of(
+    near_valid,
+    near_valid,
+    near_valid.map(json.dumps),
+    plans,
+    plans.map(json.dumps),
+    json_any,
+    st.text(max_size=300),
+)
 
 
 def freeze(raw: object) -> FrozenPlan:
-    return sanitize(parse_plan(raw), manifests=MANIFESTS, policy=POLICY, preflights=CHECKS,
-                    live_recipe=LIVE, live_peak_memory_gb=0.3,
-                    registry_hash=registry_hash(MANIFESTS), policy_hash=policy_hash(POLICY),
-                    proposed_by="fuzz", now=datetime(2026, 11, 29, tzinfo=UTC),
-                    candidate_recipes=RECIPES)
+    return sanitize(
+        parse_plan(raw),
+        manifests=MANIFESTS,
+        policy=POLICY,
+        preflights=CHECKS,
+        live_recipe=LIVE,
+        live_peak_memory_gb=0.3,
+        registry_hash=registry_hash(MANIFESTS),
+        policy_hash=policy_hash(POLICY),
+        proposed_by="fuzz",
+        now=datetime(2026, 11, 29, tzinfo=UTC),
+        candidate_recipes=RECIPES,
+    )
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -97,8 +161,11 @@ def test_any_input_freezes_validly_or_is_refused(raw: object) -> None:
         message = str(exc)
         assert message.startswith("plan refused") and len(message) < 2000
         if isinstance(raw, dict):  # no key the sender invented is reflected back
-            invented = [k for k in raw if k not in {"hypothesis", "candidates", "acceptance",
-                                                   "notes"} and len(k) > 3]
+            invented = [
+                k
+                for k in raw
+                if k not in {"hypothesis", "candidates", "acceptance", "notes"} and len(k) > 3
+            ]
             assert not any(k in message for k in invented)
         return
     assert frozen.candidates[0] == BASELINE_ID

@@ -411,8 +411,9 @@ def test_general_suite_covers_every_class_and_long_context():
 def test_demo_suite_is_short():
     suite = load_suite("demo-speed")
     assert suite.kind == "speed"
-    short = [p for p in suite.prompts
-             if p.split == "selection" and p.prompt_class != "long_context"]
+    short = [
+        p for p in suite.prompts if p.split == "selection" and p.prompt_class != "long_context"
+    ]
     assert 3 <= len(short) <= 4
     assert all(p.max_tokens == 64 for p in short)
     assert len({p.prompt_class for p in short}) == len(short)

@@ -20,9 +20,16 @@ from mcp_infra.faces.http_transport import HttpConfigError, HttpPlan, client, re
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.state.store import Home
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "probe", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "0"},
+    },
+}
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
@@ -33,8 +40,13 @@ class HttpServer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.argv = serve_argv(home, "--transport", "http", "--port", str(self.port), *extra)
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, env=child_env())
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+            )
         deadline = time.monotonic() + 30
         while not port_open(self.port):
             assert self.proc.poll() is None, self.log.read_text()
@@ -76,10 +88,15 @@ def test_requests_are_checked_before_anything_else(home: Home, http_server: Http
     assert token not in unauthorized.text
     assert http_server.post(Authorization=bearer, Host="evil.example:80").status_code == 421
     assert http_server.post(Host="evil.example").status_code == 421  # before the token check
-    assert http_server.post(Authorization=bearer,
-                            Origin="http://evil.example").status_code == 403
-    assert http_server.post(Authorization=bearer, Host=f"localhost:{http_server.port}",
-                            Origin=f"http://localhost:{http_server.port}").status_code == 200
+    assert http_server.post(Authorization=bearer, Origin="http://evil.example").status_code == 403
+    assert (
+        http_server.post(
+            Authorization=bearer,
+            Host=f"localhost:{http_server.port}",
+            Origin=f"http://localhost:{http_server.port}",
+        ).status_code
+        == 200
+    )
     other_path = httpx2.get(f"http://127.0.0.1:{http_server.port}/", timeout=10)
     assert other_path.status_code == 401, "every path needs the token"
 
@@ -94,8 +111,9 @@ def test_requests_are_checked_before_anything_else(home: Home, http_server: Http
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("era", ["legacy", "auto"])
-async def test_mcp_clients_over_http(home: Home, http_server: HttpServer, anyio_backend: str,
-                                     era: str) -> None:
+async def test_mcp_clients_over_http(
+    home: Home, http_server: HttpServer, anyio_backend: str, era: str
+) -> None:
     token = read_token(home.root / "http-token")
     async with client(http_server.url, token, mode=era) as mcp:
         tools = {t.name for t in (await mcp.list_tools()).tools}
@@ -144,16 +162,24 @@ def test_non_loopback_needs_token_file_and_allowed_hosts(home: Home, tmp_path: P
         HttpPlan(home, host="192.0.2.10", token_file=tmp_path / "t")
     with pytest.raises(HttpConfigError):
         HttpPlan(home, host="0.0.0.0", allowed_hosts=["mcp.example"])
-    plan = HttpPlan(home, host="0.0.0.0", token_file=tmp_path / "t",
-                    allowed_hosts=["mcp.example", "10.0.0.5:8765"])
+    plan = HttpPlan(
+        home,
+        host="0.0.0.0",
+        token_file=tmp_path / "t",
+        allowed_hosts=["mcp.example", "10.0.0.5:8765"],
+    )
     assert plan.allowed_hosts == ["mcp.example:*", "10.0.0.5:8765"]
     assert plan.allowed_origins == []
     assert HttpPlan(home, host="::1").allowed_hosts[-1] == "[::1]:*"
 
     port = str(free_port())
-    refused = subprocess.run(serve_argv(home, "--transport", "http", "--host", "0.0.0.0",
-                                        "--port", port), env=child_env(), capture_output=True,
-                             text=True, timeout=60)
+    refused = subprocess.run(
+        serve_argv(home, "--transport", "http", "--host", "0.0.0.0", "--port", port),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "not a loopback address" in refused.stderr
     assert not port_open(int(port))
 
@@ -169,9 +195,15 @@ def test_token_file_is_checked(home: Home, tmp_path: Path) -> None:
     os.chmod(shared, 0o644)
     with pytest.raises(HttpConfigError, match="chmod 600"):
         read_token(shared)
-    result = subprocess.run(serve_argv(home, "--transport", "http", "--port",
-                                       str(free_port()), "--token-file", str(shared)),
-                            env=child_env(), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        serve_argv(
+            home, "--transport", "http", "--port", str(free_port()), "--token-file", str(shared)
+        ),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "chmod 600" in result.stderr
     assert "s" * 40 not in result.stderr
 
@@ -186,14 +218,22 @@ def test_given_token_file_and_read_only_mode(home: Home, tmp_path: Path) -> None
         assert not (home.root / "http-token").exists(), "a given token file is used as is"
         response = server.post(Authorization=f"Bearer {token}")
         assert response.status_code == 200
-        listed = httpx2.post(server.url, headers={
-            **HEADERS, "Authorization": f"Bearer {token}",
-            "Mcp-Session-Id": response.headers.get("mcp-session-id", ""),
-            "Mcp-Protocol-Version": "2025-11-25"},
-            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, timeout=10)
+        listed = httpx2.post(
+            server.url,
+            headers={
+                **HEADERS,
+                "Authorization": f"Bearer {token}",
+                "Mcp-Session-Id": response.headers.get("mcp-session-id", ""),
+                "Mcp-Protocol-Version": "2025-11-25",
+            },
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            timeout=10,
+        )
         assert listed.status_code == 200
-        names = [t["name"] for t in json.loads(listed.text.split("data: ", 1)[1].split("\n")[0])
-                 ["result"]["tools"]]
+        names = [
+            t["name"]
+            for t in json.loads(listed.text.split("data: ", 1)[1].split("\n")[0])["result"]["tools"]
+        ]
         assert sorted(names) == ["evidence", "registry", "status"]
     finally:
         log = server.stop()

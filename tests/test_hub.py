@@ -32,8 +32,9 @@ DRAFT = ("z-lab/tiny-draft", "2" * 40)
 CANDIDATE = "tinyhub:draft-k2"
 
 
-def build_cache(cache: Path, repo: str, revision: str, source: Path,
-                skip: tuple[str, ...] = ()) -> Path:
+def build_cache(
+    cache: Path, repo: str, revision: str, source: Path, skip: tuple[str, ...] = ()
+) -> Path:
     """Write ``source``'s files into a hub cache as huggingface_hub lays it out."""
     folder = hub.repo_folder(cache, repo)
     (folder / "blobs").mkdir(parents=True, exist_ok=True)
@@ -53,14 +54,33 @@ def build_cache(cache: Path, repo: str, revision: str, source: Path,
 
 def write_manifest(home: Home, draft: tuple[str, str] = DRAFT) -> None:
     data = {
-        "schema_version": 1, "id": "tinyhub", "title": "tiny pinned models from a local cache",
-        "class": "acceleration_plugin", "semantics": "lossless", "license_reviewed": True,
-        "runtime": {"template": "mlx_lm_server",
-                    "platforms": ["linux-x86_64", "linux-aarch64", "darwin-arm64"]},
-        "target": {"role": "target", "repo": TARGET[0], "revision": TARGET[1], "size_gb": 0.01,
-                   "license": "Apache-2.0"},
-        "artifacts": [{"role": "draft", "repo": draft[0], "revision": draft[1], "size_gb": 0.01,
-                       "license": "Apache-2.0", "files": ["*.json", "*.safetensors"]}],
+        "schema_version": 1,
+        "id": "tinyhub",
+        "title": "tiny pinned models from a local cache",
+        "class": "acceleration_plugin",
+        "semantics": "lossless",
+        "license_reviewed": True,
+        "runtime": {
+            "template": "mlx_lm_server",
+            "platforms": ["linux-x86_64", "linux-aarch64", "darwin-arm64"],
+        },
+        "target": {
+            "role": "target",
+            "repo": TARGET[0],
+            "revision": TARGET[1],
+            "size_gb": 0.01,
+            "license": "Apache-2.0",
+        },
+        "artifacts": [
+            {
+                "role": "draft",
+                "repo": draft[0],
+                "revision": draft[1],
+                "size_gb": 0.01,
+                "license": "Apache-2.0",
+                "files": ["*.json", "*.safetensors"],
+            }
+        ],
         "resources": {"memory_gb": 0.5, "disk_gb": 0.05},
         "variants": [{"id": "draft-k2", "knobs": {"draft": True, "num_draft_tokens": 2}}],
     }
@@ -83,12 +103,18 @@ def _blob(snapshot: Path, name: str) -> Path:
 def _preflight(home: Home):
     manifest, variant = find_candidate(load_registry(extra=home.user_registry), CANDIDATE)
     facts = host_facts(home.root, home.models, home.hf_cache)
-    return preflight(manifest, variant, load_policy("test", extra=home.user_policy), facts,
-                     require_artifacts=True)
+    return preflight(
+        manifest,
+        variant,
+        load_policy("test", extra=home.user_policy),
+        facts,
+        require_artifacts=True,
+    )
 
 
 def test_prepare_from_a_local_cache_then_detect_tampering(
-        home: Home, cache: Path, demo_models: dict[str, Path]) -> None:
+    home: Home, cache: Path, demo_models: dict[str, Path]
+) -> None:
     target = build_cache(cache, *TARGET, demo_models["target"])
     draft = build_cache(cache, *DRAFT, demo_models["draft"])
     write_manifest(home)
@@ -103,24 +129,29 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
     # the draft's patterns (*.json, *.safetensors) are what its inventory covers ...
     inventory = json.loads(Path(by_role["draft"].inventory).read_text())
     assert {f["path"] for f in inventory["files"]} == {
-        p.name for p in demo_models["draft"].iterdir()}
+        p.name for p in demo_models["draft"].iterdir()
+    }
     assert inventory["revision"] == DRAFT[1]
     # ... and the inventory's hashes are the files' real sha256
     for entry in inventory["files"]:
         data = (demo_models["draft"] / entry["path"]).read_bytes()
         assert entry["sha256"] == hashlib.sha256(data).hexdigest()
     # the same cache is what huggingface_hub (and so the runtime) resolves
-    assert try_to_load_from_cache(TARGET[0], "config.json", cache_dir=cache,
-                                  revision=TARGET[1]) == str(target / "config.json")
+    assert try_to_load_from_cache(
+        TARGET[0], "config.json", cache_dir=cache, revision=TARGET[1]
+    ) == str(target / "config.json")
 
     checks = _preflight(home)
     assert checks.passed, checks.failures()
     manifest, variant = find_candidate(load_registry(extra=home.user_registry), CANDIDATE)
-    recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
-                            fingerprint=lambda p: "unused")
+    recipe = resolve_recipe(
+        manifest, variant, home.models, home.hf_cache, fingerprint=lambda p: "unused"
+    )
     assert (recipe.model_path, recipe.draft_path) == (str(target), str(draft))
-    assert recipe.artifact_hashes == {"target": f"inventory:{by_role['target'].digest}",
-                                      "draft": f"inventory:{by_role['draft'].digest}"}
+    assert recipe.artifact_hashes == {
+        "target": f"inventory:{by_role['target'].digest}",
+        "draft": f"inventory:{by_role['draft'].digest}",
+    }
 
     # same size, one byte changed: the sha256 check before use catches it
     weights = _blob(target, "model.safetensors")
@@ -146,8 +177,9 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
     assert "tokenizer.json: " in failed["integrity"]
 
 
-def test_offline_prepare_names_everything_missing(home: Home, cache: Path,
-                                                  demo_models: dict[str, Path]) -> None:
+def test_offline_prepare_names_everything_missing(
+    home: Home, cache: Path, demo_models: dict[str, Path]
+) -> None:
     build_cache(cache, *TARGET, demo_models["target"], skip=("config.json",))
     write_manifest(home)
     policy = home.user_policy / "test.yaml"  # the demo policy allows no download at all
@@ -167,13 +199,16 @@ def test_offline_prepare_names_everything_missing(home: Home, cache: Path,
 def test_the_budget_is_checked_before_any_download(tmp_path: Path) -> None:
     policy = load_policy("default")
     manifest = load_registry()["qwen38-dflash2-v1"]
-    plans = [hub.plan_artifact(a, tmp_path / "empty-cache", offline=True)
-             for a in hub.candidate_artifacts(manifest, draft=True)]
+    plans = [
+        hub.plan_artifact(a, tmp_path / "empty-cache", offline=True)
+        for a in hub.candidate_artifacts(manifest, draft=True)
+    ]
     assert [p.estimated for p in plans] == [True, True]
     assert sum(p.download_bytes for p in plans) == int(16e9) + int(3.85e9)
     assert hub.check_budget(plans, manifest, policy, free_bytes=10**12) == []
-    small = policy.model_copy(update={"budgets": policy.budgets.model_copy(
-        update={"download_gb": 10, "disk_gb": 10})})
+    small = policy.model_copy(
+        update={"budgets": policy.budgets.model_copy(update={"download_gb": 10, "disk_gb": 10})}
+    )
     problems = hub.check_budget(plans, manifest, small, free_bytes=5 * 10**9)
     assert problems == [
         "19.85 GB to download exceeds the policy's download budget of 10 GB",
@@ -184,16 +219,30 @@ def test_the_budget_is_checked_before_any_download(tmp_path: Path) -> None:
 
 def test_only_the_runtime_files_are_fetched_never_code() -> None:
     ref = ArtifactRef(role="target", repo="mlx-community/x", revision="a" * 40)
-    wanted = [n for n in ("config.json", "model-00001-of-00002.safetensors", "tokenizer.json",
-                          "chat_template.jinja", "modeling_x.py", "pytorch_model.bin",
-                          "README.md") if hub._wanted(n, list(ref.files) or
-                                                      hub.DEFAULT_ALLOW_PATTERNS)]
-    assert wanted == ["config.json", "model-00001-of-00002.safetensors", "tokenizer.json",
-                      "chat_template.jinja"]
+    wanted = [
+        n
+        for n in (
+            "config.json",
+            "model-00001-of-00002.safetensors",
+            "tokenizer.json",
+            "chat_template.jinja",
+            "modeling_x.py",
+            "pytorch_model.bin",
+            "README.md",
+        )
+        if hub._wanted(n, list(ref.files) or hub.DEFAULT_ALLOW_PATTERNS)
+    ]
+    assert wanted == [
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+    ]
 
 
-def test_prepare_command(home: Home, cache: Path, demo_models: dict[str, Path],
-                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_prepare_command(
+    home: Home, cache: Path, demo_models: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     build_cache(cache, *TARGET, demo_models["target"])
     build_cache(cache, *DRAFT, demo_models["draft"])
     write_manifest(home)

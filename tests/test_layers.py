@@ -16,8 +16,18 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mcp_infra"
-RANK = {"contracts": 0, "errors": 0, "core": 1, "state": 2, "procs": 3, "flows": 4,
-        "faces": 5, "demo": 5, "__main__": 6, "__init__": 0}
+RANK = {
+    "contracts": 0,
+    "errors": 0,
+    "core": 1,
+    "state": 2,
+    "procs": 3,
+    "flows": 4,
+    "faces": 5,
+    "demo": 5,
+    "__main__": 6,
+    "__init__": 0,
+}
 
 
 def module_name(path: Path) -> str:
@@ -36,16 +46,21 @@ def imports_of(path: Path) -> list[tuple[str, list[str], int]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mcp_infra"):
             names = [a.name for a in node.names]
-            submodules = [f"{node.module}.{n}" for n in names
-                          if (PACKAGE.parent / f"{node.module}.{n}".replace(".", "/")).with_suffix(
-                              ".py").exists()]
+            submodules = [
+                f"{node.module}.{n}"
+                for n in names
+                if (PACKAGE.parent / f"{node.module}.{n}".replace(".", "/"))
+                .with_suffix(".py")
+                .exists()
+            ]
             if submodules:  # `from mcp_infra.state import evidence` imports a module
                 found += [(m, [], node.lineno) for m in submodules]
             else:
                 found.append((node.module, names, node.lineno))
         elif isinstance(node, ast.Import):
-            found += [(a.name, [], node.lineno) for a in node.names
-                      if a.name.startswith("mcp_infra")]
+            found += [
+                (a.name, [], node.lineno) for a in node.names if a.name.startswith("mcp_infra")
+            ]
     return found
 
 
@@ -73,8 +88,10 @@ def direction_problems(edges: dict[str, list[tuple[str, list[str], int]]]) -> li
 
 def cycles(edges: dict[str, list[tuple[str, list[str], int]]]) -> list[list[str]]:
     """Every import cycle among the package's modules (depth-first search)."""
-    adjacency = {m: sorted({t for t, _, _ in imports if t in edges and t != m})
-                 for m, imports in edges.items()}
+    adjacency = {
+        m: sorted({t for t, _, _ in imports if t in edges and t != m})
+        for m, imports in edges.items()
+    }
     found: list[list[str]] = []
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -84,7 +101,7 @@ def cycles(edges: dict[str, list[tuple[str, list[str], int]]]) -> list[list[str]
         stack.append(node)
         for nxt in adjacency[node]:
             if state.get(nxt) == 1:
-                found.append([*stack[stack.index(nxt):], nxt])
+                found.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()
@@ -109,20 +126,26 @@ def test_no_import_cycles() -> None:
     assert cycles(graph()) == []
 
 
-@pytest.mark.parametrize(("module", "target", "names", "expected"), [
-    ("mcp_infra.core.stats", "mcp_infra.faces.render", [], "upward"),
-    ("mcp_infra.core.stats", "mcp_infra.state.store", ["Home"], "upward"),
-    ("mcp_infra.state.store", "mcp_infra.flows.cycle", [], "upward"),
-    ("mcp_infra.flows.cycle", "mcp_infra.procs.runtime", ["_reap"], "private"),
-])
-def test_the_checks_catch_a_violation(module: str, target: str, names: list[str],
-                                      expected: str) -> None:
+@pytest.mark.parametrize(
+    ("module", "target", "names", "expected"),
+    [
+        ("mcp_infra.core.stats", "mcp_infra.faces.render", [], "upward"),
+        ("mcp_infra.core.stats", "mcp_infra.state.store", ["Home"], "upward"),
+        ("mcp_infra.state.store", "mcp_infra.flows.cycle", [], "upward"),
+        ("mcp_infra.flows.cycle", "mcp_infra.procs.runtime", ["_reap"], "private"),
+    ],
+)
+def test_the_checks_catch_a_violation(
+    module: str, target: str, names: list[str], expected: str
+) -> None:
     """The checks can fail: a made-up upward or private import is reported."""
     problems = direction_problems({module: [(target, names, 1)]})
     assert problems and expected in problems[0]
 
 
 def test_the_cycle_check_catches_a_cycle() -> None:
-    edges = {"mcp_infra.flows.a": [("mcp_infra.flows.b", [], 1)],
-             "mcp_infra.flows.b": [("mcp_infra.flows.a", [], 1)]}
+    edges = {
+        "mcp_infra.flows.a": [("mcp_infra.flows.b", [], 1)],
+        "mcp_infra.flows.b": [("mcp_infra.flows.a", [], 1)],
+    }
     assert cycles(edges) == [["mcp_infra.flows.a", "mcp_infra.flows.b", "mcp_infra.flows.a"]]

@@ -35,15 +35,26 @@ def failed_cycle(home: Home) -> str:
     first = prompts(plan)[0]
     diverged = {**ids, first: [*ids[first][:5], 99, *ids[first][6:]]}
     base = baseline_run(plan, greedy_ids("baseline", plan, ids))
-    runs = [CandidateRun(candidate=BAD, samples=timing(BAD, plan, 14.0),
-                         greedy=greedy_ids(BAD, plan, diverged), peak_memory_gb=0.3),
-            CandidateRun(candidate=SLOW, samples=timing(SLOW, plan, 8.0),
-                         greedy=greedy_ids(SLOW, plan, ids), peak_memory_gb=0.3)]
+    runs = [
+        CandidateRun(
+            candidate=BAD,
+            samples=timing(BAD, plan, 14.0),
+            greedy=greedy_ids(BAD, plan, diverged),
+            peak_memory_gb=0.3,
+        ),
+        CandidateRun(
+            candidate=SLOW,
+            samples=timing(SLOW, plan, 8.0),
+            greedy=greedy_ids(SLOW, plan, ids),
+            peak_memory_gb=0.3,
+        ),
+    ]
     return seal(home, plan, base, runs).cycle_id
 
 
 def test_failure_is_remembered_skipped_and_reset_by_a_manifest_change(
-        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_manifest(home)
     cycle_id = failed_cycle(home)
 
@@ -58,20 +69,31 @@ def test_failure_is_remembered_skipped_and_reset_by_a_manifest_change(
     assert not [g for g in slow.gates if not g.passed]
 
     # the gate failure is skipped, deterministically, and the plan says why
-    views = [app.propose(home, {"hypothesis": "again", "candidates": [BAD, SLOW]},
-                         proposed_by="test", dry_run=True) for _ in range(2)]
+    views = [
+        app.propose(
+            home,
+            {"hypothesis": "again", "candidates": [BAD, SLOW]},
+            proposed_by="test",
+            dry_run=True,
+        )
+        for _ in range(2)
+    ]
     volatile = {"plan_id", "plan_hash"}  # they include the time of freezing
     assert views[0].model_dump(exclude=volatile) == views[1].model_dump(exclude=volatile)
     view = views[0]
     assert view.accepted and view.candidates == ["baseline", SLOW]  # slow is measured again
     (refused,) = view.refused
     assert refused.id == BAD
-    assert refused.reason.startswith(f"skipped by recipe memory: it failed the lossless gate in "
-                                     f"cycle {cycle_id} (")
-    assert any(c.action == "removed" and c.value == BAD and c.reason == refused.reason
-               for c in view.changes)
-    only_bad = app.propose(home, {"hypothesis": "again", "candidates": [BAD]},
-                           proposed_by="test", dry_run=True)
+    assert refused.reason.startswith(
+        f"skipped by recipe memory: it failed the lossless gate in cycle {cycle_id} ("
+    )
+    assert any(
+        c.action == "removed" and c.value == BAD and c.reason == refused.reason
+        for c in view.changes
+    )
+    only_bad = app.propose(
+        home, {"hypothesis": "again", "candidates": [BAD]}, proposed_by="test", dry_run=True
+    )
     assert not only_bad.accepted and "skipped by recipe memory" in only_bad.problems[0]
 
     # the registry (and so the MCP tool) shows what was learned and why it would be skipped
@@ -92,8 +114,9 @@ def test_failure_is_remembered_skipped_and_reset_by_a_manifest_change(
 
     # editing the manifest changes its hash: the skip is reset
     write_manifest(home, description="a copy of demo-tiny, with a fixed drafter")
-    again = app.propose(home, {"hypothesis": "fixed", "candidates": [BAD]}, proposed_by="test",
-                        dry_run=True)
+    again = app.propose(
+        home, {"hypothesis": "fixed", "candidates": [BAD]}, proposed_by="test", dry_run=True
+    )
     assert again.accepted and again.candidates == ["baseline", BAD], again
     registry = {c.id: c for c in app.registry_view(home).candidates}
     assert registry[BAD].skip is None and not registry[BAD].learned[0].current
@@ -105,8 +128,9 @@ def test_a_bundle_sealed_without_memory_is_read_from_the_bundle(home: Home) -> N
     recorded = {o.candidate: o.model_dump() for o in memory.outcomes(home)}
     (home.memory / f"{cycle_id}.json").unlink()  # a crash between sealing and recording
     assert {o.candidate: o.model_dump() for o in memory.outcomes(home)}.keys() == recorded.keys()
-    assert not app.propose(home, {"hypothesis": "x", "candidates": [BAD]}, proposed_by="test",
-                           dry_run=True).accepted
+    assert not app.propose(
+        home, {"hypothesis": "x", "candidates": [BAD]}, proposed_by="test", dry_run=True
+    ).accepted
     first = memory.record(home, cycle_id)  # recording later is idempotent
     assert first is not None
     written = (home.memory / f"{cycle_id}.json").read_bytes()
@@ -161,8 +185,9 @@ def test_watch_rechecks_changed_candidates_a_bounded_number_of_times(home: Home)
     # the watcher itself: queued plans wait for the window, it sleeps, then stops when told
     data["window"] = {"mode": "never"}
     path.write_text(yaml.safe_dump(data))
-    app.propose(home, {"hypothesis": "h", "candidates": [SLOW]}, proposed_by="test",
-                start_supervisor=False)
+    app.propose(
+        home, {"hypothesis": "h", "candidates": [SLOW]}, proposed_by="test", start_supervisor=False
+    )
     slept: list[float] = []
     lines: list[str] = []
     assert watch(home, max_looks=2, sleep=slept.append, log=lines.append) == []

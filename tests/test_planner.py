@@ -48,14 +48,19 @@ def test_thinking_blocks_are_ignored() -> None:
     cut = extract_plan(f"<think>I will propose {json.dumps(GOOD)} soon")
     assert cut.plan is None and cut.problems
     assert strip_thinking("<THINKING>x</THINKING>answer") == "answer"
-    harmony = (f"<|channel|>analysis<|message|>{json.dumps(DECOY)}<|end|><|start|>assistant"
-               f"<|channel|>final<|message|>{json.dumps(GOOD)}")
+    harmony = (
+        f"<|channel|>analysis<|message|>{json.dumps(DECOY)}<|end|><|start|>assistant"
+        f"<|channel|>final<|message|>{json.dumps(GOOD)}"
+    )
     assert extract_plan(harmony).plan == GOOD
 
 
 def test_code_fences_and_prose() -> None:
-    reply = ("Sure! Based on the context, the best experiment is below.\n\n```json\n"
-             + json.dumps(GOOD, indent=2) + "\n```\n\nThis keeps outputs identical {as required}.")
+    reply = (
+        "Sure! Based on the context, the best experiment is below.\n\n```json\n"
+        + json.dumps(GOOD, indent=2)
+        + "\n```\n\nThis keeps outputs identical {as required}."
+    )
     got = extract_plan(reply)
     assert got.plan == GOOD and got.source == "fenced"
     unlabeled = "Plan:\n```\n" + json.dumps(GOOD) + "\n```"
@@ -68,16 +73,25 @@ def test_last_valid_plan_wins_and_wrappers() -> None:
     reply = f"First draft: {json.dumps(DECOY)}\nFinal answer: {json.dumps(GOOD)}"
     assert extract_plan(reply).plan == GOOD
     assert extract_plan(json.dumps({"plan": GOOD})).plan == GOOD
-    nested = {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"],
-              "acceptance": {"min_speedup_pct": 10}}
+    nested = {
+        "hypothesis": "h",
+        "candidates": ["demo-tiny:draft-k2"],
+        "acceptance": {"min_speedup_pct": 10},
+    }
     assert extract_plan(f"ok {json.dumps(nested)} done").plan == nested
     invalid_after = f"{json.dumps(GOOD)} then {json.dumps({**GOOD, 'candidates': []})}"
     assert extract_plan(invalid_after).plan == GOOD
 
 
 def test_no_usable_plan_is_said_not_guessed() -> None:
-    for reply in ("", "   ", "speed speed nemau world di is riser", "{not json}",
-                  '{"answer": 42}', "[1, 2, 3]"):
+    for reply in (
+        "",
+        "   ",
+        "speed speed nemau world di is riser",
+        "{not json}",
+        '{"answer": 42}',
+        "[1, 2, 3]",
+    ):
         got = extract_plan(reply)
         assert got.plan is None and got.problems, reply
     invalid = extract_plan(json.dumps({"hypothesis": "h", "candidates": ["a:b"] * 5}))
@@ -107,9 +121,19 @@ class StandIn(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append({"path": self.path, "body": body})
-        data = json.dumps({"id": "x", "object": "chat.completion", "choices": [
-            {"index": 0, "finish_reason": "stop",
-             "message": {"role": "assistant", "content": type(self).reply}}]}).encode()
+        data = json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": type(self).reply},
+                    }
+                ],
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -132,9 +156,23 @@ def stand_in() -> Iterator[tuple[str, type[StandIn]]]:
 
 
 def run_plan(home: Home, *args: str) -> tuple[int, dict[str, Any], str]:
-    result = subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root), "plan",
-                             "--local", "--json", *args], env=child_env(), capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcp_infra",
+            "--home",
+            str(home.root),
+            "plan",
+            "--local",
+            "--json",
+            *args,
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return result.returncode, json.loads(result.stdout), result.stderr
 
 
@@ -155,13 +193,18 @@ def test_tiny_model_reply_changes_nothing(home: Home) -> None:
 
 
 def test_a_reply_with_a_plan_is_submitted_through_mcp(
-        home: Home, stand_in: tuple[str, type[StandIn]]) -> None:
+    home: Home, stand_in: tuple[str, type[StandIn]]
+) -> None:
     url, handler = stand_in
-    handler.reply = (f"<think>Let me consider {json.dumps(DECOY)}… no, lossy.</think>\n"
-                     "Given the measurements, I propose:\n```json\n" + json.dumps(GOOD)
-                     + "\n```\nIt should pass the lossless gate.")
-    code, result, stderr = run_plan(home, "--endpoint", url, "--no-supervisor",
-                                    "--goal", "faster decoding")
+    handler.reply = (
+        f"<think>Let me consider {json.dumps(DECOY)}… no, lossy.</think>\n"
+        "Given the measurements, I propose:\n```json\n"
+        + json.dumps(GOOD)
+        + "\n```\nIt should pass the lossless gate."
+    )
+    code, result, stderr = run_plan(
+        home, "--endpoint", url, "--no-supervisor", "--goal", "faster decoding"
+    )
     assert code == 0, stderr
     assert result["submitted"] is True and result["accepted"] is True
     assert result["extraction"]["source"] == "fenced"
@@ -184,7 +227,8 @@ def test_a_reply_with_a_plan_is_submitted_through_mcp(
 
 
 def test_dry_run_and_refused_plans_queue_nothing(
-        home: Home, stand_in: tuple[str, type[StandIn]]) -> None:
+    home: Home, stand_in: tuple[str, type[StandIn]]
+) -> None:
     url, handler = stand_in
     handler.reply = json.dumps(GOOD)
     code, result, _ = run_plan(home, "--endpoint", url, "--dry-run")
@@ -204,16 +248,30 @@ def test_dry_run_and_refused_plans_queue_nothing(
 def test_unreachable_model_changes_nothing(home: Home) -> None:
     from mcp_infra.procs.runtime import free_port
 
-    code, result, _ = run_plan(home, "--endpoint", f"http://127.0.0.1:{free_port()}/v1",
-                               "--timeout", "5")
+    code, result, _ = run_plan(
+        home, "--endpoint", f"http://127.0.0.1:{free_port()}/v1", "--timeout", "5"
+    )
     assert code == 1 and not result["submitted"]
     assert "did not answer" in result["message"]
     assert not home.queued() and audit(home) == []
 
 
 def test_plan_without_local_prints_the_prompt(home: Home) -> None:
-    result = subprocess.run([sys.executable, "-m", "mcp_infra", "--home", str(home.root), "plan",
-                             "--goal", "short answers"], env=child_env(), capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcp_infra",
+            "--home",
+            str(home.root),
+            "plan",
+            "--goal",
+            "short answers",
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0
     assert "Goal: short answers" in result.stdout and "## Your answer" in result.stdout

@@ -22,9 +22,13 @@ from mcp_infra.state.catalog import load_policy, load_registry
 
 MANIFESTS = load_registry()
 POLICY = load_policy("demo")
-FACTS = HostFacts(platform="linux-x86_64", packages={"mlx-lm": "0.32.2", "mlx": "0.32.4"},
-                  memory_gb=23.0, free_disk_gb=50.0,
-                  available_artifacts=["demo:target", "demo:draft"])
+FACTS = HostFacts(
+    platform="linux-x86_64",
+    packages={"mlx-lm": "0.32.2", "mlx": "0.32.4"},
+    memory_gb=23.0,
+    free_disk_gb=50.0,
+    available_artifacts=["demo:target", "demo:draft"],
+)
 LIVE = Recipe(candidate_id="demo-tiny:target", template="mlx_lm_server", model_path="/m/target")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -37,8 +41,14 @@ def _checks(facts: HostFacts = FACTS) -> dict:
     return out
 
 
-def freeze(raw: object, *, live_peak: float | None = None, facts: HostFacts = FACTS,
-           live: Recipe = LIVE, skip: dict[str, str] | None = None):
+def freeze(
+    raw: object,
+    *,
+    live_peak: float | None = None,
+    facts: HostFacts = FACTS,
+    live: Recipe = LIVE,
+    skip: dict[str, str] | None = None,
+):
     plan = parse_plan(raw)
     recipes = {}
     for cid in _checks(facts):
@@ -46,15 +56,29 @@ def freeze(raw: object, *, live_peak: float | None = None, facts: HostFacts = FA
         from pathlib import Path
 
         recipes[cid] = resolve_recipe(manifest, variant, Path("/m"))
-    return sanitize(plan, manifests=MANIFESTS, policy=POLICY, preflights=_checks(facts),
-                    live_recipe=live, live_peak_memory_gb=live_peak,
-                    registry_hash=registry_hash(MANIFESTS), policy_hash=policy_hash(POLICY),
-                    proposed_by="test", now=NOW, candidate_recipes=recipes, skip=skip)
+    return sanitize(
+        plan,
+        manifests=MANIFESTS,
+        policy=POLICY,
+        preflights=_checks(facts),
+        live_recipe=live,
+        live_peak_memory_gb=live_peak,
+        registry_hash=registry_hash(MANIFESTS),
+        policy_hash=policy_hash(POLICY),
+        proposed_by="test",
+        now=NOW,
+        candidate_recipes=recipes,
+        skip=skip,
+    )
 
 
 def test_baseline_first_duplicates_dropped_and_every_change_explained() -> None:
-    frozen = freeze({"hypothesis": "drafts help", "candidates": [
-        "demo-tiny:draft-k4", "baseline", "demo-tiny:draft-k4"]})
+    frozen = freeze(
+        {
+            "hypothesis": "drafts help",
+            "candidates": ["demo-tiny:draft-k4", "baseline", "demo-tiny:draft-k4"],
+        }
+    )
     assert frozen.candidates == [BASELINE_ID, "demo-tiny:draft-k4"]
     reasons = {(c.action, c.value): c.reason for c in frozen.changes}
     assert ("removed", BASELINE_ID) in reasons
@@ -64,8 +88,12 @@ def test_baseline_first_duplicates_dropped_and_every_change_explained() -> None:
 
 
 def test_unknown_and_malformed_ids_are_refused_without_echoing_them() -> None:
-    frozen = freeze({"hypothesis": "x", "candidates": [
-        "demo-tiny:draft-k2", "demo-tiny:nope", "$(rm -rf /); echo pwned"]})
+    frozen = freeze(
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2", "demo-tiny:nope", "$(rm -rf /); echo pwned"],
+        }
+    )
     assert frozen.candidates == [BASELINE_ID, "demo-tiny:draft-k2"]
     refused = {r.id: r.reason for r in frozen.refused}
     assert refused["demo-tiny:nope"] == "not a candidate of the registry"
@@ -83,74 +111,115 @@ def test_candidate_identical_to_the_live_recipe_is_dropped() -> None:
     from pathlib import Path
 
     live = resolve_recipe(manifest, variant, Path("/m"))
-    frozen = freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2", "demo-tiny:draft-k4"]},
-                    live=live)
+    frozen = freeze(
+        {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2", "demo-tiny:draft-k4"]}, live=live
+    )
     assert frozen.candidates == [BASELINE_ID, "demo-tiny:draft-k4"]
     assert any(c.reason == "identical to the recipe already serving" for c in frozen.changes)
 
 
 def test_preflight_failure_refuses_the_candidate_with_its_reasons() -> None:
     facts = FACTS.model_copy(update={"available_artifacts": ["demo:target"]})
-    frozen = freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2", "demo-tiny:kv8"]},
-                    facts=facts)
+    frozen = freeze(
+        {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2", "demo-tiny:kv8"]}, facts=facts
+    )
     assert frozen.candidates == [BASELINE_ID, "demo-tiny:kv8"]
     (refused,) = frozen.refused
     assert refused.id == "demo-tiny:draft-k2" and "missing locally: demo:draft" in refused.reason
 
 
 def test_recipe_memory_skip_refuses_with_the_given_reason() -> None:
-    frozen = freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2", "demo-tiny:draft-k4"]},
-                    skip={"demo-tiny:draft-k2": "failed the lossless gate before"})
+    frozen = freeze(
+        {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2", "demo-tiny:draft-k4"]},
+        skip={"demo-tiny:draft-k2": "failed the lossless gate before"},
+    )
     assert [r.reason for r in frozen.refused] == ["failed the lossless gate before"]
 
 
-@pytest.mark.parametrize(("asked", "expected", "action"), [
-    (50.0, 50.0, "tightened"),       # stricter than the policy: taken
-    (1.0, 5.0, "kept"),              # looser than the policy's 5%: the policy stays
-    (-50.0, 5.0, "clamped"),         # outside the policy's range: clamped, then kept
-    (10_000.0, 200.0, "clamped"),    # above the range: clamped to its top
-])
+@pytest.mark.parametrize(
+    ("asked", "expected", "action"),
+    [
+        (50.0, 50.0, "tightened"),  # stricter than the policy: taken
+        (1.0, 5.0, "kept"),  # looser than the policy's 5%: the policy stays
+        (-50.0, 5.0, "clamped"),  # outside the policy's range: clamped, then kept
+        (10_000.0, 200.0, "clamped"),  # above the range: clamped to its top
+    ],
+)
 def test_speedup_threshold_can_only_tighten(asked: float, expected: float, action: str) -> None:
-    frozen = freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"],
-                     "acceptance": {"min_speedup_pct": asked}})
+    frozen = freeze(
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2"],
+            "acceptance": {"min_speedup_pct": asked},
+        }
+    )
     assert frozen.thresholds.min_speedup_pct == expected
     assert action in {c.action for c in frozen.changes if "min_speedup_pct" in c.field}
 
 
 def test_memory_cap_tightens_but_never_disqualifies_the_running_baseline() -> None:
-    tight = freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"],
-                    "acceptance": {"max_peak_memory_gb": 2.0}}, live_peak=0.5)
+    tight = freeze(
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2"],
+            "acceptance": {"max_peak_memory_gb": 2.0},
+        },
+        live_peak=0.5,
+    )
     assert tight.thresholds.max_peak_memory_gb == 2.0
-    below = freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"],
-                    "acceptance": {"max_peak_memory_gb": 0.2}}, live_peak=0.5)
+    below = freeze(
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2"],
+            "acceptance": {"max_peak_memory_gb": 0.2},
+        },
+        live_peak=0.5,
+    )
     assert below.thresholds.max_peak_memory_gb == POLICY.thresholds.max_peak_memory_gb.default
     assert any(c.action == "refused" and "disqualify" in c.reason for c in below.changes)
-    looser = freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"],
-                     "acceptance": {"max_peak_memory_gb": 15.0}})
+    looser = freeze(
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2"],
+            "acceptance": {"max_peak_memory_gb": 15.0},
+        }
+    )
     assert looser.thresholds.max_peak_memory_gb == POLICY.thresholds.max_peak_memory_gb.default
 
 
-@pytest.mark.parametrize("raw", [
-    {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "command": "rm -rf /"},
-    {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "acceptance": {"argv": ["sh"]}},
-    {"hypothesis": "x", "candidates": []},
-    {"hypothesis": "x", "candidates": ["a:b", "c:d", "e:f", "g:h"]},
-    {"hypothesis": "x" * 301, "candidates": ["demo-tiny:draft-k2"]},
-    {"hypothesis": "two\nlines", "candidates": ["demo-tiny:draft-k2"]},
-    {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "notes": "n" * 2001},
-    {"hypothesis": "x", "candidates": "demo-tiny:draft-k2"},
-    {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"],
-     "acceptance": {"min_speedup_pct": math.nan}},
-    {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"],
-     "acceptance": {"max_peak_memory_gb": math.inf}},
-    {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"],
-     "acceptance": {"min_speedup_pct": "5; reboot"}},
-    "not json {",
-    "[1, 2, 3]",
-    "x" * 20_000,
-    42,
-    None,
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "command": "rm -rf /"},
+        {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "acceptance": {"argv": ["sh"]}},
+        {"hypothesis": "x", "candidates": []},
+        {"hypothesis": "x", "candidates": ["a:b", "c:d", "e:f", "g:h"]},
+        {"hypothesis": "x" * 301, "candidates": ["demo-tiny:draft-k2"]},
+        {"hypothesis": "two\nlines", "candidates": ["demo-tiny:draft-k2"]},
+        {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "notes": "n" * 2001},
+        {"hypothesis": "x", "candidates": "demo-tiny:draft-k2"},
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2"],
+            "acceptance": {"min_speedup_pct": math.nan},
+        },
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2"],
+            "acceptance": {"max_peak_memory_gb": math.inf},
+        },
+        {
+            "hypothesis": "x",
+            "candidates": ["demo-tiny:draft-k2"],
+            "acceptance": {"min_speedup_pct": "5; reboot"},
+        },
+        "not json {",
+        "[1, 2, 3]",
+        "x" * 20_000,
+        42,
+        None,
+    ],
+)
 def test_malformed_plans_are_refused_with_our_own_message(raw: object) -> None:
     with pytest.raises(PlanRefused) as info:
         parse_plan(raw)

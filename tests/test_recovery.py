@@ -22,8 +22,11 @@ def ev(state: CycleState, **fields: object) -> Event:
 
 def path_to(state: CycleState) -> list[Event]:
     order = [S.QUEUED, S.PREFLIGHT, S.PREPARE, S.BASELINE, S.MAINTENANCE, S.EXPERIMENT, S.SELECT]
-    events = [ev(s) for s in order[: order.index(state) + 1]] if state in order else [
-        ev(s) for s in order]
+    events = (
+        [ev(s) for s in order[: order.index(state) + 1]]
+        if state in order
+        else [ev(s) for s in order]
+    )
     if state in (S.PROMOTE, S.VERIFY, S.COMMIT, S.ROLLBACK):
         events.append(ev(S.PROMOTE, step="enter", recipe=RECIPE))
     if state in (S.VERIFY, S.COMMIT):
@@ -85,24 +88,30 @@ def test_sealing_interrupted_keeps_the_decided_outcome() -> None:
 
 
 def test_a_failed_seal_keeps_the_outcome_decided_before_it() -> None:
-    events = path_to(S.COMMIT) + [ev(S.SEALED, step="enter", outcome="promoted"),
-                                  ev(S.SEALED, step="failed")]
+    events = path_to(S.COMMIT) + [
+        ev(S.SEALED, step="enter", outcome="promoted"),
+        ev(S.SEALED, step="failed"),
+    ]
     decision = decide(events)
     assert (decision.action, decision.outcome) == (Action.FINISH_SEALING, Outcome.PROMOTED)
 
 
 def test_sealed_cycle_needs_nothing() -> None:
-    events = path_to(S.SELECT) + [ev(S.SEALED, step="enter", outcome="kept_baseline"),
-                                  ev(S.SEALED, step="done")]
+    events = path_to(S.SELECT) + [
+        ev(S.SEALED, step="enter", outcome="kept_baseline"),
+        ev(S.SEALED, step="done"),
+    ]
     assert decide(events).action == Action.NOTHING
 
 
 # What each last state must lead to: restore before a verified promotion, keep after it.
-EXPECTED = {**{s: (Action.RESTORE_PREVIOUS, Outcome.RESTORED_AFTER_ERROR) for s in PRE_PROMOTION},
-            S.PROMOTE: (Action.RESTORE_PREVIOUS, Outcome.RESTORED_AFTER_ERROR),
-            S.VERIFY: (Action.RESTORE_PREVIOUS, Outcome.RESTORED_AFTER_ERROR),
-            S.COMMIT: (Action.KEEP_PROMOTION, Outcome.PROMOTED),
-            S.ROLLBACK: (Action.RESTORE_PREVIOUS, Outcome.ROLLED_BACK)}
+EXPECTED = {
+    **{s: (Action.RESTORE_PREVIOUS, Outcome.RESTORED_AFTER_ERROR) for s in PRE_PROMOTION},
+    S.PROMOTE: (Action.RESTORE_PREVIOUS, Outcome.RESTORED_AFTER_ERROR),
+    S.VERIFY: (Action.RESTORE_PREVIOUS, Outcome.RESTORED_AFTER_ERROR),
+    S.COMMIT: (Action.KEEP_PROMOTION, Outcome.PROMOTED),
+    S.ROLLBACK: (Action.RESTORE_PREVIOUS, Outcome.ROLLED_BACK),
+}
 
 
 def test_every_state_has_its_decision() -> None:
@@ -125,8 +134,10 @@ def test_commit_then_rollback_is_a_rollback_not_a_kept_promotion() -> None:
 def test_a_recoverys_own_lines_do_not_change_the_decision() -> None:
     """Recovery of a verified promotion journals RECOVER, then its restore (a ROLLBACK `done`
     line); if recovery is interrupted there, the next one keeps the promotion again."""
-    events = path_to(S.COMMIT) + [ev(S.RECOVER, action="keep_promotion"),
-                                  ev(S.ROLLBACK, step="done")]
+    events = path_to(S.COMMIT) + [
+        ev(S.RECOVER, action="keep_promotion"),
+        ev(S.ROLLBACK, step="done"),
+    ]
     assert decide(events).action == Action.KEEP_PROMOTION
 
 
@@ -156,29 +167,38 @@ def _line(state: CycleState, **fields: object) -> Event:
 
 
 def _seal_lines(outcome: Outcome) -> list[Step]:
-    return [(_line(S.SEALED, step="enter", outcome=outcome.value), {}),
-            (_line(S.SEALED, step="done"), {})]
+    return [
+        (_line(S.SEALED, step="enter", outcome=outcome.value), {}),
+        (_line(S.SEALED, step="done"), {}),
+    ]
 
 
 def _restore_lines(error: bool) -> list[Step]:
     fields = {"error": "cycle failed: RuntimeError: x"} if error else {}
-    return [(_line(S.ROLLBACK, step="enter", **fields), {}),
-            (_line(S.ROLLBACK, step="done"), {"port": "active"})]
+    return [
+        (_line(S.ROLLBACK, step="enter", **fields), {}),
+        (_line(S.ROLLBACK, step="done"), {"port": "active"}),
+    ]
 
 
 def real_cycle(branch: str, candidates: int, error_at: int | None) -> list[Step]:
     """The lines of one cycle, in the order cycle.py writes them, with their side effects."""
-    steps: list[Step] = [(_line(S.QUEUED, plan_id="p"), {}), (_line(S.PREFLIGHT), {}),
-                         (_line(S.PREPARE, recipes={}), {}), (_line(S.BASELINE), {}),
-                         (_line(S.MAINTENANCE), {})]
+    steps: list[Step] = [
+        (_line(S.QUEUED, plan_id="p"), {}),
+        (_line(S.PREFLIGHT), {}),
+        (_line(S.PREPARE, recipes={}), {}),
+        (_line(S.BASELINE), {}),
+        (_line(S.MAINTENANCE), {}),
+    ]
     for i in range(candidates):
-        steps += [(_line(S.EXPERIMENT, candidate=f"c{i}"), {}),
-                  (_line(S.EXPERIMENT, step="measuring", candidate=f"c{i}"), {})]
+        steps += [
+            (_line(S.EXPERIMENT, candidate=f"c{i}"), {}),
+            (_line(S.EXPERIMENT, step="measuring", candidate=f"c{i}"), {}),
+        ]
     steps.append((_line(S.SELECT), {}))
     if error_at is not None:  # an unexpected error after line `error_at` (run_cycle's except)
         cut = min(error_at, len(steps))
-        return steps[:cut] + _restore_lines(error=True) + _seal_lines(
-            Outcome.RESTORED_AFTER_ERROR)
+        return steps[:cut] + _restore_lines(error=True) + _seal_lines(Outcome.RESTORED_AFTER_ERROR)
     if branch == "kept":
         return steps + _seal_lines(Outcome.KEPT_BASELINE)
     steps.append((_line(S.PROMOTE, step="enter", recipe=RECIPE, previous="t"), {"port": NEW}))
@@ -186,12 +206,20 @@ def real_cycle(branch: str, candidates: int, error_at: int | None) -> list[Step]
         return steps + _restore_lines(error=False) + _seal_lines(Outcome.ROLLED_BACK)
     steps.append((_line(S.VERIFY, step="enter"), {}))
     if branch == "verify_failed":
-        return (steps + [(_line(S.VERIFY, step="failed"), {})] + _restore_lines(error=False)
-                + _seal_lines(Outcome.ROLLED_BACK))
+        return (
+            steps
+            + [(_line(S.VERIFY, step="failed"), {})]
+            + _restore_lines(error=False)
+            + _seal_lines(Outcome.ROLLED_BACK)
+        )
     steps += [(_line(S.VERIFY, step="passed"), {})]
     if branch == "commit_write_failed":  # COMMIT journaled, writing active.json raised OSError
-        return (steps + [(_line(S.COMMIT), {})] + _restore_lines(error=True)
-                + _seal_lines(Outcome.RESTORED_AFTER_ERROR))
+        return (
+            steps
+            + [(_line(S.COMMIT), {})]
+            + _restore_lines(error=True)
+            + _seal_lines(Outcome.RESTORED_AFTER_ERROR)
+        )
     return steps + [(_line(S.COMMIT), {"active": NEW})] + _seal_lines(Outcome.PROMOTED)
 
 
@@ -212,13 +240,17 @@ def recover_world(events: list[Event], world: dict[str, str]) -> RecoveryDecisio
 
 
 @settings(max_examples=200, deadline=None)
-@given(branch=st.sampled_from(["kept", "promoted", "winner_did_not_start", "verify_failed",
-                               "commit_write_failed"]),
-       candidates=st.integers(min_value=0, max_value=3),
-       error_at=st.none() | st.integers(min_value=1, max_value=12),
-       recovery_cut=st.integers(min_value=0, max_value=2))
+@given(
+    branch=st.sampled_from(
+        ["kept", "promoted", "winner_did_not_start", "verify_failed", "commit_write_failed"]
+    ),
+    candidates=st.integers(min_value=0, max_value=3),
+    error_at=st.none() | st.integers(min_value=1, max_value=12),
+    recovery_cut=st.integers(min_value=0, max_value=2),
+)
 def test_every_real_journal_prefix_leaves_exactly_one_recipe_serving(
-        branch: str, candidates: int, error_at: int | None, recovery_cut: int) -> None:
+    branch: str, candidates: int, error_at: int | None, recovery_cut: int
+) -> None:
     steps = real_cycle(branch, candidates, error_at)
     for n in range(1, len(steps) + 1):
         world = {"port": OLD, "active": OLD}
@@ -226,13 +258,21 @@ def test_every_real_journal_prefix_leaves_exactly_one_recipe_serving(
             apply(world, effect)
         events = [e for e, _ in steps[:n]]
         verified = any(e.state == S.VERIFY and _step_of(e) == "passed" for e in events)
-        rolled_back_after = verified and events and any(
-            e.state == S.ROLLBACK for e in events[[e.state for e in events].index(S.VERIFY):])
+        rolled_back_after = (
+            verified
+            and events
+            and any(
+                e.state == S.ROLLBACK for e in events[[e.state for e in events].index(S.VERIFY) :]
+            )
+        )
         decision = recover_world(events, world)
         assert world["port"] == world["active"], "exactly one recipe: the live one serves"
         if decision.action != Action.NOTHING:
             assert (world["port"] == NEW) == (decision.outcome == Outcome.PROMOTED), (
-                branch, n, decision)
+                branch,
+                n,
+                decision,
+            )
             if verified and not rolled_back_after:
                 assert world["port"] == NEW, "a verified promotion is never undone"
         # The recovery itself interrupted after `recovery_cut` of its own lines: decided again,
@@ -240,12 +280,15 @@ def test_every_real_journal_prefix_leaves_exactly_one_recipe_serving(
         if decision.action == Action.NOTHING:
             continue
         outcome = decision.outcome or Outcome.RESTORED_AFTER_ERROR
-        own = [_line(S.RECOVER, action=decision.action.value), _line(S.ROLLBACK, step="done"),
-               _line(S.SEALED, step="enter", outcome=outcome.value)]
-        again = decide(events + own[:recovery_cut + 1])
+        own = [
+            _line(S.RECOVER, action=decision.action.value),
+            _line(S.ROLLBACK, step="done"),
+            _line(S.SEALED, step="enter", outcome=outcome.value),
+        ]
+        again = decide(events + own[: recovery_cut + 1])
         assert again.outcome == decision.outcome
         served = dict(world)
-        recover_world(events + own[:recovery_cut + 1], served)
+        recover_world(events + own[: recovery_cut + 1], served)
         assert served["port"] == served["active"] == world["port"]
 
 

@@ -30,18 +30,52 @@ PY = "/usr/bin/python3"
 
 
 def recipe(**knobs: object) -> Recipe:
-    return Recipe(candidate_id="demo-tiny:x", template="mlx_lm_server", model_path="/m/target",
-                  draft_path="/m/draft", knobs=Knobs(**knobs))
+    return Recipe(
+        candidate_id="demo-tiny:x",
+        template="mlx_lm_server",
+        model_path="/m/target",
+        draft_path="/m/draft",
+        knobs=Knobs(**knobs),
+    )
 
 
 def test_mlx_lm_template_turns_typed_knobs_into_argv() -> None:
-    argv = build_argv(recipe(draft=True, num_draft_tokens=4, prompt_cache_size=0,
-                             kv_bits=8, quantized_kv_start=0, prefill_step_size=512),
-                      port=18123, python=PY)
-    assert argv == [PY, "-m", "mlx_lm", "server", "--model", "/m/target", "--host", "127.0.0.1",
-                    "--port", "18123", "--draft-model", "/m/draft", "--num-draft-tokens", "4",
-                    "--kv-bits", "8", "--quantized-kv-start", "0", "--prefill-step-size", "512",
-                    "--prompt-cache-size", "0"]
+    argv = build_argv(
+        recipe(
+            draft=True,
+            num_draft_tokens=4,
+            prompt_cache_size=0,
+            kv_bits=8,
+            quantized_kv_start=0,
+            prefill_step_size=512,
+        ),
+        port=18123,
+        python=PY,
+    )
+    assert argv == [
+        PY,
+        "-m",
+        "mlx_lm",
+        "server",
+        "--model",
+        "/m/target",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "18123",
+        "--draft-model",
+        "/m/draft",
+        "--num-draft-tokens",
+        "4",
+        "--kv-bits",
+        "8",
+        "--quantized-kv-start",
+        "0",
+        "--prefill-step-size",
+        "512",
+        "--prompt-cache-size",
+        "0",
+    ]
 
 
 def test_templates_refuse_what_they_cannot_express() -> None:
@@ -75,11 +109,14 @@ def test_a_stranger_on_the_port_is_refused_and_left_alone(tmp_path: Path) -> Non
 
 
 def test_server_that_ignores_term_is_killed_after_the_grace_period(tmp_path: Path) -> None:
-    code = ("import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('up', flush=True); time.sleep(120)")
+    code = (
+        "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('up', flush=True); time.sleep(120)"
+    )
     argv = [sys.executable, "-c", code]
-    record, proc = start_server(recipe(), port=free_port(), role="candidate",
-                                log_path=tmp_path / "log", argv=argv)
+    record, proc = start_server(
+        recipe(), port=free_port(), role="candidate", log_path=tmp_path / "log", argv=argv
+    )
     for _ in range(100):
         if (tmp_path / "log").read_text().strip() == "up":
             break
@@ -92,9 +129,13 @@ def test_server_that_ignores_term_is_killed_after_the_grace_period(tmp_path: Pat
 
 
 def test_a_recycled_pid_is_not_mistaken_for_our_server(tmp_path: Path) -> None:
-    record, proc = start_server(recipe(), port=free_port(), role="candidate",
-                                log_path=tmp_path / "log", argv=[sys.executable, "-c",
-                                                                 "import time; time.sleep(60)"])
+    record, proc = start_server(
+        recipe(),
+        port=free_port(),
+        role="candidate",
+        log_path=tmp_path / "log",
+        argv=[sys.executable, "-c", "import time; time.sleep(60)"],
+    )
     try:
         impostor = record.model_copy(update={"create_time": record.create_time - 100})
         assert is_running(record) and not is_running(impostor)
@@ -105,12 +146,14 @@ def test_a_recycled_pid_is_not_mistaken_for_our_server(tmp_path: Path) -> None:
         proc.wait(timeout=5)
 
 
-def test_server_that_cannot_load_its_model_fails_fast_with_the_reason(tmp_path: Path,
-                                                                      spawn: Spawn) -> None:
+def test_server_that_cannot_load_its_model_fails_fast_with_the_reason(
+    tmp_path: Path, spawn: Spawn
+) -> None:
     """A real mlx_lm.server process (`spawn` marks the test slow and stops it if it hangs)."""
     bad = recipe().model_copy(update={"model_path": str(tmp_path / "no-such-model")})
-    record, proc = start_server(bad, port=free_port(), role="candidate", log_path=tmp_path / "l",
-                                hf_cache=tmp_path / "hf")
+    record, proc = start_server(
+        bad, port=free_port(), role="candidate", log_path=tmp_path / "l", hf_cache=tmp_path / "hf"
+    )
     try:
         with pytest.raises(ServerStartError, match="cannot serve: HTTP 404"):
             wait_ready(record, timeout=60)
@@ -119,28 +162,52 @@ def test_server_that_cannot_load_its_model_fails_fast_with_the_reason(tmp_path: 
         proc.wait(timeout=5)
 
 
-def test_real_mlx_server_starts_answers_and_stops(tmp_path: Path,
-                                                  demo_models: dict[str, Path]) -> None:
-    target = Recipe(candidate_id="demo-tiny:target", template="mlx_lm_server",
-                    model_path=str(demo_models["target"]))
+def test_real_mlx_server_starts_answers_and_stops(
+    tmp_path: Path, demo_models: dict[str, Path]
+) -> None:
+    target = Recipe(
+        candidate_id="demo-tiny:target",
+        template="mlx_lm_server",
+        model_path=str(demo_models["target"]),
+    )
     port = free_port()
-    record, proc = start_server(target, port=port, role="stable", log_path=tmp_path / "log",
-                                hf_cache=tmp_path / "hf")
+    record, proc = start_server(
+        target, port=port, role="stable", log_path=tmp_path / "log", hf_cache=tmp_path / "hf"
+    )
     try:
         waited = wait_ready(record, timeout=120)
         assert 0 < waited <= 120 and port_open(port)
         health = httpx2.get(f"http://127.0.0.1:{port}/health", timeout=5)
         assert health.status_code == 200, "ready means the server answers its health check"
         messages = [{"role": "user", "content": "hello"}]
-        sample = bench.stream_chat(f"http://127.0.0.1:{port}", messages, max_tokens=16,
-                                   timeout=60, candidate="baseline", prompt_id="p", repeat=0)
+        sample = bench.stream_chat(
+            f"http://127.0.0.1:{port}",
+            messages,
+            max_tokens=16,
+            timeout=60,
+            candidate="baseline",
+            prompt_id="p",
+            repeat=0,
+        )
         assert sample.error is None and sample.completion_tokens == 16
         assert sample.decode_tps and sample.decode_tps > 0 and sample.ttft_s is not None
-        greedy = bench.greedy_chat(f"http://127.0.0.1:{port}", messages, max_tokens=16,
-                                   timeout=60, candidate="baseline", prompt_id="p")
+        greedy = bench.greedy_chat(
+            f"http://127.0.0.1:{port}",
+            messages,
+            max_tokens=16,
+            timeout=60,
+            candidate="baseline",
+            prompt_id="p",
+        )
         assert greedy.token_ids is not None and len(greedy.token_ids) == 16
-        again = bench.greedy_chat(f"http://127.0.0.1:{port}", messages, max_tokens=16,
-                                  timeout=60, candidate="baseline", prompt_id="p")
+        again = bench.greedy_chat(
+            f"http://127.0.0.1:{port}",
+            messages,
+            max_tokens=16,
+            timeout=60,
+            candidate="baseline",
+            prompt_id="p",
+        )
         assert again.token_ids == greedy.token_ids  # greedy is deterministic
     finally:
         assert stop_server(record, grace=10) == "stopped (TERM)"
@@ -159,15 +226,23 @@ def test_stream_chat_reports_an_unreachable_server_as_an_error() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    sample = bench.stream_chat(f"http://127.0.0.1:{port}", [{"role": "user", "content": "x"}],
-                               max_tokens=4, timeout=2, candidate="c", prompt_id="p", repeat=0)
+    sample = bench.stream_chat(
+        f"http://127.0.0.1:{port}",
+        [{"role": "user", "content": "x"}],
+        max_tokens=4,
+        timeout=2,
+        candidate="c",
+        prompt_id="p",
+        repeat=0,
+    )
     assert sample.error and sample.decode_tps is None
 
 
 def test_server_that_crashes_on_start_is_reported_with_its_log(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "import sys; print('bad flag', flush=True); sys.exit(2)"]
-    record, proc = start_server(recipe(), port=free_port(), role="candidate",
-                                log_path=tmp_path / "l", argv=argv)
+    record, proc = start_server(
+        recipe(), port=free_port(), role="candidate", log_path=tmp_path / "l", argv=argv
+    )
     with pytest.raises(ServerStartError, match="exited before it was ready.*bad flag"):
         wait_ready(record, timeout=30)
     proc.wait(timeout=5)

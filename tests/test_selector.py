@@ -36,15 +36,24 @@ STARTS = 3  # fresh server starts per configuration (issue 10: at least 2)
 
 
 def measure(
-    cid: str, tps: dict[str, list[float]], errors: int = 0, starts: int = STARTS,
+    cid: str,
+    tps: dict[str, list[float]],
+    errors: int = 0,
+    starts: int = STARTS,
     spread: tuple[float, ...] | None = None,
 ) -> list[Sample]:
     """The same repeats in each start, times ``spread[start]`` (a whole process running
     faster or slower); no start-to-start spread unless a test adds one."""
     rows = [
-        Sample(candidate=cid, prompt_id=pid, repeat=i,
-               decode_tps=v * (spread[st] if spread else 1.0), completion_tokens=64,
-               start=st, round=st)
+        Sample(
+            candidate=cid,
+            prompt_id=pid,
+            repeat=i,
+            decode_tps=v * (spread[st] if spread else 1.0),
+            completion_tokens=64,
+            start=st,
+            round=st,
+        )
         for st in range(starts)
         for pid, values in tps.items()
         for i, v in enumerate(values)
@@ -163,8 +172,10 @@ def test_regressing_prompt_blocks_qualification():
     # it used to be inconclusive on the point estimate).
     assert cv.decision == Decision.REJECTED
     assert cv.worst_prompt == "p3" and cv.worst_speedup == pytest.approx(0.8)
-    assert any(r.startswith("Regressing prompt: prompt p3 ran at 0.800x") and "0.900x" in r
-               for r in cv.reasons)
+    assert any(
+        r.startswith("Regressing prompt: prompt p3 ran at 0.800x") and "0.900x" in r
+        for r in cv.reasons
+    )
 
 
 def test_regression_within_tolerance_still_qualifies():
@@ -231,8 +242,9 @@ def test_lossless_divergence_is_rejected_even_when_fast():
     cv = only(decide([make_run("m:wrong", 2.0, greedy_ids=ids)]))
     assert cv.decision == Decision.REJECTED
     assert any(
-        r.startswith("The lossless gate failed: 2 of 3 greedy output(s) identical; "
-                     "p2 diverges at token 2")
+        r.startswith(
+            "The lossless gate failed: 2 of 3 greedy output(s) identical; p2 diverges at token 2"
+        )
         for r in cv.reasons
     )
     assert cv.speedup_estimate == pytest.approx(2.0)  # the figures are still reported

@@ -25,7 +25,6 @@ from mcp_infra.state.store import Home, read_model
 pytestmark = pytest.mark.anyio
 
 
-
 def injection(marker: Path) -> str:
     """Plan text that would create `marker` (a per-test temporary file) if a shell ever ran it."""
     return f"drafting helps $(touch {marker}) `touch {marker}`"
@@ -39,8 +38,9 @@ def sealed_for(home: Home, plan_id: str) -> CycleSummary | None:
     return None
 
 
-async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_backend: str,
-                                                         tmp_path: Path) -> None:
+async def test_cycle_seals_after_the_mcp_server_is_killed(
+    home: Home, anyio_backend: str, tmp_path: Path
+) -> None:
     marker = tmp_path / "pwned"
     hypothesis = injection(marker)
     config = load_config(home)
@@ -53,8 +53,10 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
             assert before["healthy"] is True and before["pid"] and before["since"]
             assert "answered GET /health" in before["health_check"]  # no completion sent
 
-            result = await client.call_tool("propose_plan", {"plan": {
-                "hypothesis": hypothesis, "candidates": ["demo-tiny:draft-k2"]}})
+            result = await client.call_tool(
+                "propose_plan",
+                {"plan": {"hypothesis": hypothesis, "candidates": ["demo-tiny:draft-k2"]}},
+            )
             proposal = result.structured_content
             # propose_plan returns at once: the cycle it queued is not sealed yet
             assert sealed_for(home, proposal["plan_id"]) is None
@@ -92,14 +94,18 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
     assert live["backend_health_age_s"] is not None and live["front_pid"]
     assert seen["status"]["supervisor_running"] is True
 
-    summary = wait_for(lambda: sealed_for(home, seen["plan_id"]), timeout=300,
-                       what="the cycle to be sealed by the detached supervisor")
+    summary = wait_for(
+        lambda: sealed_for(home, seen["plan_id"]),
+        timeout=300,
+        what="the cycle to be sealed by the detached supervisor",
+    )
     assert not summary.interrupted and summary.recovery is None
     assert summary.outcome.value in ("promoted", "kept_baseline"), summary.reason
     bundle = home.evidence / summary.cycle_id
     assert verify(bundle).ok
-    states = [json.loads(line)["state"] for line in (bundle / "journal.ndjson").read_text()
-              .splitlines()]
+    states = [
+        json.loads(line)["state"] for line in (bundle / "journal.ndjson").read_text().splitlines()
+    ]
     assert "RECOVER" not in states and states[-1] == "SEALED"
     frozen = read_model(bundle / "plan.json", FrozenPlan)
     assert frozen.proposed_by == "mcp:mcp" and frozen.proposed.hypothesis == hypothesis
@@ -119,24 +125,29 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(home: Home, anyio_back
         assert all(row["baseline_tps"] > 0 and row["candidate_tps"] > 0 for row in ev["table"])
         assert ev["verdict"]["candidates"][0]["candidate"] == "demo-tiny:draft-k2"
         assert summary.cycle_id in shown.content[0].text
-        gates = (await client.call_tool("evidence", {"cycle_id": summary.cycle_id,
-                                                     "section": "gates"})).structured_content
+        gates = (
+            await client.call_tool("evidence", {"cycle_id": summary.cycle_id, "section": "gates"})
+        ).structured_content
         assert {g["gate"] for g in gates["gates"]} >= {"lossless", "smoke"}
-        journal = (await client.call_tool("evidence", {"cycle_id": summary.cycle_id,
-                                                       "section": "journal"})).structured_content
+        journal = (
+            await client.call_tool("evidence", {"cycle_id": summary.cycle_id, "section": "journal"})
+        ).structured_content
         assert journal["page"] == 1 and journal["pages"] >= 1
         assert journal["journal"][0]["state"] == "QUEUED"
         assert all(len(json.dumps(row)) < 2000 for row in journal["journal"])
-        beyond = (await client.call_tool("evidence", {"cycle_id": summary.cycle_id,
-                                                      "section": "journal", "page": 999}))
+        beyond = await client.call_tool(
+            "evidence", {"cycle_id": summary.cycle_id, "section": "journal", "page": 999}
+        )
         assert beyond.structured_content["page"] == beyond.structured_content["pages"]
 
-        learned = (await client.call_tool("registry", {"candidate_id": "demo-tiny:draft-k2"})
-                   ).structured_content["candidates"][0]["learned"]
+        learned = (
+            await client.call_tool("registry", {"candidate_id": "demo-tiny:draft-k2"})
+        ).structured_content["candidates"][0]["learned"]
         assert learned and learned[-1]["cycle_id"] == summary.cycle_id
 
-        latest = json.loads((await client.read_resource("mcp-infra://evidence/latest/summary"))
-                            .contents[0].text)
+        latest = json.loads(
+            (await client.read_resource("mcp-infra://evidence/latest/summary")).contents[0].text
+        )
         assert latest["cycle_id"] == summary.cycle_id
         prompt = (await client.get_prompt("propose_acceleration_plan", {})).messages[0]
         body = prompt.content.text

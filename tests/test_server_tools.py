@@ -31,16 +31,21 @@ def text(result: Any) -> str:
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: str,
-                                                    era: str) -> None:
+async def test_tool_contracts_and_structured_output(
+    home: Home, anyio_backend: str, era: str
+) -> None:
     async with stdio_client(home, mode=era) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == {"status", "registry", "evidence", "propose_plan"}
         for name in ("status", "registry", "evidence"):
             hints = tools[name].annotations
             assert hints is not None
-            assert (hints.read_only_hint, hints.idempotent_hint, hints.open_world_hint,
-                    hints.destructive_hint) == (True, True, False, False), name
+            assert (
+                hints.read_only_hint,
+                hints.idempotent_hint,
+                hints.open_world_hint,
+                hints.destructive_hint,
+            ) == (True, True, False, False), name
         propose = tools["propose_plan"].annotations
         assert propose is not None and propose.read_only_hint is False
         assert propose.destructive_hint is True and propose.open_world_hint is False
@@ -51,10 +56,10 @@ async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: s
             assert len(tool.description or "") > 200, f"{tool.name} needs a usable description"
         assert tools["status"].input_schema.get("properties") == {}
         reg = tools["registry"].input_schema["properties"]["candidate_id"]
-        assert {"maxLength": 130} .items() <= next(a for a in reg["anyOf"]
-                                                   if a.get("type") == "string").items()
-        assert set(tools["evidence"].input_schema["properties"]) == {"cycle_id", "section",
-                                                                      "page"}
+        assert {"maxLength": 130}.items() <= next(
+            a for a in reg["anyOf"] if a.get("type") == "string"
+        ).items()
+        assert set(tools["evidence"].input_schema["properties"]) == {"cycle_id", "section", "page"}
         plan_schema = tools["propose_plan"].input_schema["properties"]["plan"]
         as_object = next(a for a in plan_schema["anyOf"] if a.get("type") == "object")
         assert as_object["additionalProperties"] is False
@@ -62,8 +67,16 @@ async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: s
         assert as_object["properties"]["candidates"]["maxItems"] == 3
         assert tools["propose_plan"].input_schema["properties"]["dry_run"]["type"] == "boolean"
         status_out = set(tools["status"].output_schema["properties"])
-        assert {"service", "cycle", "queue", "last_cycle", "policy", "window", "server_mode",
-                "window_now"} <= status_out
+        assert {
+            "service",
+            "cycle",
+            "queue",
+            "last_cycle",
+            "policy",
+            "window",
+            "server_mode",
+            "window_now",
+        } <= status_out
 
         status = await call(client, "status", {})
         s = status.structured_content
@@ -80,7 +93,10 @@ async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: s
         assert {"demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:kv8"} <= set(candidates)
         k2 = candidates["demo-tiny:draft-k2"]
         assert (k2["candidate_class"], k2["semantics"], k2["preflight_passed"]) == (
-            "acceleration_plugin", "lossless", True)
+            "acceleration_plugin",
+            "lossless",
+            True,
+        )
         assert k2["knobs"] == {"draft": True, "num_draft_tokens": 2, "prompt_cache_size": 0}
         assert {c["name"] for c in k2["checks"]} >= {"platform", "memory", "artifacts"}
         assert all(c["detail"] for c in k2["checks"])
@@ -102,8 +118,7 @@ async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: s
         assert d["changes"][0]["value"] == "baseline" and d["changes"][0]["reason"]
         assert "may start now" in d["window"]
         assert text(dry).startswith("DRY RUN — ACCEPTED")
-        as_string = await call(client, "propose_plan", {"plan": json.dumps(PLAN),
-                                                        "dry_run": True})
+        as_string = await call(client, "propose_plan", {"plan": json.dumps(PLAN), "dry_run": True})
         assert as_string.structured_content["accepted"] is True
     assert not home.queued(), "a dry run queues nothing"
     records = audit(home)
@@ -112,14 +127,14 @@ async def test_tool_contracts_and_structured_output(home: Home, anyio_backend: s
 
 
 @pytest.mark.parametrize("era", ERAS)
-async def test_untrusted_input_is_refused_in_our_words(home: Home, anyio_backend: str,
-                                                       era: str, tmp_path: Path) -> None:
+async def test_untrusted_input_is_refused_in_our_words(
+    home: Home, anyio_backend: str, era: str, tmp_path: Path
+) -> None:
     marker = tmp_path / "pwned"  # created only if plan text ever reached a shell
     before = files_under(home.plans)
     async with stdio_client(home, mode=era) as client:
         # an extra top-level argument (the SDK alone would silently drop it)
-        extra = await call(client, "propose_plan", {"plan": PLAN, "dry_run": True,
-                                                    "force": True})
+        extra = await call(client, "propose_plan", {"plan": PLAN, "dry_run": True, "force": True})
         assert extra.is_error and "unknown argument(s): force" in text(extra)
         weird = await call(client, "status", {"$(reboot)": 1})
         assert weird.is_error and "$(reboot)" not in text(weird)
@@ -130,23 +145,35 @@ async def test_untrusted_input_is_refused_in_our_words(home: Home, anyio_backend
         assert "unknown field" in nested.structured_content["message"]
         assert "run_as" not in nested.structured_content["message"]
 
-        unknown = await call(client, "propose_plan", {"plan": {
-            "hypothesis": "h", "candidates": ["demo-tiny:warp-drive"]}})
+        unknown = await call(
+            client,
+            "propose_plan",
+            {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:warp-drive"]}},
+        )
         u = unknown.structured_content
         assert u["accepted"] is False and u["plan_id"] is None
         assert "demo-tiny:warp-drive: not a candidate of the registry" in u["problems"]
 
         shell = "demo-tiny:draft-k2; rm -rf ~ #"
-        injected = await call(client, "propose_plan", {"plan": {
-            "hypothesis": f"$(touch {marker})", "candidates": [shell]}})
+        injected = await call(
+            client,
+            "propose_plan",
+            {"plan": {"hypothesis": f"$(touch {marker})", "candidates": [shell]}},
+        )
         assert injected.structured_content["accepted"] is False
         assert "rm -rf" not in text(injected) and "rm -rf" not in json.dumps(
-            injected.structured_content)
+            injected.structured_content
+        )
         assert "not a well-formed id" in text(injected)
 
-        loose = await call(client, "propose_plan", {"plan": {
-            **PLAN, "acceptance": {"min_speedup_pct": 0.5, "max_peak_memory_gb": 64}},
-            "dry_run": True})
+        loose = await call(
+            client,
+            "propose_plan",
+            {
+                "plan": {**PLAN, "acceptance": {"min_speedup_pct": 0.5, "max_peak_memory_gb": 64}},
+                "dry_run": True,
+            },
+        )
         lo = loose.structured_content
         assert lo["accepted"] is True, "loosening is not applied, the plan itself is fine"
         assert lo["thresholds"]["min_speedup_pct"] == 5.0
@@ -154,30 +181,41 @@ async def test_untrusted_input_is_refused_in_our_words(home: Home, anyio_backend
         kept = {c["field"]: c for c in lo["changes"] if c["action"] in ("kept", "clamped")}
         assert "only tighten" in kept["acceptance.min_speedup_pct"]["reason"]
         assert "acceptance.max_peak_memory_gb" in kept
-        tight = await call(client, "propose_plan", {"plan": {
-            **PLAN, "acceptance": {"min_speedup_pct": 12}}, "dry_run": True})
+        tight = await call(
+            client,
+            "propose_plan",
+            {"plan": {**PLAN, "acceptance": {"min_speedup_pct": 12}}, "dry_run": True},
+        )
         assert tight.structured_content["thresholds"]["min_speedup_pct"] == 12.0
 
         long_text = "x" * 5000
-        oversized = await call(client, "propose_plan", {"plan": {**PLAN,
-                                                                 "hypothesis": long_text}})
+        oversized = await call(client, "propose_plan", {"plan": {**PLAN, "hypothesis": long_text}})
         assert oversized.structured_content["accepted"] is False
         assert "hypothesis: text is too long" in text(oversized)
         assert long_text[:100] not in text(oversized)
-        many = await call(client, "propose_plan", {"plan": {
-            "hypothesis": "h", "candidates": ["demo-tiny:draft-k2"] * 4}})
+        many = await call(
+            client,
+            "propose_plan",
+            {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"] * 4}},
+        )
         assert "candidates: too many items" in text(many)
-        huge = await call(client, "propose_plan", {"plan": json.dumps(
-            {**PLAN, "notes": "n" * 20_000})})
+        huge = await call(
+            client, "propose_plan", {"plan": json.dumps({**PLAN, "notes": "n" * 20_000})}
+        )
         assert "larger than 16 KiB" in text(huge)
         big_id = await call(client, "registry", {"candidate_id": "y" * 500})
         assert big_id.is_error and "text is too long" in text(big_id)
         assert "yyyy" not in text(big_id)
         bad_cycle = await call(client, "evidence", {"cycle_id": "../../etc/passwd"})
         assert bad_cycle.is_error and "passwd" not in text(bad_cycle)
-        nan_string = await call(client, "propose_plan", {
-            "plan": '{"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"], '
-                    '"acceptance": {"min_speedup_pct": NaN}}'})
+        nan_string = await call(
+            client,
+            "propose_plan",
+            {
+                "plan": '{"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"], '
+                '"acceptance": {"min_speedup_pct": NaN}}'
+            },
+        )
         assert nan_string.structured_content["accepted"] is False
         assert "finite" in nan_string.structured_content["message"]
     assert files_under(home.plans) == before, "no refusal wrote a plan"
@@ -195,14 +233,19 @@ async def test_nan_from_a_raw_peer(home: Home, anyio_backend: str) -> None:
     peer = RawStdio(home)
     try:
         assert "result" in peer.initialize()
-        nan = peer.request("tools/call", raw_params=(
-            '{"name": "propose_plan", "arguments": {"plan": {"hypothesis": "h", '
-            '"candidates": ["demo-tiny:draft-k2"], "acceptance": {"min_speedup_pct": NaN}}}}'))
+        nan = peer.request(
+            "tools/call",
+            raw_params=(
+                '{"name": "propose_plan", "arguments": {"plan": {"hypothesis": "h", '
+                '"candidates": ["demo-tiny:draft-k2"], "acceptance": {"min_speedup_pct": NaN}}}}'
+            ),
+        )
         result = nan["result"]
         assert result["structuredContent"]["accepted"] is False
         assert "finite" in result["structuredContent"]["message"]
-        inf = peer.request("tools/call", raw_params=(
-            '{"name": "evidence", "arguments": {"page": Infinity}}'))
+        inf = peer.request(
+            "tools/call", raw_params=('{"name": "evidence", "arguments": {"page": Infinity}}')
+        )
         assert inf["result"]["isError"] is True
         assert "numbers must be finite" in inf["result"]["content"][0]["text"]
         arguments_list = peer.request("tools/call", {"name": "status", "arguments": [1, 2]})
@@ -216,19 +259,27 @@ async def test_nan_from_a_raw_peer(home: Home, anyio_backend: str) -> None:
 async def test_resources_and_planning_prompt(home: Home, anyio_backend: str) -> None:
     async with stdio_client(home) as client:
         listed = {str(r.uri) for r in (await client.list_resources()).resources}
-        assert {"mcp-infra://policy", "mcp-infra://plan-schema",
-                "mcp-infra://manifests/demo-tiny"} <= listed
-        templates = {t.uri_template for t in
-                     (await client.list_resource_templates()).resource_templates}
-        assert {"mcp-infra://manifests/{manifest_id}",
-                "mcp-infra://evidence/{cycle_id}/summary"} <= templates
+        assert {
+            "mcp-infra://policy",
+            "mcp-infra://plan-schema",
+            "mcp-infra://manifests/demo-tiny",
+        } <= listed
+        templates = {
+            t.uri_template for t in (await client.list_resource_templates()).resource_templates
+        }
+        assert {
+            "mcp-infra://manifests/{manifest_id}",
+            "mcp-infra://evidence/{cycle_id}/summary",
+        } <= templates
         policy = json.loads((await client.read_resource("mcp-infra://policy")).contents[0].text)
         assert policy["policy"]["name"] == "test" and len(policy["hash"]) == 64
-        schema = json.loads((await client.read_resource("mcp-infra://plan-schema"))
-                            .contents[0].text)
+        schema = json.loads(
+            (await client.read_resource("mcp-infra://plan-schema")).contents[0].text
+        )
         assert schema["additionalProperties"] is False and "$defs" not in schema
-        manifest = json.loads((await client.read_resource("mcp-infra://manifests/demo-tiny"))
-                              .contents[0].text)
+        manifest = json.loads(
+            (await client.read_resource("mcp-infra://manifests/demo-tiny")).contents[0].text
+        )
         assert "demo-tiny:draft-k4" in manifest["candidates"]
         with pytest.raises(Exception, match="no such manifest"):
             await client.read_resource("mcp-infra://manifests/nope")
@@ -274,8 +325,10 @@ async def test_propose_queues_and_returns_at_once(home: Home, anyio_backend: str
     async with stdio_client(home, "--no-supervisor", mode="legacy") as client:
         first = await client.call_tool("propose_plan", {"plan": PLAN})
         assert not any(home.cycles.iterdir()), "returned at once: nothing ran"
-        second = await client.call_tool("propose_plan", {"plan": {
-            "hypothesis": "more drafted tokens", "candidates": ["demo-tiny:draft-k4"]}})
+        second = await client.call_tool(
+            "propose_plan",
+            {"plan": {"hypothesis": "more drafted tokens", "candidates": ["demo-tiny:draft-k4"]}},
+        )
         status = await client.call_tool("status", {})
     f, s = first.structured_content, second.structured_content
     assert f["accepted"] and s["accepted"]
@@ -300,9 +353,12 @@ async def test_propose_waits_for_the_maintenance_window(home: Home, anyio_backen
     path = home.user_policy / "test.yaml"
     policy = yaml.safe_load(path.read_text())
     later = datetime.now(UTC).astimezone(ZoneInfo("Europe/Berlin")) + timedelta(hours=3)
-    policy["window"] = {"mode": "window", "start": f"{later:%H}:00",
-                        "end": f"{(later + timedelta(hours=2)):%H}:00",
-                        "timezone": "Europe/Berlin"}
+    policy["window"] = {
+        "mode": "window",
+        "start": f"{later:%H}:00",
+        "end": f"{(later + timedelta(hours=2)):%H}:00",
+        "timezone": "Europe/Berlin",
+    }
     path.write_text(yaml.safe_dump(policy, sort_keys=False))
     async with stdio_client(home) as client:
         result = await client.call_tool("propose_plan", {"plan": PLAN})

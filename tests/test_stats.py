@@ -220,12 +220,35 @@ def test_token_weighted_speedup_is_total_tokens_over_total_time():
 
 
 def test_token_weighted_uses_measured_decode_time_when_present():
-    base = [Sample(candidate="baseline", prompt_id="p1", repeat=i, decode_tps=100.0,
-                   decode_s=1.0, completion_tokens=101) for i in range(2)]
-    cand = [Sample(candidate="x:y", prompt_id="p1", repeat=0, decode_tps=300.0, decode_s=1.0,
-                   completion_tokens=301),
-            Sample(candidate="x:y", prompt_id="p1", repeat=1, decode_tps=100.0, decode_s=3.0,
-                   completion_tokens=301)]
+    base = [
+        Sample(
+            candidate="baseline",
+            prompt_id="p1",
+            repeat=i,
+            decode_tps=100.0,
+            decode_s=1.0,
+            completion_tokens=101,
+        )
+        for i in range(2)
+    ]
+    cand = [
+        Sample(
+            candidate="x:y",
+            prompt_id="p1",
+            repeat=0,
+            decode_tps=300.0,
+            decode_s=1.0,
+            completion_tokens=301,
+        ),
+        Sample(
+            candidate="x:y",
+            prompt_id="p1",
+            repeat=1,
+            decode_tps=100.0,
+            decode_s=3.0,
+            completion_tokens=301,
+        ),
+    ]
     s = speedup_summary(base, cand, resamples=100)
     assert s.token_weighted == pytest.approx((600 / 4.0) / 100.0)  # not (3 + 1) / 2
 

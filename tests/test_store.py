@@ -78,8 +78,10 @@ def test_journal_appends_and_reports_a_torn_line(tmp_path: Path) -> None:
 
 def test_only_one_supervisor_holds_the_lock(tmp_path: Path) -> None:
     home = Home(tmp_path).ensure()
-    code = ("import sys,time; from mcp_infra.state.store import Home\n"
-            "with Home(sys.argv[1]).supervisor_lock():\n print('held', flush=True); time.sleep(30)")
+    code = (
+        "import sys,time; from mcp_infra.state.store import Home\n"
+        "with Home(sys.argv[1]).supervisor_lock():\n print('held', flush=True); time.sleep(30)"
+    )
     other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE)
     try:
         assert other.stdout is not None and other.stdout.readline().strip() == b"held"

@@ -21,30 +21,74 @@ def utc(*args: int) -> datetime:
 NIGHT = {"mode": "window", "start": "22:00", "end": "02:00"}
 
 
-@pytest.mark.parametrize(("zone", "now", "budget", "may", "open_", "closes_utc", "phrase"), [
-    # Berlin in January is UTC+1: the window is 21:00-01:00 UTC
-    ("Europe/Berlin", utc(2026, 1, 10, 22, 30), 60, True, True, utc(2026, 1, 11, 1), "fits"),
-    ("Europe/Berlin", utc(2026, 1, 10, 22, 30), 150, True, True, utc(2026, 1, 11, 1), "fits"),
-    ("Europe/Berlin", utc(2026, 1, 10, 22, 30), 151, False, True, utc(2026, 1, 11, 1),
-     "would run past it"),
-    # after local midnight, still the window that opened the day before
-    ("Europe/Berlin", utc(2026, 1, 11, 0, 30), 20, True, True, utc(2026, 1, 11, 1), "fits"),
-    ("Europe/Berlin", utc(2026, 1, 11, 0, 30), 45, False, True, utc(2026, 1, 11, 1),
-     "would run past it"),
-    ("Europe/Berlin", utc(2026, 1, 11, 12, 0), 30, False, False, utc(2026, 1, 12, 1),
-     "opens 2026-01-11 22:00 CET (21:00 UTC)"),
-    # New York in January is UTC-5: the window is 03:00-07:00 UTC; the same instants differ
-    ("America/New_York", utc(2026, 1, 10, 22, 30), 60, False, False, utc(2026, 1, 11, 7),
-     "opens 2026-01-10 22:00 EST (03:00 UTC)"),
-    ("America/New_York", utc(2026, 1, 11, 4, 0), 180, True, True, utc(2026, 1, 11, 7), "fits"),
-    ("America/New_York", utc(2026, 1, 11, 4, 0), 181, False, True, utc(2026, 1, 11, 7),
-     "would run past it"),
-    # summer time: the same wall-clock window moves in UTC
-    ("America/New_York", utc(2026, 7, 11, 2, 30), 60, True, True, utc(2026, 7, 11, 6), "fits"),
-])
-def test_window_across_midnight_in_two_zones(zone: str, now: datetime, budget: float, may: bool,
-                                             open_: bool, closes_utc: datetime,
-                                             phrase: str) -> None:
+@pytest.mark.parametrize(
+    ("zone", "now", "budget", "may", "open_", "closes_utc", "phrase"),
+    [
+        # Berlin in January is UTC+1: the window is 21:00-01:00 UTC
+        ("Europe/Berlin", utc(2026, 1, 10, 22, 30), 60, True, True, utc(2026, 1, 11, 1), "fits"),
+        ("Europe/Berlin", utc(2026, 1, 10, 22, 30), 150, True, True, utc(2026, 1, 11, 1), "fits"),
+        (
+            "Europe/Berlin",
+            utc(2026, 1, 10, 22, 30),
+            151,
+            False,
+            True,
+            utc(2026, 1, 11, 1),
+            "would run past it",
+        ),
+        # after local midnight, still the window that opened the day before
+        ("Europe/Berlin", utc(2026, 1, 11, 0, 30), 20, True, True, utc(2026, 1, 11, 1), "fits"),
+        (
+            "Europe/Berlin",
+            utc(2026, 1, 11, 0, 30),
+            45,
+            False,
+            True,
+            utc(2026, 1, 11, 1),
+            "would run past it",
+        ),
+        (
+            "Europe/Berlin",
+            utc(2026, 1, 11, 12, 0),
+            30,
+            False,
+            False,
+            utc(2026, 1, 12, 1),
+            "opens 2026-01-11 22:00 CET (21:00 UTC)",
+        ),
+        # New York in January is UTC-5: the window is 03:00-07:00 UTC; the same instants differ
+        (
+            "America/New_York",
+            utc(2026, 1, 10, 22, 30),
+            60,
+            False,
+            False,
+            utc(2026, 1, 11, 7),
+            "opens 2026-01-10 22:00 EST (03:00 UTC)",
+        ),
+        ("America/New_York", utc(2026, 1, 11, 4, 0), 180, True, True, utc(2026, 1, 11, 7), "fits"),
+        (
+            "America/New_York",
+            utc(2026, 1, 11, 4, 0),
+            181,
+            False,
+            True,
+            utc(2026, 1, 11, 7),
+            "would run past it",
+        ),
+        # summer time: the same wall-clock window moves in UTC
+        ("America/New_York", utc(2026, 7, 11, 2, 30), 60, True, True, utc(2026, 7, 11, 6), "fits"),
+    ],
+)
+def test_window_across_midnight_in_two_zones(
+    zone: str,
+    now: datetime,
+    budget: float,
+    may: bool,
+    open_: bool,
+    closes_utc: datetime,
+    phrase: str,
+) -> None:
     state = check(Window(**NIGHT, timezone=zone), now, budget)
     assert (state.may_start, state.open) == (may, open_), state.reason
     assert state.closes_at == closes_utc
@@ -97,8 +141,12 @@ def test_supervise_leaves_a_plan_queued_outside_the_window(home: Home) -> None:
     path.write_text(yaml.safe_dump(data))
     from mcp_infra.flows import api as app
 
-    view = app.propose(home, {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"]},
-                       proposed_by="test", start_supervisor=False)
+    view = app.propose(
+        home,
+        {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"]},
+        proposed_by="test",
+        start_supervisor=False,
+    )
     assert view.accepted, view
     assert not window_state(home).may_start
     assert supervise(home) == []

@@ -1,5 +1,4 @@
-"""Stable bytes and digests for hashing contracts (pure).
-"""
+"""Stable bytes and digests for hashing contracts (pure)."""
 
 from __future__ import annotations
 

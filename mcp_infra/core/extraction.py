@@ -73,11 +73,15 @@ def extract_plan(reply: str) -> Extraction:
                 parse_plan(candidate)
             except PlanRefused as exc:
                 if not problems:
-                    problems = [f"a JSON object looks like a plan but is not valid: {p}"
-                                for p in (exc.problems or [str(exc)])][:5]
+                    problems = [
+                        f"a JSON object looks like a plan but is not valid: {p}"
+                        for p in (exc.problems or [str(exc)])
+                    ][:5]
                 continue
             return Extraction(plan=candidate, source=source, found_objects=total)  # type: ignore[arg-type]
     if not problems:
-        problems = [f"no JSON object with \"hypothesis\" and \"candidates\" in the reply "
-                    f"({total} JSON object(s) found outside thinking blocks)"]
+        problems = [
+            f'no JSON object with "hypothesis" and "candidates" in the reply '
+            f"({total} JSON object(s) found outside thinking blocks)"
+        ]
     return Extraction(found_objects=total, problems=problems)

@@ -208,9 +208,9 @@ def _without_thinking(text: str) -> tuple[str, bool]:
     text = _THINK.sub("", text)
     closes = list(_CLOSE_THINK.finditer(text))
     if closes:  # a template opened the block in the prompt: the reply starts inside it
-        text = text[closes[-1].end():]
+        text = text[closes[-1].end() :]
     opened = _OPEN_THINK.search(text)
-    return (text[:opened.start()], True) if opened else (text, False)
+    return (text[: opened.start()], True) if opened else (text, False)
 
 
 def strip_thinking(text: str) -> str:
@@ -512,8 +512,11 @@ def _pair_greedy(
     cand = _greedy_by_prompt(candidate)
     # A candidate may answer a prompt more than once (again with the prompt cached): every
     # answer must equal the baseline's first.
-    repeats = [s for s in sorted(candidate, key=lambda s: (s.prompt_id, s.repeat, s.order))
-               if s.prompt_id in cand and s is not cand[s.prompt_id]]
+    repeats = [
+        s
+        for s in sorted(candidate, key=lambda s: (s.prompt_id, s.repeat, s.order))
+        if s.prompt_id in cand and s is not cand[s.prompt_id]
+    ]
     comparisons: list[Comparison] = []
     problems: list[str] = []
     for pid in sorted(set(base) | set(cand)):

@@ -25,8 +25,6 @@ from mcp_infra.core.digest import canonical_json, sha256_bytes
 RUNTIME_PACKAGES = {"mlx_lm_server": "mlx-lm", "mlx_vlm_server": "mlx-vlm"}
 
 
-
-
 class HostFacts(Part):
     """What preflight needs to know about this machine, gathered once by ``host_facts``."""
 
@@ -36,10 +34,13 @@ class HostFacts(Part):
     free_disk_gb: float
     available_artifacts: list[str] = Field(default_factory=list)
     artifact_problems: dict[str, list[str]] = Field(
-        default_factory=dict, description="repo@revision → why its cached snapshot cannot be "
-        "trusted (no sha256 inventory, missing, extra or resized files)")
+        default_factory=dict,
+        description="repo@revision → why its cached snapshot cannot be "
+        "trusted (no sha256 inventory, missing, extra or resized files)",
+    )
     cache_free_disk_gb: float | None = Field(
-        None, description="free space where hub downloads go (the shared Hugging Face cache)")
+        None, description="free space where hub downloads go (the shared Hugging Face cache)"
+    )
 
 
 class Check(Part):
@@ -55,12 +56,6 @@ class Preflight(Part):
 
     def failures(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.passed]
-
-
-
-
-
-
 
 
 def manifest_hash(manifest: Manifest) -> str:
@@ -98,18 +93,8 @@ def all_candidates(manifests: dict[str, Manifest]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-
-
-
-
 def artifact_key(artifact: ArtifactRef) -> str:
     return f"demo:{artifact.demo}" if artifact.demo else f"{artifact.repo}@{artifact.revision}"
-
-
-
-
-
-
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -117,7 +102,11 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def preflight(
-    manifest: Manifest, variant: Variant, policy: Policy, facts: HostFacts, *,
+    manifest: Manifest,
+    variant: Variant,
+    policy: Policy,
+    facts: HostFacts,
+    *,
     require_artifacts: bool = False,
 ) -> Preflight:
     """Every check for one candidate on this machine, each with its reason."""
@@ -131,36 +120,71 @@ def preflight(
     used = [a for a in manifest.artifacts if a.role != "draft" or variant.knobs.draft]
     artifacts = [manifest.target, *used]  # only what this variant runs with
     hub_refs = [a for a in artifacts if a.repo]
-    untrusted = sorted({a.repo for a in hub_refs if a.repo.split("/")[0]
-                        not in policy.trusted_namespaces})
-    check("trusted_namespace", not untrusted,
-          (f"{', '.join(sorted({a.repo.split('/')[0] for a in hub_refs}))} trusted by policy "
-           f"{policy.name}") if hub_refs else "no hub artifacts (local demo models)",
-          f"not in policy {policy.name}'s trusted namespaces "
-          f"({', '.join(policy.trusted_namespaces) or 'none'}): {', '.join(untrusted)}")
-    check("class_allowed", candidate_class in policy.allowed_classes,
-          f"class {candidate_class.value} is allowed by policy {policy.name}",
-          f"class {candidate_class.value} is not allowed by policy {policy.name}")
+    untrusted = sorted(
+        {a.repo for a in hub_refs if a.repo.split("/")[0] not in policy.trusted_namespaces}
+    )
+    check(
+        "trusted_namespace",
+        not untrusted,
+        (
+            f"{', '.join(sorted({a.repo.split('/')[0] for a in hub_refs}))} trusted by policy "
+            f"{policy.name}"
+        )
+        if hub_refs
+        else "no hub artifacts (local demo models)",
+        f"not in policy {policy.name}'s trusted namespaces "
+        f"({', '.join(policy.trusted_namespaces) or 'none'}): {', '.join(untrusted)}",
+    )
+    check(
+        "class_allowed",
+        candidate_class in policy.allowed_classes,
+        f"class {candidate_class.value} is allowed by policy {policy.name}",
+        f"class {candidate_class.value} is not allowed by policy {policy.name}",
+    )
     template = manifest.runtime.template
-    check("template_allowed", template in policy.allowed_templates,
-          f"template {template} is allowed by policy {policy.name}",
-          f"template {template} is not allowed by policy {policy.name}")
-    unpinned = [a.repo for a in hub_refs
-                if not (a.revision and re.fullmatch(r"[0-9a-f]{40}", a.revision))]
-    check("pinned", not unpinned,
-          ("pinned: " + ", ".join(f"{a.repo}@{a.revision[:12]}" for a in hub_refs  # type: ignore[index]
-                                  )) if hub_refs else "no hub artifacts (local demo models)",
-          f"not pinned to a 40-hex commit: {', '.join(str(r) for r in unpinned)}")
-    check("remote_code", not manifest.runtime.trust_remote_code, "trust_remote_code is off",
-          "the manifest asks for trust_remote_code, which mcp-infra never enables")
+    check(
+        "template_allowed",
+        template in policy.allowed_templates,
+        f"template {template} is allowed by policy {policy.name}",
+        f"template {template} is not allowed by policy {policy.name}",
+    )
+    unpinned = [
+        a.repo for a in hub_refs if not (a.revision and re.fullmatch(r"[0-9a-f]{40}", a.revision))
+    ]
+    check(
+        "pinned",
+        not unpinned,
+        (
+            "pinned: "
+            + ", ".join(
+                f"{a.repo}@{a.revision[:12]}"
+                for a in hub_refs  # type: ignore[index]
+            )
+        )
+        if hub_refs
+        else "no hub artifacts (local demo models)",
+        f"not pinned to a 40-hex commit: {', '.join(str(r) for r in unpinned)}",
+    )
+    check(
+        "remote_code",
+        not manifest.runtime.trust_remote_code,
+        "trust_remote_code is off",
+        "the manifest asks for trust_remote_code, which mcp-infra never enables",
+    )
     licenses = ", ".join(f"{a.role} {a.license}" for a in hub_refs if a.license)
-    check("license", manifest.license_reviewed,
-          "license reviewed" + (f" ({licenses})" if licenses else ""),
-          "the manifest does not mark its licenses as reviewed (license_reviewed: true)")
-    check("platform", facts.platform in manifest.runtime.platforms,
-          f"{facts.platform} is supported",
-          f"this machine is {facts.platform}; the manifest runs only on "
-          f"{', '.join(manifest.runtime.platforms)}")
+    check(
+        "license",
+        manifest.license_reviewed,
+        "license reviewed" + (f" ({licenses})" if licenses else ""),
+        "the manifest does not mark its licenses as reviewed (license_reviewed: true)",
+    )
+    check(
+        "platform",
+        facts.platform in manifest.runtime.platforms,
+        f"{facts.platform} is supported",
+        f"this machine is {facts.platform}; the manifest runs only on "
+        f"{', '.join(manifest.runtime.platforms)}",
+    )
     needed = dict(manifest.runtime.min_versions)
     needed.setdefault(RUNTIME_PACKAGES[template], "0")
     needed.setdefault("mlx", "0")
@@ -168,50 +192,84 @@ def preflight(
         have = facts.packages.get(package)
         ok = have is not None and _version_tuple(have) >= _version_tuple(minimum)
         shown = f">= {minimum}" if minimum != "0" else "installed"
-        check(f"version:{package}", ok, f"{package} {have} ({shown})",
-              f"{package} is not installed (the manifest needs {package} {shown})"
-              if have is None else f"{package} {have} is older than the required {minimum}")
-    check("memory", facts.memory_gb >= manifest.resources.memory_gb,
-          f"{facts.memory_gb:.1f} GB >= {manifest.resources.memory_gb:g} GB required",
-          f"this machine has {facts.memory_gb:.1f} GB of memory; the manifest needs "
-          f"{manifest.resources.memory_gb:g} GB")
+        check(
+            f"version:{package}",
+            ok,
+            f"{package} {have} ({shown})",
+            f"{package} is not installed (the manifest needs {package} {shown})"
+            if have is None
+            else f"{package} {have} is older than the required {minimum}",
+        )
+    check(
+        "memory",
+        facts.memory_gb >= manifest.resources.memory_gb,
+        f"{facts.memory_gb:.1f} GB >= {manifest.resources.memory_gb:g} GB required",
+        f"this machine has {facts.memory_gb:.1f} GB of memory; the manifest needs "
+        f"{manifest.resources.memory_gb:g} GB",
+    )
     have = set(facts.available_artifacts)
     missing = [artifact_key(a) for a in artifacts if artifact_key(a) not in have]
     download_gb = sum(a.size_gb or 0 for a in hub_refs if artifact_key(a) not in have)
     free = facts.cache_free_disk_gb if facts.cache_free_disk_gb is not None else facts.free_disk_gb
-    check("disk", free >= download_gb,
-          f"{free:.1f} GB free >= {download_gb:.2f} GB to download" if download_gb
-          else "nothing to download",
-          f"only {free:.1f} GB free where the hub cache lives; {download_gb:.2f} GB must be "
-          "downloaded")
-    check("disk_budget", manifest.resources.disk_gb <= policy.budgets.disk_gb,
-          f"{manifest.resources.disk_gb:g} GB of disk within the policy's "
-          f"{policy.budgets.disk_gb:g} GB budget",
-          f"the manifest needs {manifest.resources.disk_gb:g} GB of disk; the policy's budget "
-          f"is {policy.budgets.disk_gb:g} GB")
-    check("download_budget", download_gb <= policy.budgets.download_gb,
-          f"{download_gb:.2f} GB to download is within the {policy.budgets.download_gb:g} GB "
-          "budget",
-          f"{download_gb:.2f} GB to download exceeds the policy's {policy.budgets.download_gb:g} "
-          "GB download budget")
+    check(
+        "disk",
+        free >= download_gb,
+        f"{free:.1f} GB free >= {download_gb:.2f} GB to download"
+        if download_gb
+        else "nothing to download",
+        f"only {free:.1f} GB free where the hub cache lives; {download_gb:.2f} GB must be "
+        "downloaded",
+    )
+    check(
+        "disk_budget",
+        manifest.resources.disk_gb <= policy.budgets.disk_gb,
+        f"{manifest.resources.disk_gb:g} GB of disk within the policy's "
+        f"{policy.budgets.disk_gb:g} GB budget",
+        f"the manifest needs {manifest.resources.disk_gb:g} GB of disk; the policy's budget "
+        f"is {policy.budgets.disk_gb:g} GB",
+    )
+    check(
+        "download_budget",
+        download_gb <= policy.budgets.download_gb,
+        f"{download_gb:.2f} GB to download is within the {policy.budgets.download_gb:g} GB budget",
+        f"{download_gb:.2f} GB to download exceeds the policy's {policy.budgets.download_gb:g} "
+        "GB download budget",
+    )
     if require_artifacts or any(a.demo for a in artifacts):
         hint = "; ".join(
-            (["run `mcp-infra demo` to build the demo models"]
-             if any(k.startswith("demo:") for k in missing) else [])
-            + ([f"run `mcp-infra prepare {cid}`"]
-               if any(not k.startswith("demo:") for k in missing) else []))
-        check("artifacts", not missing, "all artifacts are present locally",
-              f"missing locally: {', '.join(missing)} ({hint})")
-    tampered = {k: facts.artifact_problems[k] for k in (artifact_key(a) for a in hub_refs)
-                if k in have and k in facts.artifact_problems}
-    check("integrity", not tampered,
-          "cached hub artifacts match their sha256 inventory (sizes and files; every byte is "
-          "re-hashed before use)" if any(artifact_key(a) in have for a in hub_refs)
-          else "nothing prepared yet to check" if hub_refs else "local demo models",
-          "; ".join(f"{k}: {', '.join(v[:3])}" for k, v in tampered.items()))
-    return Preflight(candidate=f"{manifest.id}:{variant.id}",
-                     passed=all(c.passed for c in checks), checks=checks)
-
-
-
-
+            (
+                ["run `mcp-infra demo` to build the demo models"]
+                if any(k.startswith("demo:") for k in missing)
+                else []
+            )
+            + (
+                [f"run `mcp-infra prepare {cid}`"]
+                if any(not k.startswith("demo:") for k in missing)
+                else []
+            )
+        )
+        check(
+            "artifacts",
+            not missing,
+            "all artifacts are present locally",
+            f"missing locally: {', '.join(missing)} ({hint})",
+        )
+    tampered = {
+        k: facts.artifact_problems[k]
+        for k in (artifact_key(a) for a in hub_refs)
+        if k in have and k in facts.artifact_problems
+    }
+    check(
+        "integrity",
+        not tampered,
+        "cached hub artifacts match their sha256 inventory (sizes and files; every byte is "
+        "re-hashed before use)"
+        if any(artifact_key(a) in have for a in hub_refs)
+        else "nothing prepared yet to check"
+        if hub_refs
+        else "local demo models",
+        "; ".join(f"{k}: {', '.join(v[:3])}" for k, v in tampered.items()),
+    )
+    return Preflight(
+        candidate=f"{manifest.id}:{variant.id}", passed=all(c.passed for c in checks), checks=checks
+    )

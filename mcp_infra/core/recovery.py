@@ -11,8 +11,13 @@ from enum import StrEnum
 from mcp_infra.contracts import CycleState, Event, Outcome, Part
 
 PRE_PROMOTION = {
-    CycleState.QUEUED, CycleState.PREFLIGHT, CycleState.PREPARE, CycleState.BASELINE,
-    CycleState.MAINTENANCE, CycleState.EXPERIMENT, CycleState.SELECT,
+    CycleState.QUEUED,
+    CycleState.PREFLIGHT,
+    CycleState.PREPARE,
+    CycleState.BASELINE,
+    CycleState.MAINTENANCE,
+    CycleState.EXPERIMENT,
+    CycleState.SELECT,
 }
 
 
@@ -46,50 +51,81 @@ def _outcome(event: Event) -> Outcome | None:
 def decide(events: list[Event]) -> RecoveryDecision:
     """Decide from the durable journal of one cycle what recovery must do."""
     if not events:
-        return RecoveryDecision(action=Action.NOTHING, outcome=None,
-                                reason="the cycle left no journal lines; nothing was touched")
+        return RecoveryDecision(
+            action=Action.NOTHING,
+            outcome=None,
+            reason="the cycle left no journal lines; nothing was touched",
+        )
     last = events[-1].state
     if any(e.state == CycleState.SEALED and _step(e) == "done" for e in events):
-        return RecoveryDecision(action=Action.NOTHING, outcome=None, last_state=last,
-                                reason="the cycle is already sealed")
+        return RecoveryDecision(
+            action=Action.NOTHING,
+            outcome=None,
+            last_state=last,
+            reason="the cycle is already sealed",
+        )
     sealing = [e for e in events if e.state == CycleState.SEALED and "outcome" in e.fields]
     decided = _outcome(sealing[-1]) if sealing else None
     if decided is not None:
-        return RecoveryDecision(action=Action.FINISH_SEALING, outcome=decided, last_state=last,
-                                reason="interrupted while sealing: the outcome was already "
-                                f"decided ({decided.value}); finish sealing the evidence")
-    unreadable = (f"the sealing line's outcome {str(sealing[-1].fields.get('outcome'))[:40]!r} "
-                  "is not one mcp-infra knows, so it is decided again from the journal; "
-                  if sealing else "")
+        return RecoveryDecision(
+            action=Action.FINISH_SEALING,
+            outcome=decided,
+            last_state=last,
+            reason="interrupted while sealing: the outcome was already "
+            f"decided ({decided.value}); finish sealing the evidence",
+        )
+    unreadable = (
+        f"the sealing line's outcome {str(sealing[-1].fields.get('outcome'))[:40]!r} "
+        "is not one mcp-infra knows, so it is decided again from the journal; "
+        if sealing
+        else ""
+    )
     # The cycle's own lines: a recovery's lines (after RECOVER) replay a decision, never make one.
-    first_recover = next((i for i, e in enumerate(events) if e.state == CycleState.RECOVER),
-                         len(events))
+    first_recover = next(
+        (i for i, e in enumerate(events) if e.state == CycleState.RECOVER), len(events)
+    )
     own = events[:first_recover]
     states = {e.state for e in own}
     promote = [e for e in own if e.state == CycleState.PROMOTE and "recipe" in e.fields]
     recipe = promote[-1].fields["recipe"] if promote else None
     # What settled the promotion is the last of: verification passed, COMMIT, ROLLBACK. A ROLLBACK
     # after COMMIT (writing the committed state failed) means the cycle was rolling back.
-    settling = [e for e in own if e.state in (CycleState.COMMIT, CycleState.ROLLBACK)
-                or (e.state == CycleState.VERIFY and _step(e) == "passed")]
+    settling = [
+        e
+        for e in own
+        if e.state in (CycleState.COMMIT, CycleState.ROLLBACK)
+        or (e.state == CycleState.VERIFY and _step(e) == "passed")
+    ]
     if settling and settling[-1].state != CycleState.ROLLBACK:
-        return RecoveryDecision(action=Action.KEEP_PROMOTION, outcome=Outcome.PROMOTED,
-                                last_state=last, promoted_recipe=recipe,
-                                reason=unreadable + "the promoted recipe had passed verification "
-                                "before the interruption; keep it and commit")
+        return RecoveryDecision(
+            action=Action.KEEP_PROMOTION,
+            outcome=Outcome.PROMOTED,
+            last_state=last,
+            promoted_recipe=recipe,
+            reason=unreadable + "the promoted recipe had passed verification "
+            "before the interruption; keep it and commit",
+        )
     if CycleState.ROLLBACK in states:
         after_error = any(e.state == CycleState.ROLLBACK and "error" in e.fields for e in own)
         return RecoveryDecision(
             action=Action.RESTORE_PREVIOUS,
             outcome=Outcome.RESTORED_AFTER_ERROR if after_error else Outcome.ROLLED_BACK,
-            last_state=last, reason=unreadable + "interrupted during rollback; restore the "
-            "previous recipe")
+            last_state=last,
+            reason=unreadable + "interrupted during rollback; restore the previous recipe",
+        )
     if CycleState.PROMOTE in states or CycleState.VERIFY in states:
-        return RecoveryDecision(action=Action.RESTORE_PREVIOUS,
-                                outcome=Outcome.RESTORED_AFTER_ERROR, last_state=last,
-                                reason=unreadable + f"interrupted in {last.value} before "
-                                "verification passed; restore the previous recipe")
-    return RecoveryDecision(action=Action.RESTORE_PREVIOUS, outcome=Outcome.RESTORED_AFTER_ERROR,
-                            last_state=last, reason=unreadable + f"interrupted in {last.value}, "
-                            "before the service was touched; stop stray candidates and make "
-                            "sure the live recipe serves")
+        return RecoveryDecision(
+            action=Action.RESTORE_PREVIOUS,
+            outcome=Outcome.RESTORED_AFTER_ERROR,
+            last_state=last,
+            reason=unreadable + f"interrupted in {last.value} before "
+            "verification passed; restore the previous recipe",
+        )
+    return RecoveryDecision(
+        action=Action.RESTORE_PREVIOUS,
+        outcome=Outcome.RESTORED_AFTER_ERROR,
+        last_state=last,
+        reason=unreadable + f"interrupted in {last.value}, "
+        "before the service was touched; stop stray candidates and make "
+        "sure the live recipe serves",
+    )

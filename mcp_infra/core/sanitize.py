@@ -38,15 +38,15 @@ MAX_PLAN_BYTES = 16_384
 class PlanRefused(McpInfraError, ValueError):
     """The plan cannot be accepted; the message is ours and never echoes raw input."""
 
-    def __init__(self, message: str, problems: list[str] | None = None,
-                 refused: list[RefusedCandidate] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        problems: list[str] | None = None,
+        refused: list[RefusedCandidate] | None = None,
+    ) -> None:
         super().__init__(message)
         self.problems = problems or []
         self.refused = refused or []
-
-
-
-
 
 
 def policy_hash(policy: Policy) -> str:
@@ -55,12 +55,19 @@ def policy_hash(policy: Policy) -> str:
 
 def _describe_errors(exc: ValidationError) -> list[str]:
     """Validation problems by location and kind only: the offending values are not repeated."""
-    known = {"hypothesis", "candidates", "acceptance", "notes", "min_speedup_pct",
-             "max_peak_memory_gb"}
+    known = {
+        "hypothesis",
+        "candidates",
+        "acceptance",
+        "notes",
+        "min_speedup_pct",
+        "max_peak_memory_gb",
+    }
     problems = []
     for err in exc.errors()[:10]:
-        parts = [str(p) if isinstance(p, int) or p in known else "<unknown field>"
-                 for p in err["loc"]]  # field names are untrusted text too: never echo them
+        parts = [
+            str(p) if isinstance(p, int) or p in known else "<unknown field>" for p in err["loc"]
+        ]  # field names are untrusted text too: never echo them
         loc = ".".join(parts) or "(plan)"
         kind = err["type"]
         message = {
@@ -153,12 +160,24 @@ def sanitize(
     for index, candidate in enumerate(plan.candidates):
         shown = _display_id(candidate, index)
         if candidate == BASELINE_ID:
-            changes.append(PlanChange(field="candidates", action="removed", value=BASELINE_ID,
-                                      reason="the baseline is always measured first"))
+            changes.append(
+                PlanChange(
+                    field="candidates",
+                    action="removed",
+                    value=BASELINE_ID,
+                    reason="the baseline is always measured first",
+                )
+            )
             continue
         if candidate in kept:
-            changes.append(PlanChange(field="candidates", action="removed", value=candidate,
-                                      reason="duplicate candidate dropped"))
+            changes.append(
+                PlanChange(
+                    field="candidates",
+                    action="removed",
+                    value=candidate,
+                    reason="duplicate candidate dropped",
+                )
+            )
             continue
         found = find_candidate(manifests, candidate)
         if found is None:
@@ -171,23 +190,47 @@ def sanitize(
             continue
         if skip and candidate in skip:
             refused.append(RefusedCandidate(id=candidate, reason=skip[candidate]))
-            changes.append(PlanChange(field="candidates", action="removed", value=candidate,
-                                      reason=skip[candidate]))
+            changes.append(
+                PlanChange(
+                    field="candidates", action="removed", value=candidate, reason=skip[candidate]
+                )
+            )
             continue
         recipe = (candidate_recipes or {}).get(candidate)
         if recipe is not None and recipe.key() == live_recipe.key():
-            changes.append(PlanChange(field="candidates", action="removed", value=candidate,
-                                      reason="identical to the recipe already serving"))
+            changes.append(
+                PlanChange(
+                    field="candidates",
+                    action="removed",
+                    value=candidate,
+                    reason="identical to the recipe already serving",
+                )
+            )
             continue
         kept.append(candidate)
     if not kept:
-        raise PlanRefused("plan refused: no runnable candidate remains",
-                          [f"{r.id}: {r.reason}" for r in refused], refused)
-    changes.insert(0, PlanChange(field="candidates", action="added", value=BASELINE_ID,
-                                 reason="the live recipe is measured first as the baseline"))
+        raise PlanRefused(
+            "plan refused: no runnable candidate remains",
+            [f"{r.id}: {r.reason}" for r in refused],
+            refused,
+        )
+    changes.insert(
+        0,
+        PlanChange(
+            field="candidates",
+            action="added",
+            value=BASELINE_ID,
+            reason="the live recipe is measured first as the baseline",
+        ),
+    )
 
-    thresholds = combined_thresholds(plan, policy, [find_candidate(manifests, c)[0] for c in kept],  # type: ignore[index]
-                             live_peak_memory_gb, changes)
+    thresholds = combined_thresholds(
+        plan,
+        policy,
+        [find_candidate(manifests, c)[0] for c in kept],  # type: ignore[index]
+        live_peak_memory_gb,
+        changes,
+    )
     auto = {cls: bool(policy.auto_promote.get(cls, False)) for cls in policy.auto_promote}
     frozen = FrozenPlan(
         plan_id="",
@@ -220,7 +263,10 @@ def plan_content_hash(frozen: FrozenPlan) -> str:
 
 
 def combined_thresholds(
-    plan: Plan, policy: Policy, manifests: list[Manifest], live_peak: float | None,
+    plan: Plan,
+    policy: Policy,
+    manifests: list[Manifest],
+    live_peak: float | None,
     changes: list[PlanChange],
 ) -> EffectiveThresholds:
     bounds = policy.thresholds
@@ -228,54 +274,107 @@ def combined_thresholds(
     memory = bounds.max_peak_memory_gb.default
     asked = plan.acceptance
     if asked and asked.min_speedup_pct is not None:
-        value = min(max(asked.min_speedup_pct, bounds.min_speedup_pct.low),
-                    bounds.min_speedup_pct.high)
+        value = min(
+            max(asked.min_speedup_pct, bounds.min_speedup_pct.low), bounds.min_speedup_pct.high
+        )
         if value != asked.min_speedup_pct:
-            changes.append(PlanChange(field="acceptance.min_speedup_pct", action="clamped",
-                                      value=value, reason="clamped to the policy's range "
-                                      f"[{bounds.min_speedup_pct.low}, "
-                                      f"{bounds.min_speedup_pct.high}]"))
+            changes.append(
+                PlanChange(
+                    field="acceptance.min_speedup_pct",
+                    action="clamped",
+                    value=value,
+                    reason="clamped to the policy's range "
+                    f"[{bounds.min_speedup_pct.low}, "
+                    f"{bounds.min_speedup_pct.high}]",
+                )
+            )
         if value >= speed:
             if value > speed:
-                changes.append(PlanChange(field="acceptance.min_speedup_pct", action="tightened",
-                                          value=value,
-                                          reason="the plan asks for a stricter speedup"))
+                changes.append(
+                    PlanChange(
+                        field="acceptance.min_speedup_pct",
+                        action="tightened",
+                        value=value,
+                        reason="the plan asks for a stricter speedup",
+                    )
+                )
             speed = value
         else:
-            changes.append(PlanChange(field="acceptance.min_speedup_pct", action="kept",
-                                      value=speed, reason="a plan can only tighten the policy's "
-                                      f"minimum speedup of {speed}%"))
+            changes.append(
+                PlanChange(
+                    field="acceptance.min_speedup_pct",
+                    action="kept",
+                    value=speed,
+                    reason=f"a plan can only tighten the policy's minimum speedup of {speed}%",
+                )
+            )
     if asked and asked.max_peak_memory_gb is not None:
-        value = min(max(asked.max_peak_memory_gb, bounds.max_peak_memory_gb.low),
-                    bounds.max_peak_memory_gb.high)
+        value = min(
+            max(asked.max_peak_memory_gb, bounds.max_peak_memory_gb.low),
+            bounds.max_peak_memory_gb.high,
+        )
         if value != asked.max_peak_memory_gb:
-            changes.append(PlanChange(field="acceptance.max_peak_memory_gb", action="clamped",
-                                      value=value, reason="clamped to the policy's range "
-                                      f"[{bounds.max_peak_memory_gb.low}, "
-                                      f"{bounds.max_peak_memory_gb.high}]"))
+            changes.append(
+                PlanChange(
+                    field="acceptance.max_peak_memory_gb",
+                    action="clamped",
+                    value=value,
+                    reason="clamped to the policy's range "
+                    f"[{bounds.max_peak_memory_gb.low}, "
+                    f"{bounds.max_peak_memory_gb.high}]",
+                )
+            )
         if live_peak is not None and value < live_peak:
-            changes.append(PlanChange(field="acceptance.max_peak_memory_gb", action="refused",
-                                      value=value, reason=f"a cap below the running baseline's "
-                                      f"measured peak ({live_peak:.2f} GB) would disqualify it"))
+            changes.append(
+                PlanChange(
+                    field="acceptance.max_peak_memory_gb",
+                    action="refused",
+                    value=value,
+                    reason=f"a cap below the running baseline's "
+                    f"measured peak ({live_peak:.2f} GB) would disqualify it",
+                )
+            )
         elif value <= memory:
             if value < memory:
-                changes.append(PlanChange(field="acceptance.max_peak_memory_gb",
-                                          action="tightened", value=value,
-                                          reason="the plan asks for a stricter memory cap"))
+                changes.append(
+                    PlanChange(
+                        field="acceptance.max_peak_memory_gb",
+                        action="tightened",
+                        value=value,
+                        reason="the plan asks for a stricter memory cap",
+                    )
+                )
             memory = value
         else:
-            changes.append(PlanChange(field="acceptance.max_peak_memory_gb", action="kept",
-                                      value=memory, reason="a plan can only tighten the policy's "
-                                      f"memory cap of {memory} GB"))
+            changes.append(
+                PlanChange(
+                    field="acceptance.max_peak_memory_gb",
+                    action="kept",
+                    value=memory,
+                    reason=f"a plan can only tighten the policy's memory cap of {memory} GB",
+                )
+            )
     for manifest in manifests:
         if manifest.min_speedup_pct is not None and manifest.min_speedup_pct > speed:
             speed = manifest.min_speedup_pct
-            changes.append(PlanChange(field="thresholds.min_speedup_pct", action="tightened",
-                                      value=speed, reason=f"manifest {manifest.id} requires it"))
+            changes.append(
+                PlanChange(
+                    field="thresholds.min_speedup_pct",
+                    action="tightened",
+                    value=speed,
+                    reason=f"manifest {manifest.id} requires it",
+                )
+            )
         if manifest.max_peak_memory_gb is not None and manifest.max_peak_memory_gb < memory:
             memory = manifest.max_peak_memory_gb
-            changes.append(PlanChange(field="thresholds.max_peak_memory_gb", action="tightened",
-                                      value=memory, reason=f"manifest {manifest.id} caps it"))
+            changes.append(
+                PlanChange(
+                    field="thresholds.max_peak_memory_gb",
+                    action="tightened",
+                    value=memory,
+                    reason=f"manifest {manifest.id} caps it",
+                )
+            )
     return EffectiveThresholds(
         min_speedup_pct=speed,
         max_peak_memory_gb=memory,

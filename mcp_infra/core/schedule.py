@@ -27,8 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from mcp_infra.contracts import Window
 
-__all__ = ["WindowState", "check", "local_zone_name", "may_start", "occurrence",
-           "zone_of"]
+__all__ = ["WindowState", "check", "local_zone_name", "may_start", "occurrence", "zone_of"]
 
 
 class WindowState(BaseModel):
@@ -119,36 +118,64 @@ def check(window: Window, now: datetime, budget_minutes: float = 0.0) -> WindowS
     budget = timedelta(minutes=max(0.0, budget_minutes))
     base = {"mode": window.mode, "zone": zone_name, "now_local": local}
     if window.mode == "always" or (window.mode == "window" and window.start == window.end):
-        why = ("the policy's window is 'always'" if window.mode == "always"
-               else f"the window {window.start}-{window.end} {zone_name} spans the whole day")
+        why = (
+            "the policy's window is 'always'"
+            if window.mode == "always"
+            else f"the window {window.start}-{window.end} {zone_name} spans the whole day"
+        )
         return WindowState(**base, open=True, may_start=True, reason=why)
     if window.mode == "never":
-        return WindowState(**base, open=False, may_start=False,
-                           reason="the policy's window is 'never': no cycle starts on its own "
-                           "(`mcp-infra supervise --ignore-window` runs queued plans now)")
+        return WindowState(
+            **base,
+            open=False,
+            may_start=False,
+            reason="the policy's window is 'never': no cycle starts on its own "
+            "(`mcp-infra supervise --ignore-window` runs queued plans now)",
+        )
     spans = [occurrence(window, local.date() + timedelta(days=d), zone) for d in (-1, 0, 1, 2)]
     label = f"{window.start}-{window.end} {zone_name}"
     current = next(((s, e) for s, e in spans if s <= now < e), None)
     if current is not None:
         start, end = current
         if now + budget <= end:
-            return WindowState(**base, open=True, may_start=True, opens_at=start, closes_at=end,
-                               reason=f"inside the window {label} until "
-                               f"{_show(end, zone)}; a {budget_minutes:g}-minute cycle fits")
+            return WindowState(
+                **base,
+                open=True,
+                may_start=True,
+                opens_at=start,
+                closes_at=end,
+                reason=f"inside the window {label} until "
+                f"{_show(end, zone)}; a {budget_minutes:g}-minute cycle fits",
+            )
         following = next(s for s, _ in spans if s > now)
-        return WindowState(**base, open=True, may_start=False, opens_at=start, closes_at=end,
-                           next_start=following,
-                           reason=f"the window {label} closes at {_show(end, zone)}; a cycle's "
-                           f"budget of {budget_minutes:g} minutes would run past it; next "
-                           f"window opens {_show(following, zone)}")
+        return WindowState(
+            **base,
+            open=True,
+            may_start=False,
+            opens_at=start,
+            closes_at=end,
+            next_start=following,
+            reason=f"the window {label} closes at {_show(end, zone)}; a cycle's "
+            f"budget of {budget_minutes:g} minutes would run past it; next "
+            f"window opens {_show(following, zone)}",
+        )
     start, end = next((s, e) for s, e in spans if s > now)
     fits = start + budget <= end
     reason = f"outside the window {label}; it opens {_show(start, zone)}"
     if not fits:
-        reason += (f", but a {budget_minutes:g}-minute cycle never fits in it: lengthen the window "
-                   "or lower budgets.cycle_minutes")
-    return WindowState(**base, open=False, may_start=False, opens_at=start, closes_at=end,
-                       next_start=start if fits else None, reason=reason)
+        reason += (
+            f", but a {budget_minutes:g}-minute cycle never fits in it: lengthen the window "
+            "or lower budgets.cycle_minutes"
+        )
+    return WindowState(
+        **base,
+        open=False,
+        may_start=False,
+        opens_at=start,
+        closes_at=end,
+        next_start=start if fits else None,
+        reason=reason,
+    )
 
 
 def may_start(window: Window, now: datetime, budget_minutes: float) -> tuple[bool, str]:
@@ -159,5 +186,3 @@ def may_start(window: Window, now: datetime, budget_minutes: float) -> tuple[boo
 def _show(instant: datetime, zone: ZoneInfo) -> str:
     local = instant.astimezone(zone)
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({instant.astimezone(UTC):%H:%M} UTC)"
-
-

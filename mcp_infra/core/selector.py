@@ -206,8 +206,9 @@ def judge(
         f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed
     ]
 
-    level = look_level(protocol.confidence, verdict.starts_used, protocol.min_starts,
-                       protocol.max_starts)
+    level = look_level(
+        protocol.confidence, verdict.starts_used, protocol.min_starts, protocol.max_starts
+    )
     head = headline_cell(baseline, run, protocol)
     seed = derive_seed(protocol.seed, run.candidate)
     summary = speedup_summary(
@@ -240,7 +241,8 @@ def judge(
     level = f"{summary.confidence:.0%}"
     adjusted = (
         f", {summary.level:.1%} at this look of early stopping"
-        if summary.level != summary.confidence else ""
+        if summary.level != summary.confidence
+        else ""
     )
     speed = (
         f"speedup {_x(summary.estimate)} ({level} interval{adjusted} {_x(summary.ci_low)} to "
@@ -259,12 +261,19 @@ def judge(
             f"{_x(floor)} the worst-prompt tolerance allows"
         )
 
-    cells_lost = [c for c in verdict.cells if c.role == "decisive" and not c.headline
-                  and c.status in ("regressed", "unmeasured")]
-    cells_open = [c for c in verdict.cells if c.role == "decisive" and not c.headline
-                  and c.status == "unclear"]
+    cells_lost = [
+        c
+        for c in verdict.cells
+        if c.role == "decisive" and not c.headline and c.status in ("regressed", "unmeasured")
+    ]
+    cells_open = [
+        c
+        for c in verdict.cells
+        if c.role == "decisive" and not c.headline and c.status == "unclear"
+    ]
     notes = [
-        f"Reported, not decisive: {c.detail}." for c in verdict.cells
+        f"Reported, not decisive: {c.detail}."
+        for c in verdict.cells
         if c.role == "reported" and not c.headline and c.detail
     ]
     if summary.noise_floor_assumed:
@@ -286,16 +295,22 @@ def judge(
         return finish(Decision.REJECTED, *hard_failures, f"Measured {speed}.")
     also = [f"Also, {prompt_text(p)}." for p in below]
     if summary.ci_high < 1.0:
-        return finish(Decision.REJECTED,
-                      f"Regression: {speed}; the whole interval is below 1.000x.", *also)
+        return finish(
+            Decision.REJECTED, f"Regression: {speed}; the whole interval is below 1.000x.", *also
+        )
     if summary.ci_high < threshold:
-        return finish(Decision.REJECTED,
-                      f"Too slow: {speed}; the whole interval is below the threshold.", *also)
+        return finish(
+            Decision.REJECTED,
+            f"Too slow: {speed}; the whole interval is below the threshold.",
+            *also,
+        )
     if below:
         return finish(
             Decision.REJECTED,
-            *[f"Regressing prompt: {prompt_text(p)}; its whole interval is below it."
-              for p in below],
+            *[
+                f"Regressing prompt: {prompt_text(p)}; its whole interval is below it."
+                for p in below
+            ],
             f"Measured {speed}.",
         )
     if cells_lost:
@@ -310,9 +325,7 @@ def judge(
         if summary.estimate <= 1.0:
             # Only reachable when the threshold is at or below 1: no measured gain is no reason
             # to switch, and identical measurements must never qualify.
-            return finish(
-                Decision.REJECTED, f"No gain: {speed}; the estimate is not above 1.000x."
-            )
+            return finish(Decision.REJECTED, f"No gain: {speed}; the estimate is not above 1.000x.")
         lines = [
             f"Qualified: {speed}; A/A noise floor {_x(summary.noise_floor)}; worst prompt "
             f"{summary.worst_prompt} at {_x(summary.worst_speedup)}."
@@ -347,7 +360,8 @@ def judge(
         )
     lines += [
         f"Inconclusive: {prompt_text(p)}; its interval straddles it, so more starts would show "
-        "whether that regression is real." for p in straddle
+        "whether that regression is real."
+        for p in straddle
     ]
     lines += [f"Inconclusive at a decisive workload cell: {c.detail}." for c in cells_open]
     return finish(Decision.INCONCLUSIVE, *lines)
@@ -406,22 +420,39 @@ def judge_cells(
     out: list[CellVerdict] = []
     for c in cells:
         key = (c.request_class, c.concurrency)
-        ok = [s for s in baseline.samples
-              if s.phase == "measure" and s.error is None and in_cell(s, key)]
+        ok = [
+            s
+            for s in baseline.samples
+            if s.phase == "measure" and s.error is None and in_cell(s, key)
+        ]
         if not ok:
             continue
-        mine = [s for s in run.samples if s.phase == "measure" and s.error is None
-                and in_cell(s, key)]
+        mine = [
+            s for s in run.samples if s.phase == "measure" and s.error is None and in_cell(s, key)
+        ]
         cv = CellVerdict(
-            request_class=c.request_class, concurrency=c.concurrency, role=c.role,
-            headline=key == head, baseline_requests=len(ok), candidate_requests=len(mine),
+            request_class=c.request_class,
+            concurrency=c.concurrency,
+            role=c.role,
+            headline=key == head,
+            baseline_requests=len(ok),
+            candidate_requests=len(mine),
         )
         words = cell_words(*key)
         cv.baseline_ttft_p50_s, cv.baseline_ttft_p99_s = _ttft(ok)
         cv.candidate_ttft_p50_s, cv.candidate_ttft_p99_s = _ttft(mine)
-        summary = head_summary if key == head else speedup_summary(
-            ok, mine, confidence=protocol.confidence, resamples=protocol.bootstrap_resamples,
-            seed=derive_seed(seed, f"{key[0]}@{key[1]}"), level=level)
+        summary = (
+            head_summary
+            if key == head
+            else speedup_summary(
+                ok,
+                mine,
+                confidence=protocol.confidence,
+                resamples=protocol.bootstrap_resamples,
+                seed=derive_seed(seed, f"{key[0]}@{key[1]}"),
+                level=level,
+            )
+        )
         if summary is None or summary.missing_prompts:
             cv.status = "unmeasured"
             cv.detail = f"at {words} the candidate has no successful measurement of every prompt"
@@ -430,7 +461,10 @@ def judge_cells(
         cv.baseline_decode_tps = summary.baseline_tps
         cv.candidate_decode_tps = summary.candidate_tps
         cv.decode_speedup, cv.decode_ci_low, cv.decode_ci_high = (
-            summary.estimate, summary.ci_low, summary.ci_high)
+            summary.estimate,
+            summary.ci_low,
+            summary.ci_high,
+        )
         base_out = _output_tps_by_start(ok, c.concurrency)
         cand_out = _output_tps_by_start(mine, c.concurrency)
         if base_out and cand_out:
@@ -439,7 +473,8 @@ def judge_cells(
             cv.baseline_output_tps = math.exp(math.fsum(b_logs) / len(b_logs))
             cv.candidate_output_tps = math.exp(math.fsum(c_logs) / len(c_logs))
             cv.output_ratio, cv.output_ci_low, cv.output_ci_high = log_interval(
-                b_logs, c_logs, level)
+                b_logs, c_logs, level
+            )
             est, low, high = cv.output_ratio, cv.output_ci_low, cv.output_ci_high
             what = "aggregate output tok/s"
         else:
@@ -448,9 +483,11 @@ def judge_cells(
         cv.detail = (
             f"at {words} the candidate gives {est:.2f}x the baseline's {what} "
             f"(interval {low:.2f}x to {high:.2f}x; decode {summary.estimate:.2f}x"
-            + (f"; TTFT p50 {cv.candidate_ttft_p50_s:.3f} s vs {cv.baseline_ttft_p50_s:.3f} s"
-               if cv.candidate_ttft_p50_s is not None and cv.baseline_ttft_p50_s is not None
-               else "")
+            + (
+                f"; TTFT p50 {cv.candidate_ttft_p50_s:.3f} s vs {cv.baseline_ttft_p50_s:.3f} s"
+                if cv.candidate_ttft_p50_s is not None and cv.baseline_ttft_p50_s is not None
+                else ""
+            )
             + ")"
         )
         if high < floor:
@@ -533,8 +570,9 @@ def select(
     ]
     eligible = [(v, r) for v, r in qualified if v.auto_promote]
     if not eligible:
-        return Verdict(candidates=verdicts, selected=None, reason=_no_selection(verdicts),
-                       baseline_drift=drift)
+        return Verdict(
+            candidates=verdicts, selected=None, reason=_no_selection(verdicts), baseline_drift=drift
+        )
 
     best = max(v.speedup_estimate or 0.0 for v, _ in eligible)
     floor = best * (1 - thresholds.tie_tolerance_pct / 100)
@@ -565,8 +603,9 @@ def select(
             f"; preferred over {len(tied) - 1} tied candidate(s) as lossless before lossy, "
             "then the cheaper"
         )
-    return Verdict(candidates=verdicts, selected=chosen.candidate, reason=reason,
-                   baseline_drift=drift)
+    return Verdict(
+        candidates=verdicts, selected=chosen.candidate, reason=reason, baseline_drift=drift
+    )
 
 
 def _drift_problem(baseline: CandidateRun, drift: float | None, protocol: Protocol) -> str | None:
@@ -574,16 +613,22 @@ def _drift_problem(baseline: CandidateRun, drift: float | None, protocol: Protoc
     again = [s for s in baseline.samples if s.phase == "drift"]
     failed = [s for s in again if s.error is not None]
     if not again:
-        return ("the drift check is on but the baseline was not re-measured after the "
-                "experiments (no drift samples)")
+        return (
+            "the drift check is on but the baseline was not re-measured after the "
+            "experiments (no drift samples)"
+        )
     if failed:
-        return (f"{len(failed)} of {len(again)} drift re-measurements of the baseline failed "
-                f"(first error: {failed[0].error})")
+        return (
+            f"{len(failed)} of {len(again)} drift re-measurements of the baseline failed "
+            f"(first error: {failed[0].error})"
+        )
     if drift is None:
         return "no drift re-measurement matches a prompt the baseline measured"
     if abs(drift - 1) * 100 > protocol.drift_tolerance_pct:
-        return (f"the baseline re-measured after the experiments ran at {_x(drift)} its first "
-                f"speed, beyond the {protocol.drift_tolerance_pct:g}% drift tolerance")
+        return (
+            f"the baseline re-measured after the experiments ran at {_x(drift)} its first "
+            f"speed, beyond the {protocol.drift_tolerance_pct:g}% drift tolerance"
+        )
     return None
 
 

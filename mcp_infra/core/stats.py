@@ -104,10 +104,14 @@ def baseline_drift(samples: Iterable[Sample]) -> float | None:
     median tok/s re-measured after the experiments (phase ``drift``) / median before."""
     samples = list(samples)
     before = measured_tps(samples)
-    after = measured_tps(s.model_copy(update={"phase": "measure"}) for s in samples
-                         if s.phase == "drift")
-    ratios = [statistics.median(after[p]) / statistics.median(before[p])
-              for p in sorted(after) if p in before]
+    after = measured_tps(
+        s.model_copy(update={"phase": "measure"}) for s in samples if s.phase == "drift"
+    )
+    ratios = [
+        statistics.median(after[p]) / statistics.median(before[p])
+        for p in sorted(after)
+        if p in before
+    ]
     return geometric_mean(ratios) if ratios else None
 
 
@@ -309,8 +313,9 @@ def _draw_levels(rng: random.Random, cfg: _Config, prompts: Sequence[str]) -> li
                 continue
             vals, cdf = cell
             # The same draws as _draw_median, inlined: this loop is the bootstrap's cost.
-            values.append(vals[find(cdf, uniform())] if cdf is not None
-                          else _draw_median(rng, vals, None))
+            values.append(
+                vals[find(cdf, uniform())] if cdf is not None else _draw_median(rng, vals, None)
+            )
         out.append(math.fsum(values) / len(values) if values else cfg.level[p])
     return out
 
@@ -376,8 +381,7 @@ def _betainc(a: float, b: float, x: float) -> float:
     if x >= 1:
         return 1.0
     front = math.exp(
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
-        + b * math.log1p(-x)
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
     )
     if x < (a + 1) / (a + b + 2):
         return front * _betacf(a, b, x) / a
@@ -538,9 +542,7 @@ def speedup_summary(
     for i, pid in enumerate(prompts):
         speedup = raw_c[pid] / raw_b[pid]
         lp = math.log(speedup)
-        phw = welch_half_width(
-            parts([d[i] for d in b_draws], [d[i] for d in c_draws], pid), level
-        )
+        phw = welch_half_width(parts([d[i] for d in b_draws], [d[i] for d in c_draws], pid), level)
         per_prompt.append(
             PromptStat(
                 prompt_id=pid,
@@ -612,8 +614,11 @@ def token_weighted_speedup(
     rates = []
     for side in (baseline, candidate):
         pairs = [
-            tt for s in side
-            if s.phase == "measure" and s.error is None and s.prompt_id in prompts
+            tt
+            for s in side
+            if s.phase == "measure"
+            and s.error is None
+            and s.prompt_id in prompts
             and (tt := _decode_time_and_tokens(s)) is not None
         ]
         rates.append(math.fsum(t for _, t in pairs) / math.fsum(sec for sec, _ in pairs))

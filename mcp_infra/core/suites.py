@@ -60,7 +60,3 @@ class Suite(Contract):
 
     def prompt(self, prompt_id: str) -> SuitePrompt | None:
         return next((p for p in self.prompts if p.id == prompt_id), None)
-
-
-
-

@@ -338,5 +338,3 @@ def build_demo_models(models_dir: Path, spec: DemoSpec = DEFAULT_SPEC) -> dict[s
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return out
-
-

@@ -50,9 +50,11 @@ def prepare(home: Home) -> ServiceConfig:
     """Build the models and write a config whose baseline is the plain target, in a demo home
     reset to its models so every demo starts from the same place."""
     if home.config.exists() and load_config(home).policy != "demo":
-        raise DemoRefused(f"{home.root} manages a real service (policy "
-                          f"{load_config(home).policy!r}); the demo resets its home, so give it "
-                          "its own (--home DIR)")
+        raise DemoRefused(
+            f"{home.root} manages a real service (policy "
+            f"{load_config(home).policy!r}); the demo resets its home, so give it "
+            "its own (--home DIR)"
+        )
     home.ensure()
     if (home.service_file).exists() or (home.state / "front.json").exists():
         stop_service(home)
@@ -66,9 +68,15 @@ def prepare(home: Home) -> ServiceConfig:
     port = 18080 if not port_open(18080) else free_port()
     scratch = 18090 if not port_open(18090) and port != 18090 else free_port()
     config = ServiceConfig(
-        port=port, scratch_port=scratch, policy="demo",
-        baseline=Recipe(candidate_id="demo-tiny:target", template="mlx_lm_server",
-                        model_path=str(paths["target"])))
+        port=port,
+        scratch_port=scratch,
+        policy="demo",
+        baseline=Recipe(
+            candidate_id="demo-tiny:target",
+            template="mlx_lm_server",
+            model_path=str(paths["target"]),
+        ),
+    )
     write_model(home.config, config)
     return config
 
@@ -77,8 +85,12 @@ def _server_params(home: Home) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "mcp_infra", "--home", str(home.root), "serve"],
-        env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""),
-             "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": os.environ.get("HOME", ""),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        },
     )
 
 
@@ -87,11 +99,15 @@ async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
     info = Implementation(name="mcp-infra-demo", version=__version__)
     async with Client(_server_params(home), client_info=info) as client:
         registry = await client.call_tool("registry", {})
-        runnable = [c["id"] for c in registry.structured_content["candidates"]
-                    if c["preflight_passed"]]
+        runnable = [
+            c["id"] for c in registry.structured_content["candidates"] if c["preflight_passed"]
+        ]
         log(f"registry: {len(runnable)} candidates pass preflight on this machine")
-        plan = {"hypothesis": DEMO_HYPOTHESIS, "candidates": candidates,
-                "notes": "proposed by `mcp-infra demo`"}
+        plan = {
+            "hypothesis": DEMO_HYPOTHESIS,
+            "candidates": candidates,
+            "notes": "proposed by `mcp-infra demo`",
+        }
         result = await client.call_tool("propose_plan", {"plan": plan})
         proposal = result.structured_content
         if result.is_error or not proposal or not proposal.get("accepted"):
@@ -108,8 +124,11 @@ async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
                 log(f"  cycle {cycle.get('cycle_id')}: {line}")
                 last = line
             sealed = status.get("last_cycle") or {}
-            if (sealed.get("plan_id") == proposal["plan_id"] and not status["queue"]
-                    and not status.get("supervisor_running")):
+            if (
+                sealed.get("plan_id") == proposal["plan_id"]
+                and not status["queue"]
+                and not status.get("supervisor_running")
+            ):
                 break
             await anyio.sleep(1.0)
         else:
@@ -139,8 +158,10 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log(f"demo models built in {home.models}")
-    log(f"starting the front on 127.0.0.1:{config.port} (clients' endpoint) and the live "
-        "backend (baseline: plain target) on a port of its own")
+    log(
+        f"starting the front on 127.0.0.1:{config.port} (clients' endpoint) and the live "
+        "backend (baseline: plain target) on a port of its own"
+    )
     ensure_serving(home, config.baseline, config)
     try:
         evidence = anyio.run(drive, home, DEMO_CANDIDATES, log)
@@ -152,13 +173,29 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
     log(verdict_table(view))
     summary = view.summary
     assert summary is not None
-    log(f"\nevidence: {view.path}  (verify: mcp-infra --home {home.root} evidence verify "
-        f"{summary.cycle_id})")
-    log(f"demo took {time.monotonic() - started:.0f} s"
-        + (f"; still serving {summary.active_recipe} on 127.0.0.1:{config.port}"
-           if keep_serving else "; service stopped"))
+    log(
+        f"\nevidence: {view.path}  (verify: mcp-infra --home {home.root} evidence verify "
+        f"{summary.cycle_id})"
+    )
+    log(
+        f"demo took {time.monotonic() - started:.0f} s"
+        + (
+            f"; still serving {summary.active_recipe} on 127.0.0.1:{config.port}"
+            if keep_serving
+            else "; service stopped"
+        )
+    )
     if as_json:
-        print(json.dumps({"cycle_id": summary.cycle_id, "outcome": summary.outcome.value,
-                          "selected": summary.selected, "speedup_pct": summary.speedup_pct,
-                          "evidence_path": view.path, "home": str(home.root)}))
+        print(
+            json.dumps(
+                {
+                    "cycle_id": summary.cycle_id,
+                    "outcome": summary.outcome.value,
+                    "selected": summary.selected,
+                    "speedup_pct": summary.speedup_pct,
+                    "evidence_path": view.path,
+                    "home": str(home.root),
+                }
+            )
+        )
     return 0

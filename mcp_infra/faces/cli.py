@@ -51,10 +51,18 @@ def cmd_serve(home: Home, args: argparse.Namespace) -> int:
     if args.auth == "none" and args.transport != "http":
         return _fail("mcp-infra serve: --auth applies to --transport http only")
     mode = args.mode or ("read-only" if args.auth == "none" else "propose")
-    return serve(home, mode=mode, transport=args.transport, host=args.host, port=args.port,
-                 token_file=args.token_file, allowed_hosts=args.allowed_host,
-                 allowed_origins=args.allowed_origin, start_supervisor=not args.no_supervisor,
-                 auth=args.auth)
+    return serve(
+        home,
+        mode=mode,
+        transport=args.transport,
+        host=args.host,
+        port=args.port,
+        token_file=args.token_file,
+        allowed_hosts=args.allowed_host,
+        allowed_origins=args.allowed_origin,
+        start_supervisor=not args.no_supervisor,
+        auth=args.auth,
+    )
 
 
 def cmd_plan(home: Home, args: argparse.Namespace) -> int:
@@ -107,8 +115,9 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
 
 def cmd_propose(home: Home, args: argparse.Namespace) -> int:
     raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    view = app.propose(home, raw, proposed_by="cli", dry_run=args.dry_run,
-                       start_supervisor=not args.no_supervisor)
+    view = app.propose(
+        home, raw, proposed_by="cli", dry_run=args.dry_run, start_supervisor=not args.no_supervisor
+    )
     _print(view, args.json, render.proposal_text(view))
     return ExitCode.OK if view.accepted else ExitCode.NO
 
@@ -132,8 +141,12 @@ def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
     if args.watch:
         from mcp_infra.flows.watch import watch
 
-        watch(home, interval_s=args.interval, max_cycles=args.max_cycles,
-              ignore_window=args.ignore_window)
+        watch(
+            home,
+            interval_s=args.interval,
+            max_cycles=args.max_cycles,
+            ignore_window=args.ignore_window,
+        )
         return ExitCode.OK
     for summary in supervise(home, ignore_window=args.ignore_window):
         print(render.summary_line(summary))
@@ -156,9 +169,13 @@ def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.state.artifacts import HubError
 
     try:
-        result = app.prepare_candidate(home, args.candidate, offline=args.offline or None,
-                                       cache=Path(args.cache) if args.cache else None,
-                                       progress=not args.json)
+        result = app.prepare_candidate(
+            home,
+            args.candidate,
+            offline=args.offline or None,
+            cache=Path(args.cache) if args.cache else None,
+            progress=not args.json,
+        )
     except HubError as exc:
         return _fail(f"prepare: {exc}")
     text = render.prepared_text(result)
@@ -190,17 +207,29 @@ def cmd_service(home: Home, args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
-    "demo": cmd_demo, "serve": cmd_serve, "plan": cmd_plan, "supervise": cmd_supervise,
-    "recover": cmd_recover, "prepare": cmd_prepare, "approve": cmd_approve, "status": cmd_status,
-    "registry": cmd_registry, "evidence": cmd_evidence, "propose": cmd_propose,
-    "service": cmd_service, "gate": cmd_gate,
+    "demo": cmd_demo,
+    "serve": cmd_serve,
+    "plan": cmd_plan,
+    "supervise": cmd_supervise,
+    "recover": cmd_recover,
+    "prepare": cmd_prepare,
+    "approve": cmd_approve,
+    "status": cmd_status,
+    "registry": cmd_registry,
+    "evidence": cmd_evidence,
+    "propose": cmd_propose,
+    "service": cmd_service,
+    "gate": cmd_gate,
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcp-infra", description=__doc__)
-    parser.add_argument("--home", help=f"home directory (default: ${ENV_HOME} or the per-user "
-                        "data directory; the demo uses <default>/demo)")
+    parser.add_argument(
+        "--home",
+        help=f"home directory (default: ${ENV_HOME} or the per-user "
+        "data directory; the demo uses <default>/demo)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="build tiny models, serve them, run one cycle over MCP")
@@ -208,70 +237,131 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-serving", action="store_true")
 
     serve = sub.add_parser("serve", help="the MCP server (stdio by default, or --transport http)")
-    serve.add_argument("--mode", choices=["read-only", "propose", "autonomous"], default=None,
-                       help="read-only: no propose_plan; propose (default; read-only with "
-                       "--auth none): plans are queued and run when the policy's window allows; "
-                       "autonomous: also keeps a watching supervisor running")
-    serve.add_argument("--auth", choices=["token", "none"], default="token",
-                       help="http: token (default): a bearer token on every request; none: no "
-                       "token, for test suites on loopback only (read-only unless --mode is "
-                       "given)")
+    serve.add_argument(
+        "--mode",
+        choices=["read-only", "propose", "autonomous"],
+        default=None,
+        help="read-only: no propose_plan; propose (default; read-only with "
+        "--auth none): plans are queued and run when the policy's window allows; "
+        "autonomous: also keeps a watching supervisor running",
+    )
+    serve.add_argument(
+        "--auth",
+        choices=["token", "none"],
+        default="token",
+        help="http: token (default): a bearer token on every request; none: no "
+        "token, for test suites on loopback only (read-only unless --mode is "
+        "given)",
+    )
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="http: address to bind (default 127.0.0.1; any other needs "
-                       "--token-file and --allowed-host)")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="http: address to bind (default 127.0.0.1; any other needs "
+        "--token-file and --allowed-host)",
+    )
     serve.add_argument("--port", type=int, default=8765, help="http: port (default 8765)")
-    serve.add_argument("--token-file", help="http: file with the bearer token clients must send "
-                       "(default <home>/http-token, generated with 0600 permissions)")
-    serve.add_argument("--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
-                       help="http: a Host header value to accept besides loopback (repeatable)")
-    serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
-                       help="http: an Origin to accept besides loopback (repeatable)")
-    serve.add_argument("--no-supervisor", action="store_true",
-                       help="queue plans only; run `mcp-infra supervise` yourself")
+    serve.add_argument(
+        "--token-file",
+        help="http: file with the bearer token clients must send "
+        "(default <home>/http-token, generated with 0600 permissions)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="http: a Host header value to accept besides loopback (repeatable)",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="http: an Origin to accept besides loopback (repeatable)",
+    )
+    serve.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="queue plans only; run `mcp-infra supervise` yourself",
+    )
 
-    plan = sub.add_parser("plan", help="print the planning prompt; with --local, ask the served "
-                          "model for a plan and submit it over MCP")
-    plan.add_argument("--local", action="store_true",
-                      help="ask the served model (OpenAI-compatible API, temperature 0)")
+    plan = sub.add_parser(
+        "plan",
+        help="print the planning prompt; with --local, ask the served "
+        "model for a plan and submit it over MCP",
+    )
+    plan.add_argument(
+        "--local",
+        action="store_true",
+        help="ask the served model (OpenAI-compatible API, temperature 0)",
+    )
     plan.add_argument("--dry-run", action="store_true", help="submit with dry_run: queue nothing")
-    plan.add_argument("--endpoint", help="OpenAI-compatible base URL ending in /v1 (default: the "
-                      "managed service)")
+    plan.add_argument(
+        "--endpoint", help="OpenAI-compatible base URL ending in /v1 (default: the managed service)"
+    )
     plan.add_argument("--model", help="model name to send (default: none, the server's own)")
     plan.add_argument("--max-tokens", type=int, default=2048)
     plan.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the model")
     plan.add_argument("--goal", help="one line: what to optimize")
     plan.add_argument("--json", action="store_true")
-    plan.add_argument("--no-supervisor", action="store_true",
-                      help="queue only; run `mcp-infra supervise` yourself")
+    plan.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="queue only; run `mcp-infra supervise` yourself",
+    )
 
-    sup = sub.add_parser("supervise", help="recover, run every queued plan the maintenance window "
-                         "allows, exit when the queue is empty (or keep watching: --watch)")
-    sup.add_argument("--watch", action="store_true",
-                     help="keep running: run queued plans when the window allows and, if the "
-                     "policy says so, re-check candidates that changed")
-    sup.add_argument("--interval", type=float, help="--watch: seconds between looks (default: "
-                     "the policy's watch.interval_s)")
+    sup = sub.add_parser(
+        "supervise",
+        help="recover, run every queued plan the maintenance window "
+        "allows, exit when the queue is empty (or keep watching: --watch)",
+    )
+    sup.add_argument(
+        "--watch",
+        action="store_true",
+        help="keep running: run queued plans when the window allows and, if the "
+        "policy says so, re-check candidates that changed",
+    )
+    sup.add_argument(
+        "--interval",
+        type=float,
+        help="--watch: seconds between looks (default: the policy's watch.interval_s)",
+    )
     sup.add_argument("--max-cycles", type=int, help="--watch: stop after this many cycles")
-    sup.add_argument("--ignore-window", action="store_true",
-                     help="an operator's override: start queued plans now, outside the window")
+    sup.add_argument(
+        "--ignore-window",
+        action="store_true",
+        help="an operator's override: start queued plans now, outside the window",
+    )
     sub.add_parser("recover", help="finish or undo an interrupted cycle; clear needs-operator")
 
-    prep = sub.add_parser("prepare", help="download a candidate's pinned hub artifacts into the "
-                          "shared Hugging Face cache and record their sha256")
+    prep = sub.add_parser(
+        "prepare",
+        help="download a candidate's pinned hub artifacts into the "
+        "shared Hugging Face cache and record their sha256",
+    )
     prep.add_argument("candidate")
-    prep.add_argument("--offline", action="store_true",
-                      help="use only the local cache (also: HF_HUB_OFFLINE=1)")
-    prep.add_argument("--cache", help="hub cache folder (default: $HF_HUB_CACHE, else "
-                      "$HF_HOME/hub, else ~/.cache/huggingface/hub)")
-    prep.add_argument("--init-service", action="store_true",
-                      help="no config.yaml yet: write one whose baseline serves the candidate's "
-                      "target without a drafter, under the default policy")
+    prep.add_argument(
+        "--offline", action="store_true", help="use only the local cache (also: HF_HUB_OFFLINE=1)"
+    )
+    prep.add_argument(
+        "--cache",
+        help="hub cache folder (default: $HF_HUB_CACHE, else "
+        "$HF_HOME/hub, else ~/.cache/huggingface/hub)",
+    )
+    prep.add_argument(
+        "--init-service",
+        action="store_true",
+        help="no config.yaml yet: write one whose baseline serves the candidate's "
+        "target without a drafter, under the default policy",
+    )
     prep.add_argument("--port", type=int, default=8080, help="--init-service: stable port")
     prep.add_argument("--json", action="store_true")
 
-    appr = sub.add_parser("approve", help="promote a qualified candidate awaiting approval, "
-                          "after a fresh online verification")
+    appr = sub.add_parser(
+        "approve",
+        help="promote a qualified candidate awaiting approval, after a fresh online verification",
+    )
     appr.add_argument("cycle", help="the sealed cycle that qualified it")
     appr.add_argument("candidate", nargs="?", help="needed if several await approval")
     appr.add_argument("--json", action="store_true")
@@ -282,26 +372,40 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "registry":
             p.add_argument("candidate", nargs="?")
 
-    ev = sub.add_parser("evidence", help="evidence [list] | [show] ID | verify ID|PATH [--key "
-                        "FILE] | report ID [-o FILE] | export ID FOLDER")
+    ev = sub.add_parser(
+        "evidence",
+        help="evidence [list] | [show] ID | verify ID|PATH [--key "
+        "FILE] | report ID [-o FILE] | export ID FOLDER",
+    )
     ev.add_argument("words", nargs="*")
-    ev.add_argument("--key", help="verify with this public key (PEM) instead of the home's: "
-                    "for a bundle copied elsewhere")
-    ev.add_argument("-o", "--output", help="report: write the HTML here (default: "
-                    "<home>/reports/<id>.html)")
-    ev.add_argument("--section", choices=["summary", "table", "gates", "verdict", "journal",
-                                          "plan"])
+    ev.add_argument(
+        "--key",
+        help="verify with this public key (PEM) instead of the home's: "
+        "for a bundle copied elsewhere",
+    )
+    ev.add_argument(
+        "-o", "--output", help="report: write the HTML here (default: <home>/reports/<id>.html)"
+    )
+    ev.add_argument(
+        "--section", choices=["summary", "table", "gates", "verdict", "journal", "plan"]
+    )
     ev.add_argument("--json", action="store_true")
 
     prop = sub.add_parser("propose", help="propose a plan from a JSON file (or - for stdin)")
     prop.add_argument("file")
     prop.add_argument("--dry-run", action="store_true")
     prop.add_argument("--json", action="store_true")
-    prop.add_argument("--no-supervisor", action="store_true",
-                      help="queue only; run `mcp-infra supervise` yourself")
+    prop.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="queue only; run `mcp-infra supervise` yourself",
+    )
 
-    svc = sub.add_parser("service", help="start or stop the live service (the front on the "
-                         "stable port and the live backend behind it)")
+    svc = sub.add_parser(
+        "service",
+        help="start or stop the live service (the front on the "
+        "stable port and the live backend behind it)",
+    )
     svc.add_argument("action", choices=["start", "stop"])
 
     gate = sub.add_parser("gate", help="see how the quality checkers judge a text")
@@ -320,8 +424,11 @@ def _global_options_anywhere(parsers: list[argparse.ArgumentParser]) -> None:
     """`mcp-infra demo --home DIR` as well as `mcp-infra --home DIR demo` (SUPPRESS: a value
     given before the subcommand is kept when none is given after it)."""
     for child in parsers:
-        child.add_argument("--home", default=argparse.SUPPRESS,
-                           help="home directory (also accepted before the subcommand)")
+        child.add_argument(
+            "--home",
+            default=argparse.SUPPRESS,
+            help="home directory (also accepted before the subcommand)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,8 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     except CorruptFile as exc:
         return _fail(f"error: {exc}", ExitCode.CORRUPT_STATE)
     except LockHeld as exc:
-        return _fail(f"another supervisor is running ({exc}); it owns the service, so this one "
-                     "exits", ExitCode.LOCKED)
+        return _fail(
+            f"another supervisor is running ({exc}); it owns the service, so this one exits",
+            ExitCode.LOCKED,
+        )
     except McpInfraError as exc:
         from mcp_infra.flows.cycle import SealFailed  # not at the top: `serve` starts without it
 

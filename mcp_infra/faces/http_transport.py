@@ -75,12 +75,15 @@ def read_token(path: Path) -> str:
     if not stat.S_ISREG(info.st_mode):
         raise HttpConfigError(f"token file {path} is not a regular file")
     if info.st_mode & 0o077:
-        raise HttpConfigError(f"token file {path} is readable by group or others: "
-                              f"run `chmod 600 {path}`")
+        raise HttpConfigError(
+            f"token file {path} is readable by group or others: run `chmod 600 {path}`"
+        )
     token = path.read_text(encoding="utf-8", errors="replace").strip()
     if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
-        raise HttpConfigError(f"token file {path} must hold one token of at least {MIN_TOKEN} "
-                              "printable characters without spaces")
+        raise HttpConfigError(
+            f"token file {path} must hold one token of at least {MIN_TOKEN} "
+            "printable characters without spaces"
+        )
     return token
 
 
@@ -105,7 +108,7 @@ def _host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
     for pattern in (p.lower() for p in allowed):
         if pattern.endswith(":*"):
             base = pattern[:-2]
-            if host == base or (host.startswith(base + ":") and host[len(base) + 1:].isdigit()):
+            if host == base or (host.startswith(base + ":") and host[len(base) + 1 :].isdigit()):
                 return True
         elif host == pattern:
             return True
@@ -119,8 +122,14 @@ def _origin_allowed(origin: str, allowed: Sequence[str]) -> bool:
 class Guard:
     """ASGI middleware: Host (421), Origin (403), then bearer token (401), on every request."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, allowed_hosts: Sequence[str],
-                 allowed_origins: Sequence[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        allowed_hosts: Sequence[str],
+        allowed_origins: Sequence[str],
+    ) -> None:
         """``token=None``: no token check (``--auth none``, loopback only)."""
         self.app = app
         self.token = token.encode() if token is not None else None
@@ -141,12 +150,15 @@ class Guard:
         if origin is not None and not _origin_allowed(origin, self.allowed_origins):
             await PlainTextResponse("Invalid Origin header", status_code=403)(scope, receive, send)
             return
-        if self.token is not None and not _bearer_matches(headers.get("authorization", ""),
-                                                          self.token):
+        if self.token is not None and not _bearer_matches(
+            headers.get("authorization", ""), self.token
+        ):
             await PlainTextResponse(
                 "A bearer token is required (Authorization: Bearer <token from the server's "
-                "token file>)", status_code=401,
-                headers={"WWW-Authenticate": 'Bearer realm="mcp-infra"'})(scope, receive, send)
+                "token file>)",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="mcp-infra"'},
+            )(scope, receive, send)
             return
         await self.app(_lower_host(scope), receive, send)
 
@@ -156,7 +168,8 @@ def _bearer_matches(header: str, token: bytes) -> bool:
     nothing before or after it."""
     scheme, _, value = header.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(
-        value.encode("utf-8", errors="replace"), token)
+        value.encode("utf-8", errors="replace"), token
+    )
 
 
 def _lower_host(scope: Scope) -> Scope:
@@ -168,9 +181,17 @@ def _lower_host(scope: Scope) -> Scope:
 class HttpPlan:
     """Validated HTTP settings: where to bind, which hosts and origins, which token file."""
 
-    def __init__(self, home: Home, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 token_file: str | Path | None = None, allowed_hosts: Sequence[str] = (),
-                 allowed_origins: Sequence[str] = (), auth: str = "token") -> None:
+    def __init__(
+        self,
+        home: Home,
+        *,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        token_file: str | Path | None = None,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
+        auth: str = "token",
+    ) -> None:
         if not 1 <= port <= 65535:
             raise HttpConfigError("--port must be between 1 and 65535")
         if auth not in ("token", "none"):
@@ -178,17 +199,21 @@ class HttpPlan:
         self.host, self.port, self.auth = host, port, auth
         loopback = is_loopback(host)
         if auth == "none" and not loopback:
-            raise HttpConfigError(f"refusing --auth none on {host}, which is not a loopback "
-                                  "address: without a token anyone who can reach it could call "
-                                  "the server")
+            raise HttpConfigError(
+                f"refusing --auth none on {host}, which is not a loopback "
+                "address: without a token anyone who can reach it could call "
+                "the server"
+            )
         if not loopback and (token_file is None or not allowed_hosts):
             raise HttpConfigError(
                 f"refusing to bind {host}, which is not a loopback address, without both "
                 "--token-file PATH (the bearer token clients must send) and --allowed-host "
-                "NAME[:PORT] (the Host names clients use; repeat the option for several)")
+                "NAME[:PORT] (the Host names clients use; repeat the option for several)"
+            )
         self.token_file = Path(token_file).expanduser() if token_file else default_token_path(home)
         self.allowed_hosts = ([*LOOPBACK_HOSTS] if loopback else []) + [
-            h if re.search(r":(\d+|\*)$", h) else f"{h}:*" for h in allowed_hosts]
+            h if re.search(r":(\d+|\*)$", h) else f"{h}:*" for h in allowed_hosts
+        ]
         self.allowed_origins = ([*LOOPBACK_ORIGINS] if loopback else []) + list(allowed_origins)
 
     @property
@@ -198,13 +223,20 @@ class HttpPlan:
 
     def app(self, server: MCPServer) -> Guard:
         token = ensure_token(self.token_file) if self.auth == "token" else None
-        security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                             allowed_hosts=self.allowed_hosts,
-                                             allowed_origins=self.allowed_origins)
-        inner = server.streamable_http_app(streamable_http_path=MCP_PATH, host=self.host,
-                                           transport_security=security)
-        return Guard(inner, token=token, allowed_hosts=self.allowed_hosts,
-                     allowed_origins=self.allowed_origins)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=self.allowed_hosts,
+            allowed_origins=self.allowed_origins,
+        )
+        inner = server.streamable_http_app(
+            streamable_http_path=MCP_PATH, host=self.host, transport_security=security
+        )
+        return Guard(
+            inner,
+            token=token,
+            allowed_hosts=self.allowed_hosts,
+            allowed_origins=self.allowed_origins,
+        )
 
 
 def serve_http(server: MCPServer, plan: HttpPlan, mode: str) -> None:
@@ -213,15 +245,28 @@ def serve_http(server: MCPServer, plan: HttpPlan, mode: str) -> None:
 
     app = plan.app(server)
     if plan.auth == "none":
-        print(f"mcp-infra: WARNING: --auth none: MCP (streamable HTTP, mode {mode}) at {plan.url} "
-              "WITHOUT a bearer token; any local process can call it (loopback only)",
-              file=sys.stderr, flush=True)
+        print(
+            f"mcp-infra: WARNING: --auth none: MCP (streamable HTTP, mode {mode}) at {plan.url} "
+            "WITHOUT a bearer token; any local process can call it (loopback only)",
+            file=sys.stderr,
+            flush=True,
+        )
     else:
-        print(f"mcp-infra: MCP (streamable HTTP, mode {mode}) at {plan.url}; every request needs "
-              f"'Authorization: Bearer <token>' with the token in {plan.token_file}",
-              file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=plan.host, port=plan.port, log_level="warning",
-                            access_log=False, lifespan="on", server_header=False)
+        print(
+            f"mcp-infra: MCP (streamable HTTP, mode {mode}) at {plan.url}; every request needs "
+            f"'Authorization: Bearer <token>' with the token in {plan.token_file}",
+            file=sys.stderr,
+            flush=True,
+        )
+    config = uvicorn.Config(
+        app,
+        host=plan.host,
+        port=plan.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+    )
     uvicorn.Server(config).run()
 
 

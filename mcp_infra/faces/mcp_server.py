@@ -63,10 +63,21 @@ def _one_line_logging() -> None:
         logger.propagate = False
         logger.setLevel(logging.INFO)
 
-READ_ONLY = ToolAnnotations(title=None, read_only_hint=True, destructive_hint=False,
-                            idempotent_hint=True, open_world_hint=False)
-PROPOSE = ToolAnnotations(title=None, read_only_hint=False, destructive_hint=True,
-                          idempotent_hint=False, open_world_hint=False)
+
+READ_ONLY = ToolAnnotations(
+    title=None,
+    read_only_hint=True,
+    destructive_hint=False,
+    idempotent_hint=True,
+    open_world_hint=False,
+)
+PROPOSE = ToolAnnotations(
+    title=None,
+    read_only_hint=False,
+    destructive_hint=True,
+    idempotent_hint=False,
+    open_world_hint=False,
+)
 
 
 def instructions(mode: str) -> str:
@@ -75,14 +86,16 @@ def instructions(mode: str) -> str:
         "OpenAI-compatible server). Read `status` (what serves now, any cycle in progress), "
         "`registry` (candidate configurations, whether each passes preflight on this machine, "
         "what past cycles learned) and `evidence` (sealed results of past cycles). The prompt "
-        "`propose_acceleration_plan` gives planning instructions with the live context.")
+        "`propose_acceleration_plan` gives planning instructions with the live context."
+    )
     if mode == "read-only":
         return text + " This server is read-only: it cannot queue experiments."
     return text + (
         " `propose_plan` queues an experiment of 1-3 registry candidates; deterministic code then "
         "measures them against the live baseline, gates them, and promotes a winner only if it "
         "qualifies. Keeping the baseline is a valid result. Plans run when the policy's "
-        "maintenance window allows; `propose_plan` returns at once.")
+        "maintenance window allows; `propose_plan` returns at once."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,8 +126,12 @@ class ProposeArgs(_Args):
     dry_run: bool = False
 
 
-ARGUMENTS: dict[str, type[_Args]] = {"status": StatusArgs, "registry": RegistryArgs,
-                                     "evidence": EvidenceArgs, "propose_plan": ProposeArgs}
+ARGUMENTS: dict[str, type[_Args]] = {
+    "status": StatusArgs,
+    "registry": RegistryArgs,
+    "evidence": EvidenceArgs,
+    "propose_plan": ProposeArgs,
+}
 
 _KINDS = {
     "missing": "required",
@@ -188,15 +205,23 @@ class ArgumentGuard:
         self.tools = tools
         self.prompts = set(prompts)
 
-    def _audit_refusal(self, ctx: ServerRequestContext[Any, Any], arguments: Any,
-                       text: str) -> None:
-        raw = canonical_json(arguments)[:MAX_PLAN_BYTES * 4] if arguments is not None else b""
-        self.home.append_audit(AuditRecord(
-            ts=utcnow(), client=client_name(ctx.session), plan_hash=sha256_bytes(raw),
-            accepted=False, detail=text[:300]))
+    def _audit_refusal(
+        self, ctx: ServerRequestContext[Any, Any], arguments: Any, text: str
+    ) -> None:
+        raw = canonical_json(arguments)[: MAX_PLAN_BYTES * 4] if arguments is not None else b""
+        self.home.append_audit(
+            AuditRecord(
+                ts=utcnow(),
+                client=client_name(ctx.session),
+                plan_hash=sha256_bytes(raw),
+                accepted=False,
+                detail=text[:300],
+            )
+        )
 
-    async def __call__(self, ctx: ServerRequestContext[Any, Any],
-                       call_next: CallNext) -> HandlerResult:
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
         if ctx.method == "prompts/get":
             return await self._prompt(ctx, call_next)
         if ctx.method != "tools/call":
@@ -208,8 +233,7 @@ class ArgumentGuard:
         arguments = params.get("arguments")
         if name not in self.tools:
             if name == "propose_plan":  # read-only mode: refused, and audited like any attempt
-                text = ("refused: propose_plan is not offered: the server runs in read-only "
-                        "mode")
+                text = "refused: propose_plan is not offered: the server runs in read-only mode"
                 self._audit_refusal(ctx, arguments, text)
                 raise protocol_error(text)
             raise protocol_error(f"unknown tool; this server has: {', '.join(sorted(self.tools))}")
@@ -225,17 +249,20 @@ class ArgumentGuard:
             self._audit_refusal(ctx, arguments, text)
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
-    async def _prompt(self, ctx: ServerRequestContext[Any, Any],
-                      call_next: CallNext) -> HandlerResult:
+    async def _prompt(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
         params = ctx.params
         if not isinstance(params, Mapping) or not isinstance(params.get("name"), str):
             raise protocol_error("prompts/get needs params {name: string, arguments?: object}")
         if params["name"] not in self.prompts:
-            raise protocol_error("unknown prompt; this server has: "
-                                 + ", ".join(sorted(self.prompts)))
+            raise protocol_error(
+                "unknown prompt; this server has: " + ", ".join(sorted(self.prompts))
+            )
         arguments = params.get("arguments")
-        if arguments is not None and not (isinstance(arguments, Mapping) and all(
-                isinstance(v, str) for v in arguments.values())):
+        if arguments is not None and not (
+            isinstance(arguments, Mapping) and all(isinstance(v, str) for v in arguments.values())
+        ):
             raise protocol_error("prompt arguments must be an object of strings")
         try:
             return await call_next(ctx)
@@ -258,12 +285,23 @@ def protocol_error(message: str) -> MCPError:
 
 PlanArgument = Annotated[
     dict[str, Any] | str,
-    WithJsonSchema({"anyOf": [planning.plan_schema(),
-                              {"type": "string", "maxLength": MAX_PLAN_BYTES,
-                               "description": "the same plan as a JSON string"}]}),
-    Field(description="The plan: {hypothesis: one line (at most 300 characters), candidates: 1-3 "
-          "candidate ids from `registry` (manifest:variant), acceptance?: {min_speedup_pct?, "
-          "max_peak_memory_gb?}, notes?}. No other field is accepted."),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                planning.plan_schema(),
+                {
+                    "type": "string",
+                    "maxLength": MAX_PLAN_BYTES,
+                    "description": "the same plan as a JSON string",
+                },
+            ]
+        }
+    ),
+    Field(
+        description="The plan: {hypothesis: one line (at most 300 characters), candidates: 1-3 "
+        "candidate ids from `registry` (manifest:variant), acceptance?: {min_speedup_pct?, "
+        "max_peak_memory_gb?}, notes?}. No other field is accepted."
+    ),
 ]
 
 
@@ -273,13 +311,14 @@ BROKEN = (CorruptFile, RegistryError, ValidationError, yaml.YAMLError, OSError)
 def _broken(exc: BaseException) -> ToolError:
     """A file of the home or of the registry/policy folders does not load: say which (the
     message is the project's; the files are the operator's, not the caller's)."""
-    return ToolError(f"mcp-infra cannot read its own files: {type(exc).__name__}: "
-                     f"{str(exc)[:300]}")
+    return ToolError(f"mcp-infra cannot read its own files: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def _result(view: BaseModel, text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=view.model_dump(mode="json"))
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=view.model_dump(mode="json"),
+    )
 
 
 def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = True) -> MCPServer:
@@ -289,17 +328,25 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     _one_line_logging()
     reads = ReadCache()
-    tools = {"status", "registry", "evidence"} | ({"propose_plan"} if mode != "read-only"
-                                                   else set())
-    server = MCPServer("mcp-infra", version=__version__, instructions=instructions(mode),
-                       middleware=[ArgumentGuard(home, tools, {planning.PROMPT_NAME})],
-                       log_level="WARNING")
+    tools = {"status", "registry", "evidence"} | (
+        {"propose_plan"} if mode != "read-only" else set()
+    )
+    server = MCPServer(
+        "mcp-infra",
+        version=__version__,
+        instructions=instructions(mode),
+        middleware=[ArgumentGuard(home, tools, {planning.PROMPT_NAME})],
+        log_level="WARNING",
+    )
 
     def tool(title: str, annotations: ToolAnnotations) -> Any:
         """`server.tool` with the docstring as a one-paragraph description."""
+
         def register(fn: Any) -> Any:
-            return server.tool(title=title, annotations=annotations,
-                               description=_paragraph(fn.__doc__))(fn)
+            return server.tool(
+                title=title, annotations=annotations, description=_paragraph(fn.__doc__)
+            )(fn)
+
         return register
 
     @tool(title="Service status", annotations=READ_ONLY)
@@ -318,10 +365,17 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         return _result(view, render.status_text(view))
 
     @tool(title="Candidate registry", annotations=READ_ONLY)
-    def registry(candidate_id: Annotated[str | None, Field(
-            min_length=1, max_length=130,
-            description="one candidate id (manifest:variant, e.g. demo-tiny:draft-k4); omit to "
-            "list every candidate")] = None) -> Annotated[CallToolResult, app.RegistryView]:
+    def registry(
+        candidate_id: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=130,
+                description="one candidate id (manifest:variant, e.g. demo-tiny:draft-k4); omit to "
+                "list every candidate",
+            ),
+        ] = None,
+    ) -> Annotated[CallToolResult, app.RegistryView]:
         """The configurations mcp-infra can measure. Each candidate (id manifest:variant) comes
         with its class (acceleration_plugin, server_tuning, kv_cache, quantization,
         runtime_upgrade, model_change), semantics (lossless: greedy output must equal the
@@ -330,8 +384,11 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         be promoted automatically, and what past cycles decided about it. Only candidates with
         preflight_passed=true can run. Use these ids in propose_plan."""
         try:
-            view = reads.get(("registry", candidate_id), registry_inputs(home),
-                             lambda: app.registry_view(home, candidate_id))
+            view = reads.get(
+                ("registry", candidate_id),
+                registry_inputs(home),
+                lambda: app.registry_view(home, candidate_id),
+            )
         except BROKEN as exc:
             raise _broken(exc) from exc
         if candidate_id and not view.candidates:
@@ -340,15 +397,26 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
 
     @tool(title="Cycle evidence", annotations=READ_ONLY)
     def evidence(
-        cycle_id: Annotated[str | None, Field(
-            min_length=1, max_length=80, pattern=CYCLE_ID,
-            description="a cycle id (c-...); omit to list sealed cycles, newest first")] = None,
-        section: Annotated[app.Section | None, Field(
-            description="with cycle_id: summary (default: outcome, verdict, per-prompt table), "
-            "table, gates (with the first divergence of any greedy output), verdict, plan "
-            "(the frozen plan and every change), journal (paginated)")] = None,
-        page: Annotated[int, Field(ge=1, le=10_000,
-                                   description="page of the cycle list or of the journal")] = 1,
+        cycle_id: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=80,
+                pattern=CYCLE_ID,
+                description="a cycle id (c-...); omit to list sealed cycles, newest first",
+            ),
+        ] = None,
+        section: Annotated[
+            app.Section | None,
+            Field(
+                description="with cycle_id: summary (default: outcome, verdict, per-prompt table), "
+                "table, gates (with the first divergence of any greedy output), verdict, plan "
+                "(the frozen plan and every change), journal (paginated)"
+            ),
+        ] = None,
+        page: Annotated[
+            int, Field(ge=1, le=10_000, description="page of the cycle list or of the journal")
+        ] = 1,
     ) -> Annotated[CallToolResult, app.EvidenceView]:
         """Sealed evidence of past cycles. Without cycle_id: the cycles (id, outcome, selected
         candidate, speedup, reason), 20 per page, newest first. With cycle_id: one cycle's
@@ -360,8 +428,10 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             if cycle_id and section in (None, "summary"):
                 view = _with_verification(home, view)
         except FileNotFoundError as exc:
-            raise ToolError("no sealed evidence for that cycle id; call evidence without "
-                            "arguments to list cycles") from exc
+            raise ToolError(
+                "no sealed evidence for that cycle id; call evidence without "
+                "arguments to list cycles"
+            ) from exc
         except BROKEN as exc:
             raise _broken(exc) from exc
         return _result(view, render.evidence_text(view))
@@ -369,9 +439,13 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     if mode != "read-only":
 
         @tool(title="Propose an experiment plan", annotations=PROPOSE)
-        def propose_plan(plan: PlanArgument, dry_run: Annotated[bool, Field(
-                description="true: sanitize and explain without queuing anything")] = False,
-                ctx: Context | None = None) -> Annotated[CallToolResult, app.ProposalView]:
+        def propose_plan(
+            plan: PlanArgument,
+            dry_run: Annotated[
+                bool, Field(description="true: sanitize and explain without queuing anything")
+            ] = False,
+            ctx: Context | None = None,
+        ) -> Annotated[CallToolResult, app.ProposalView]:
             """Queue an experiment: 1-3 candidate ids from `registry` to measure against the live
             baseline, e.g. {"hypothesis": "a 4-token drafter speeds up decoding", "candidates":
             ["demo-tiny:draft-k4"]}. Code sanitizes the plan: unknown or non-runnable ids are
@@ -385,8 +459,13 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             A refused plan is an answer (accepted=false), not an error."""
             session = ctx.request_context.session if ctx is not None else None
             try:
-                view = app.propose(home, plan, proposed_by=client_name(session),
-                                   dry_run=dry_run, start_supervisor=start_supervisor)
+                view = app.propose(
+                    home,
+                    plan,
+                    proposed_by=client_name(session),
+                    dry_run=dry_run,
+                    start_supervisor=start_supervisor,
+                )
             except BROKEN as exc:
                 raise _broken(exc) from exc
             if mode == "autonomous" and start_supervisor and view.accepted and not dry_run:
@@ -395,11 +474,15 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
 
     _add_resources(server, home)
 
-    @server.resource(STATUS_URI, name="status", title="Live status",
-                     mime_type="application/json",
-                     description="The same view as the status tool. Subscribe to it "
-                     "(resources/subscribe) to be told when a cycle changes state or finishes, "
-                     "the queue changes or the live recipe changes.")
+    @server.resource(
+        STATUS_URI,
+        name="status",
+        title="Live status",
+        mime_type="application/json",
+        description="The same view as the status tool. Subscribe to it "
+        "(resources/subscribe) to be told when a cycle changes state or finishes, "
+        "the queue changes or the live recipe changes.",
+    )
     def status_resource() -> str:
         view = app.status(home).model_copy(update={"server_mode": mode})
         return _json(view.model_dump(mode="json"))
@@ -408,31 +491,43 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     for name in tools:  # extra arguments are refused (ArgumentGuard): say so in the schema
         server._tool_manager.get_tool(name).parameters["additionalProperties"] = False
 
-    @server.prompt(name=planning.PROMPT_NAME, title="Plan an acceleration experiment",
-                   description="Instructions for a planner with the live context: candidates "
-                   "that pass preflight, the baseline's figures, what past cycles found "
-                   "(failures included) and the policy's bounds; the answer is one JSON plan "
-                   "for propose_plan.")
-    def propose_acceleration_plan(goal: Annotated[str | None, Field(
-            description="optional, one line: what to optimize, e.g. 'lower latency for short "
-            "chat turns' (at most 500 characters)")] = None) -> list[UserMessage]:
+    @server.prompt(
+        name=planning.PROMPT_NAME,
+        title="Plan an acceleration experiment",
+        description="Instructions for a planner with the live context: candidates "
+        "that pass preflight, the baseline's figures, what past cycles found "
+        "(failures included) and the policy's bounds; the answer is one JSON plan "
+        "for propose_plan.",
+    )
+    def propose_acceleration_plan(
+        goal: Annotated[
+            str | None,
+            Field(
+                description="optional, one line: what to optimize, e.g. 'lower latency for short "
+                "chat turns' (at most 500 characters)"
+            ),
+        ] = None,
+    ) -> list[UserMessage]:
         """Instructions for a planner with the live context: candidates that pass preflight,
         the baseline's figures, what past cycles found (failures included) and the policy's
         bounds. Optional goal: one line on what to optimize (at most 500 characters)."""
         if goal is not None and len(goal) > planning.MAX_GOAL:
-            raise MCPError(code=INVALID_PARAMS,
-                           message=f"goal is too long (at most {planning.MAX_GOAL} characters)")
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"goal is too long (at most {planning.MAX_GOAL} characters)",
+            )
         if goal is not None and (problem := text_problem(goal)):
             raise protocol_error(f"goal {problem}")
         try:
             context = planning.build_context(home)
         except FileNotFoundError as exc:
-            raise MCPError(code=INVALID_PARAMS, message="no managed service is configured in "
-                           "this home (config.yaml missing)") from exc
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message="no managed service is configured in this home (config.yaml missing)",
+            ) from exc
         except BROKEN as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(_broken(exc))) from exc
-        return [UserMessage(render.planning_prompt(context, goal,
-                                                  can_propose=mode != "read-only"))]
+        return [UserMessage(render.planning_prompt(context, goal, can_propose=mode != "read-only"))]
 
     return server
 
@@ -445,9 +540,15 @@ def _with_verification(home: Home, view: app.EvidenceView) -> app.EvidenceView:
     bundle = Path(view.path or "")
     result = evidence_mod.verify(bundle, home=home)
     report = evidence_cli.write_report(home, bundle)
-    return view.model_copy(update={
-        "verified": result.ok, "failed_checks": result.failed, "checks": result.checks,
-        "report_path": str(report), "report_uri": f"{URI}evidence/{view.cycle_id}/report"})
+    return view.model_copy(
+        update={
+            "verified": result.ok,
+            "failed_checks": result.failed,
+            "checks": result.checks,
+            "report_path": str(report),
+            "report_uri": f"{URI}evidence/{view.cycle_id}/report",
+        }
+    )
 
 
 def _paragraph(doc: str | None) -> str:
@@ -459,17 +560,25 @@ def _json(data: Any) -> str:
 
 
 def _add_resources(server: MCPServer, home: Home) -> None:
-    @server.resource(f"{URI}policy", name="policy", title="Effective policy",
-                     mime_type="application/json",
-                     description="The policy that judges plans here: thresholds with the range a "
-                     "plan may move them in, protocol, auto-promotion per class, window, budgets.")
+    @server.resource(
+        f"{URI}policy",
+        name="policy",
+        title="Effective policy",
+        mime_type="application/json",
+        description="The policy that judges plans here: thresholds with the range a "
+        "plan may move them in, protocol, auto-promotion per class, window, budgets.",
+    )
     def policy_resource() -> str:
         policy = HomeContext(home).policy
         return _json({"policy": policy.model_dump(mode="json"), "hash": policy_hash(policy)})
 
-    @server.resource(f"{URI}plan-schema", name="plan-schema", title="Plan JSON schema",
-                     mime_type="application/json",
-                     description="The JSON schema of what propose_plan accepts (nothing else).")
+    @server.resource(
+        f"{URI}plan-schema",
+        name="plan-schema",
+        title="Plan JSON schema",
+        mime_type="application/json",
+        description="The JSON schema of what propose_plan accepts (nothing else).",
+    )
     def plan_schema_resource() -> str:
         return _json(planning.plan_schema())
 
@@ -478,13 +587,21 @@ def _add_resources(server: MCPServer, home: Home) -> None:
         manifest = manifests.get(manifest_id) if isinstance(manifest_id, str) else None
         if manifest is None:
             raise ResourceNotFoundError("no such manifest; see the registry tool for ids")
-        return _json({"manifest": manifest.model_dump(mode="json", by_alias=True),
-                      "hash": manifest_hash(manifest),
-                      "candidates": [f"{manifest.id}:{v.id}" for v in manifest.variants]})
+        return _json(
+            {
+                "manifest": manifest.model_dump(mode="json", by_alias=True),
+                "hash": manifest_hash(manifest),
+                "candidates": [f"{manifest.id}:{v.id}" for v in manifest.variants],
+            }
+        )
 
-    @server.resource(f"{URI}manifests/{{manifest_id}}", name="manifest",
-                     title="Candidate manifest", mime_type="application/json",
-                     description="One registry manifest (the part of a candidate id before ':').")
+    @server.resource(
+        f"{URI}manifests/{{manifest_id}}",
+        name="manifest",
+        title="Candidate manifest",
+        mime_type="application/json",
+        description="One registry manifest (the part of a candidate id before ':').",
+    )
     def manifest_resource(manifest_id: str) -> str:
         return manifest_json(manifest_id)
 
@@ -496,25 +613,38 @@ def _add_resources(server: MCPServer, home: Home) -> None:
     def reader(manifest_id: str) -> Any:
         def read() -> str:
             return manifest_json(manifest_id)
+
         return read
 
     for manifest_id in known:  # listed by resources/list; the template serves later additions
-        server.resource(f"{URI}manifests/{manifest_id}", name=f"manifest-{manifest_id}",
-                        title=f"Manifest {manifest_id}", mime_type="application/json",
-                        description=f"The registry manifest {manifest_id}.")(reader(manifest_id))
+        server.resource(
+            f"{URI}manifests/{manifest_id}",
+            name=f"manifest-{manifest_id}",
+            title=f"Manifest {manifest_id}",
+            mime_type="application/json",
+            description=f"The registry manifest {manifest_id}.",
+        )(reader(manifest_id))
 
-    @server.resource(f"{URI}evidence/{{cycle_id}}/summary", name="evidence-summary",
-                     title="Cycle evidence summary", mime_type="application/json",
-                     description="A sealed cycle's summary, verdict and per-prompt table; "
-                     "cycle_id 'latest' names the newest sealed cycle.")
+    @server.resource(
+        f"{URI}evidence/{{cycle_id}}/summary",
+        name="evidence-summary",
+        title="Cycle evidence summary",
+        mime_type="application/json",
+        description="A sealed cycle's summary, verdict and per-prompt table; "
+        "cycle_id 'latest' names the newest sealed cycle.",
+    )
     def evidence_resource(cycle_id: str) -> str:
         return _evidence_summary(cycle_id)
 
-    @server.resource(f"{URI}evidence/{{cycle_id}}/report", name="evidence-report",
-                     title="Cycle evidence report (HTML)", mime_type="text/html",
-                     description="A sealed cycle's report as one self-contained HTML page (no "
-                     "network fetch): the decision, speedup charts with intervals, gates, cost, "
-                     "environment and verification.")
+    @server.resource(
+        f"{URI}evidence/{{cycle_id}}/report",
+        name="evidence-report",
+        title="Cycle evidence report (HTML)",
+        mime_type="text/html",
+        description="A sealed cycle's report as one self-contained HTML page (no "
+        "network fetch): the decision, speedup charts with intervals, gates, cost, "
+        "environment and verification.",
+    )
     def evidence_report(cycle_id: str) -> str:
         from mcp_infra.faces import evidence_cli
 
@@ -541,11 +671,19 @@ def _add_resources(server: MCPServer, home: Home) -> None:
         return _json(view.model_dump(mode="json", exclude_none=True))
 
 
-def serve(home: Home, *, mode: Mode = "propose", transport: str = "stdio",
-          host: str = "127.0.0.1", port: int = 8765, token_file: str | None = None,
-          allowed_hosts: list[str] | tuple[str, ...] = (),
-          allowed_origins: list[str] | tuple[str, ...] = (),
-          start_supervisor: bool = True, auth: str = "token") -> int:
+def serve(
+    home: Home,
+    *,
+    mode: Mode = "propose",
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token_file: str | None = None,
+    allowed_hosts: list[str] | tuple[str, ...] = (),
+    allowed_origins: list[str] | tuple[str, ...] = (),
+    start_supervisor: bool = True,
+    auth: str = "token",
+) -> int:
     """`mcp-infra serve`: stdio (stdout is the wire: nothing else is printed there) or HTTP."""
     import sys
 
@@ -558,9 +696,15 @@ def serve(home: Home, *, mode: Mode = "propose", transport: str = "stdio",
     from mcp_infra.faces.http_transport import HttpConfigError, HttpPlan, serve_http
 
     try:
-        plan = HttpPlan(home, host=host, port=port, token_file=token_file,
-                        allowed_hosts=allowed_hosts, allowed_origins=allowed_origins,
-                        auth=auth)
+        plan = HttpPlan(
+            home,
+            host=host,
+            port=port,
+            token_file=token_file,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+            auth=auth,
+        )
         serve_http(server, plan, mode)
     except HttpConfigError as exc:
         print(f"mcp-infra serve: {exc}", file=sys.stderr)

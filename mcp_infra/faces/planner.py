@@ -37,21 +37,9 @@ from mcp_infra.state.store import Home
 # ---------------------------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # the prompt
 # ---------------------------------------------------------------------------------------------
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,20 +47,9 @@ from mcp_infra.state.store import Home
 # ---------------------------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # plan --local
 # ---------------------------------------------------------------------------------------------
-
-
 
 
 def server_command(home: Home, *, start_supervisor: bool = True) -> list[str]:
@@ -81,18 +58,38 @@ def server_command(home: Home, *, start_supervisor: bool = True) -> list[str]:
 
 
 def _child_env() -> dict[str, str]:
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "HF_HUB_OFFLINE", "HF_HOME",
-            "LD_PRELOAD", "VIRTUAL_ENV", "PYTHONPATH")
+    keep = (
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "TMPDIR",
+        "HF_HUB_OFFLINE",
+        "HF_HOME",
+        "LD_PRELOAD",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+    )
     return {k: v for k, v in os.environ.items() if k in keep} | {"PYTHONUNBUFFERED": "1"}
 
 
-async def ask_model(endpoint: str, messages: list[dict[str, str]], *, model: str | None,
-                    max_tokens: int, timeout: float) -> str:
+async def ask_model(
+    endpoint: str,
+    messages: list[dict[str, str]],
+    *,
+    model: str | None,
+    max_tokens: int,
+    timeout: float,
+) -> str:
     """One chat completion at temperature 0; returns the message content ('' if none)."""
     import httpx2
 
-    body: dict[str, Any] = {"messages": messages, "temperature": 0.0, "max_tokens": max_tokens,
-                            "stream": False}
+    body: dict[str, Any] = {
+        "messages": messages,
+        "temperature": 0.0,
+        "max_tokens": max_tokens,
+        "stream": False,
+    }
     if model:
         body["model"] = model
     async with httpx2.AsyncClient(timeout=timeout) as http:
@@ -107,10 +104,18 @@ async def ask_model(endpoint: str, messages: list[dict[str, str]], *, model: str
     return content if isinstance(content, str) else ""
 
 
-async def plan_local(home: Home, *, dry_run: bool = False, endpoint: str | None = None,
-                     model: str | None = None, max_tokens: int = 2048, timeout: float = 600.0,
-                     goal: str | None = None, start_supervisor: bool = True,
-                     log: Callable[[str], None] = lambda _m: None) -> LocalPlanResult:
+async def plan_local(
+    home: Home,
+    *,
+    dry_run: bool = False,
+    endpoint: str | None = None,
+    model: str | None = None,
+    max_tokens: int = 2048,
+    timeout: float = 600.0,
+    goal: str | None = None,
+    start_supervisor: bool = True,
+    log: Callable[[str], None] = lambda _m: None,
+) -> LocalPlanResult:
     """Ask the served model for a plan through the MCP prompt; submit it through MCP."""
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -120,38 +125,55 @@ async def plan_local(home: Home, *, dry_run: bool = False, endpoint: str | None 
     url = endpoint or f"http://{config.host}:{config.port}/v1"
     command = server_command(home, start_supervisor=start_supervisor)
     params = StdioServerParameters(command=command[0], args=command[1:], env=_child_env())
-    async with Client(params, client_info=Implementation(name=CLIENT_NAME,
-                                                         version=__version__)) as client:
+    async with Client(
+        params, client_info=Implementation(name=CLIENT_NAME, version=__version__)
+    ) as client:
         prompt = await client.get_prompt(PROMPT_NAME, {"goal": goal} if goal else {})
-        messages = [{"role": m.role, "content": getattr(m.content, "text", "")}
-                    for m in prompt.messages]
+        messages = [
+            {"role": m.role, "content": getattr(m.content, "text", "")} for m in prompt.messages
+        ]
         log(f"asking the model at {url} (temperature 0, up to {max_tokens} tokens)")
         try:
-            reply = await ask_model(url, messages, model=model, max_tokens=max_tokens,
-                                    timeout=timeout)
+            reply = await ask_model(
+                url, messages, model=model, max_tokens=max_tokens, timeout=timeout
+            )
         except Exception as exc:  # any transport or HTTP failure: report it, change nothing
-            return LocalPlanResult(endpoint=url, dry_run=dry_run,
-                                   message=f"the model did not answer: {type(exc).__name__}: "
-                                   f"{str(exc)[:200]}; nothing was proposed")
+            return LocalPlanResult(
+                endpoint=url,
+                dry_run=dry_run,
+                message=f"the model did not answer: {type(exc).__name__}: "
+                f"{str(exc)[:200]}; nothing was proposed",
+            )
         extraction = extract_plan(reply)
         excerpt = reply[:600]
         if extraction.plan is None:
             return LocalPlanResult(
-                endpoint=url, dry_run=dry_run, reply_excerpt=excerpt, extraction=extraction,
+                endpoint=url,
+                dry_run=dry_run,
+                reply_excerpt=excerpt,
+                extraction=extraction,
                 message="the model's reply has no usable plan; nothing was proposed ("
-                + "; ".join(extraction.problems) + ")")
+                + "; ".join(extraction.problems)
+                + ")",
+            )
         log(f"plan found ({extraction.source}); submitting it to propose_plan over MCP")
-        result = await client.call_tool("propose_plan", {"plan": extraction.plan,
-                                                         "dry_run": dry_run})
+        result = await client.call_tool(
+            "propose_plan", {"plan": extraction.plan, "dry_run": dry_run}
+        )
         proposal = result.structured_content if not result.is_error else None
         text = result.content[0].text if result.content else ""
         accepted = bool(proposal and proposal.get("accepted"))
         message = (proposal or {}).get("message") or text
-        return LocalPlanResult(endpoint=url, submitted=True, accepted=accepted, dry_run=dry_run,
-                               message=message, reply_excerpt=excerpt, extraction=extraction,
-                               proposal=proposal)
-
-
+        return LocalPlanResult(
+            endpoint=url,
+            submitted=True,
+            accepted=accepted,
+            dry_run=dry_run,
+            message=message,
+            reply_excerpt=excerpt,
+            extraction=extraction,
+            proposal=proposal,
+        )
 
 
 def prompt_for(home: Home, goal: str | None = None) -> str:
@@ -177,10 +199,17 @@ def cli_plan(home: Home, args: Any) -> int:
         print(message, file=sys.stderr, flush=True)
 
     async def run() -> LocalPlanResult:
-        return await plan_local(home, dry_run=args.dry_run, endpoint=args.endpoint,
-                                model=args.model, max_tokens=args.max_tokens,
-                                timeout=args.timeout, goal=args.goal,
-                                start_supervisor=not args.no_supervisor, log=log)
+        return await plan_local(
+            home,
+            dry_run=args.dry_run,
+            endpoint=args.endpoint,
+            model=args.model,
+            max_tokens=args.max_tokens,
+            timeout=args.timeout,
+            goal=args.goal,
+            start_supervisor=not args.no_supervisor,
+            log=log,
+        )
 
     result = anyio.run(run)
     print(result.model_dump_json(indent=2) if args.json else local_plan_text(result))

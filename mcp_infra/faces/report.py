@@ -43,8 +43,6 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-
-
 def _interval(
     base: dict[str, list[float]],
     cand: dict[str, list[float]],

@@ -86,8 +86,9 @@ class ServiceView(View):
     front_status_age_s: float | None = Field(None, description="age of the front's last status")
     backend_url: str | None = None
     backend_healthy: bool | None = None
-    backend_health_age_s: float | None = Field(None, description="age of the front's last probe "
-                                               "of the live backend (GET /health)")
+    backend_health_age_s: float | None = Field(
+        None, description="age of the front's last probe of the live backend (GET /health)"
+    )
     route_mode: str | None = Field(None, description="serve, or hold while backends swap")
     requests_in_flight: int | None = None
     requests_held_now: int | None = None
@@ -103,13 +104,18 @@ class CycleView(View):
     plan_id: str | None = None
     started_at: datetime | None = None
     elapsed_s: float | None = None
-    step: int | None = Field(None, description="position of the state in the nominal sequence "
-                             "QUEUED→PREFLIGHT→…→COMMIT→SEALED")
+    step: int | None = Field(
+        None,
+        description="position of the state in the nominal sequence "
+        "QUEUED→PREFLIGHT→…→COMMIT→SEALED",
+    )
     steps: int | None = None
     progress: str | None = Field(None, description="state, candidate i of n, step k of N")
     expected_downtime_s: float | None = Field(
-        None, description="seconds the stable endpoint is expected not to serve in this cycle "
-        "(0 in concurrent mode; exclusive mode: the experiments and reloads)")
+        None,
+        description="seconds the stable endpoint is expected not to serve in this cycle "
+        "(0 in concurrent mode; exclusive mode: the experiments and reloads)",
+    )
     downtime_note: str | None = None
 
 
@@ -124,21 +130,31 @@ class StatusView(View):
     last_cycle: CycleSummary | None = None
     policy: str | None = None
     window: dict[str, Any] | None = None
-    window_now: str | None = Field(None, description="whether a cycle may start now under the "
-                                   "window, and if not, when")
-    server_mode: str | None = Field(None, description="the MCP server's mode (read-only, propose "
-                                    "or autonomous); empty when asked from the command line")
+    window_now: str | None = Field(
+        None, description="whether a cycle may start now under the window, and if not, when"
+    )
+    server_mode: str | None = Field(
+        None,
+        description="the MCP server's mode (read-only, propose "
+        "or autonomous); empty when asked from the command line",
+    )
     needs_operator: str | None = None
-    evidence_key: str | None = Field(None, description="sha256 fingerprint of the home's Ed25519 "
-                                     "evidence key (created at the first seal)")
+    evidence_key: str | None = Field(
+        None,
+        description="sha256 fingerprint of the home's Ed25519 "
+        "evidence key (created at the first seal)",
+    )
     problems: list[str] = Field(default_factory=list)
 
 
 def status(home: Home) -> StatusView:
     problems: list[str] = []
     if not home.config.exists():
-        return StatusView(configured=False, home=str(home.root),
-                          problems=["no config.yaml: run `mcp-infra demo` or write one"])
+        return StatusView(
+            configured=False,
+            home=str(home.root),
+            problems=["no config.yaml: run `mcp-infra demo` or write one"],
+        )
     ctx = HomeContext(home)
     try:
         config, recipe = ctx.config, ctx.live
@@ -161,28 +177,45 @@ def status(home: Home) -> StatusView:
     front_alive = front is not None and is_running(front) and port_owner_is(front, config.port)
     fstat = front_status(home) if front_alive else None
     probed = fstat.backend if fstat else None
-    probe_age = (round((utcnow() - probed.checked_at).total_seconds(), 1)
-                 if probed and probed.checked_at else None)
-    healthy = bool(front_alive and alive and fstat and fstat.mode == "serve" and probed
-                   and probed.healthy)
-    how = ("front on the stable port, live backend " + (
-        f"answered {probed.detail.split(':')[0]} {probe_age:.0f} s ago" if probed and probed.healthy
-        and probe_age is not None else "not seen healthy yet" if alive else "not running")
-        if front_alive else "no front on the stable port")
+    probe_age = (
+        round((utcnow() - probed.checked_at).total_seconds(), 1)
+        if probed and probed.checked_at
+        else None
+    )
+    healthy = bool(
+        front_alive and alive and fstat and fstat.mode == "serve" and probed and probed.healthy
+    )
+    how = (
+        "front on the stable port, live backend "
+        + (
+            f"answered {probed.detail.split(':')[0]} {probe_age:.0f} s ago"
+            if probed and probed.healthy and probe_age is not None
+            else "not seen healthy yet"
+            if alive
+            else "not running"
+        )
+        if front_alive
+        else "no front on the stable port"
+    )
     if fstat and fstat.mode == "hold":
         how += "; the front is holding requests while backends swap"
-    service = ServiceView(endpoint=endpoint, healthy=healthy, active_recipe=recipe.candidate_id,
-                          knobs=recipe.knobs.model_dump(exclude_defaults=True),
-                          pid=record.pid if alive and record else None,
-                          since=record.started_at if alive and record else None,
-                          health_check=how, front_pid=front.pid if front_alive and front else None,
-                          front_status_age_s=status_age_s(fstat),
-                          backend_url=fstat.backend_url if fstat else None,
-                          backend_healthy=probed.healthy if probed else None,
-                          backend_health_age_s=probe_age,
-                          route_mode=fstat.mode if fstat else None,
-                          requests_in_flight=fstat.in_flight if fstat else None,
-                          requests_held_now=fstat.held_now if fstat else None)
+    service = ServiceView(
+        endpoint=endpoint,
+        healthy=healthy,
+        active_recipe=recipe.candidate_id,
+        knobs=recipe.knobs.model_dump(exclude_defaults=True),
+        pid=record.pid if alive and record else None,
+        since=record.started_at if alive and record else None,
+        health_check=how,
+        front_pid=front.pid if front_alive and front else None,
+        front_status_age_s=status_age_s(fstat),
+        backend_url=fstat.backend_url if fstat else None,
+        backend_healthy=probed.healthy if probed else None,
+        backend_health_age_s=probe_age,
+        route_mode=fstat.mode if fstat else None,
+        requests_in_flight=fstat.in_flight if fstat else None,
+        requests_held_now=fstat.held_now if fstat else None,
+    )
     sup = None
     try:
         sup = read_optional(home.supervisor_file, SupervisorRecord)
@@ -192,20 +225,34 @@ def status(home: Home) -> StatusView:
     cycle = None
     current = _read_or_report(home.current_file, CurrentCycle, problems) if sup_running else None
     if current is not None:
-        cycle = cycle_progress(home, CycleView(**current.model_dump(exclude={"schema_version"},
-                                                                    mode="json")))
+        cycle = cycle_progress(
+            home, CycleView(**current.model_dump(exclude={"schema_version"}, mode="json"))
+        )
     needs = _read_or_report(home.needs_operator_file, NeedsOperatorRecord, problems)
     cycles = evidence_mod.list_cycles(home)
     policy = ctx.policy
     return StatusView(
-        configured=True, home=str(home.root), service=service,
-        supervisor_pid=sup.pid if sup and sup_running else None, supervisor_running=sup_running,
-        cycle=cycle, queue=[p.stem.split("-", 1)[1] for p in home.queued()],
-        last_cycle=cycles[0] if cycles else None, policy=policy.name,
-        window=policy.window.model_dump(), window_now=_window_text(ctx),
-        needs_operator=(needs.reason if needs else "the needs-operator record is unreadable"
-                        if home.needs_operator_file.exists() else None),
-        evidence_key=home_fingerprint(home), problems=problems)
+        configured=True,
+        home=str(home.root),
+        service=service,
+        supervisor_pid=sup.pid if sup and sup_running else None,
+        supervisor_running=sup_running,
+        cycle=cycle,
+        queue=[p.stem.split("-", 1)[1] for p in home.queued()],
+        last_cycle=cycles[0] if cycles else None,
+        policy=policy.name,
+        window=policy.window.model_dump(),
+        window_now=_window_text(ctx),
+        needs_operator=(
+            needs.reason
+            if needs
+            else "the needs-operator record is unreadable"
+            if home.needs_operator_file.exists()
+            else None
+        ),
+        evidence_key=home_fingerprint(home),
+        problems=problems,
+    )
 
 
 def _read_or_report(path: Path, cls: type[M], problems: list[str]) -> M | None:
@@ -217,8 +264,19 @@ def _read_or_report(path: Path, cls: type[M], problems: list[str]) -> M | None:
         return None
 
 
-NOMINAL_STATES = ["QUEUED", "PREFLIGHT", "PREPARE", "BASELINE", "MAINTENANCE", "EXPERIMENT",
-                  "SELECT", "PROMOTE", "VERIFY", "COMMIT", "SEALED"]
+NOMINAL_STATES = [
+    "QUEUED",
+    "PREFLIGHT",
+    "PREPARE",
+    "BASELINE",
+    "MAINTENANCE",
+    "EXPERIMENT",
+    "SELECT",
+    "PROMOTE",
+    "VERIFY",
+    "COMMIT",
+    "SEALED",
+]
 RESTARTING_STATES = {"PROMOTE", "VERIFY", "ROLLBACK", "RECOVER"}
 
 
@@ -247,20 +305,30 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
     update["progress"] = ", ".join(parts)
     modes = [e.fields for e in events if e.fields.get("mode")]
     mode = str(modes[-1]["mode"]) if modes else "concurrent"
-    expected = next((float(e.fields["expected_downtime_s"]) for e in reversed(events)
-                     if e.fields.get("expected_downtime_s") is not None), 0.0)
+    expected = next(
+        (
+            float(e.fields["expected_downtime_s"])
+            for e in reversed(events)
+            if e.fields.get("expected_downtime_s") is not None
+        ),
+        0.0,
+    )
     if mode == "exclusive" and cycle.state in ("MAINTENANCE", "EXPERIMENT", *RESTARTING_STATES):
         update["expected_downtime_s"] = expected
-        update["downtime_note"] = (f"exclusive mode ({modes[-1].get('mode_reason', '')}): the "
-                                   "live backend is stopped while this runs; the front on the "
-                                   "stable port holds requests, then answers 503 with "
-                                   "Retry-After past the policy's hold bound")
+        update["downtime_note"] = (
+            f"exclusive mode ({modes[-1].get('mode_reason', '')}): the "
+            "live backend is stopped while this runs; the front on the "
+            "stable port holds requests, then answers 503 with "
+            "Retry-After past the policy's hold bound"
+        )
     else:
         update["expected_downtime_s"] = 0.0
-        update["downtime_note"] = ("none: requests go through the front on the stable port; "
-                                   "candidates run on ports of their own beside the live "
-                                   "backend, and a promotion switches the front between two "
-                                   "running backends with no refused request")
+        update["downtime_note"] = (
+            "none: requests go through the front on the stable port; "
+            "candidates run on ports of their own beside the live "
+            "backend, and a promotion switches the front between two "
+            "running backends with no refused request"
+        )
     return cycle.model_copy(update=update)
 
 
@@ -276,8 +344,11 @@ class LearnedView(View):
     speedup_estimate: float | None = None
     failed_gates: list[str] = Field(default_factory=list)
     selected: bool = False
-    current: bool = Field(False, description="judged under the manifest, policy and environment "
-                          "of now (else something changed since)")
+    current: bool = Field(
+        False,
+        description="judged under the manifest, policy and environment "
+        "of now (else something changed since)",
+    )
 
 
 class CandidateView(View):
@@ -289,15 +360,22 @@ class CandidateView(View):
     knobs: dict[str, Any]
     preflight_passed: bool
     checks: list[Check]
-    auto_promote: bool = Field(True, description="whether the policy lets a qualified candidate "
-                               "of this class be promoted without a person")
+    auto_promote: bool = Field(
+        True,
+        description="whether the policy lets a qualified candidate "
+        "of this class be promoted without a person",
+    )
     learned: list[LearnedView] = Field(default_factory=list)
     skip: str | None = Field(None, description="why recipe memory would refuse it in a plan now")
-    memory_mode: str | None = Field(None, description="concurrent (beside the live backend) or "
-                                    "exclusive (the live backend stops while it runs)")
+    memory_mode: str | None = Field(
+        None,
+        description="concurrent (beside the live backend) or "
+        "exclusive (the live backend stops while it runs)",
+    )
     memory_mode_reason: str | None = None
-    expected_downtime_s: float | None = Field(None, description="seconds the stable endpoint "
-                                              "would not serve if a plan measured it alone")
+    expected_downtime_s: float | None = Field(
+        None, description="seconds the stable endpoint would not serve if a plan measured it alone"
+    )
 
 
 class RegistryView(View):
@@ -305,8 +383,7 @@ class RegistryView(View):
     live_recipe: str | None = None
 
 
-def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str
-             ) -> dict[str, list[LearnedView]]:
+def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str) -> dict[str, list[LearnedView]]:
     """What recipe memory holds per candidate, marking outcomes judged under today's
     conditions (same manifest hash, policy hash and environment key)."""
     out: dict[str, list[LearnedView]] = {}
@@ -317,21 +394,35 @@ def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str
         recipe = recipes.get(item.candidate)
         if recipe is not None and item.candidate not in keys:
             keys[item.candidate] = memory.environment_key(env, recipe, identities)
-        current = (recipe is not None and item.manifest_hash == recipe.manifest_hash
-                   and item.policy_hash == p_hash and item.environment_key == keys[item.candidate])
-        out.setdefault(item.candidate, []).append(LearnedView(
-            cycle_id=item.cycle_id, decision=item.decision.value, reasons=item.reasons[:4],
-            speedup_estimate=item.speedup_estimate, selected=item.selected, current=current,
-            failed_gates=[f"{g.gate}: {g.detail[:160]}" for g in item.gates if not g.passed]))
+        current = (
+            recipe is not None
+            and item.manifest_hash == recipe.manifest_hash
+            and item.policy_hash == p_hash
+            and item.environment_key == keys[item.candidate]
+        )
+        out.setdefault(item.candidate, []).append(
+            LearnedView(
+                cycle_id=item.cycle_id,
+                decision=item.decision.value,
+                reasons=item.reasons[:4],
+                speedup_estimate=item.speedup_estimate,
+                selected=item.selected,
+                current=current,
+                failed_gates=[f"{g.gate}: {g.detail[:160]}" for g in item.gates if not g.passed],
+            )
+        )
     return out
 
 
 def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
     ctx = HomeContext(home)
     manifests, policy, facts = ctx.manifests, ctx.policy, ctx.facts
-    recipes = {f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
-               for m in manifests.values() for v in m.variants
-               if not candidate_id or f"{m.id}:{v.id}" == candidate_id}
+    recipes = {
+        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
+        for m in manifests.values()
+        for v in m.variants
+        if not candidate_id or f"{m.id}:{v.id}" == candidate_id
+    }
     p_hash = ctx.policy_hash
     learned = _learned(home, recipes, p_hash)
     skips = memory.skips(home, recipes, policy, p_hash)
@@ -345,18 +436,24 @@ def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
                 continue
             check = preflight(manifest, variant, policy, facts, require_artifacts=True)
             mode = preview(home, policy, [cid])
-            views.append(CandidateView(skip=skips.get(cid),
-                memory_mode=mode.memory_mode if mode else None,
-                memory_mode_reason=mode.memory_mode_reason if mode else None,
-                expected_downtime_s=mode.expected_downtime_s if mode else None,
-                id=cid, title=variant.title or manifest.title,
-                candidate_class=manifest.class_of(variant).value,
-                semantics=manifest.semantics_of(variant).value,
-                template=manifest.runtime.template,
-                knobs=variant.knobs.model_dump(exclude_defaults=True),
-                preflight_passed=check.passed, checks=check.checks,
-                auto_promote=bool(policy.auto_promote.get(manifest.class_of(variant), False)),
-                learned=learned.get(cid, [])[-5:]))
+            views.append(
+                CandidateView(
+                    skip=skips.get(cid),
+                    memory_mode=mode.memory_mode if mode else None,
+                    memory_mode_reason=mode.memory_mode_reason if mode else None,
+                    expected_downtime_s=mode.expected_downtime_s if mode else None,
+                    id=cid,
+                    title=variant.title or manifest.title,
+                    candidate_class=manifest.class_of(variant).value,
+                    semantics=manifest.semantics_of(variant).value,
+                    template=manifest.runtime.template,
+                    knobs=variant.knobs.model_dump(exclude_defaults=True),
+                    preflight_passed=check.passed,
+                    checks=check.checks,
+                    auto_promote=bool(policy.auto_promote.get(manifest.class_of(variant), False)),
+                    learned=learned.get(cid, [])[-5:],
+                )
+            )
     live = ctx.live.candidate_id if ctx.configured else None
     return RegistryView(candidates=views, live_recipe=live)
 
@@ -378,8 +475,9 @@ class ProposalView(View):
     refused: list[RefusedCandidate] = Field(default_factory=list)
     queue_position: int | None = None
     follow: str | None = None
-    plan_hash: str | None = Field(None, description="sha256 of the frozen plan (also in the "
-                                  "audit log)")
+    plan_hash: str | None = Field(
+        None, description="sha256 of the frozen plan (also in the audit log)"
+    )
     window: str | None = Field(None, description="when the policy lets a queued plan start")
     memory_mode: str | None = Field(None, description="concurrent or exclusive (see README)")
     memory_mode_reason: str | None = None
@@ -387,44 +485,86 @@ class ProposalView(View):
     downtime_note: str | None = None
 
 
-def propose(home: Home, raw: Any, *, proposed_by: str = "unknown", dry_run: bool = False,
-            start_supervisor: bool = True) -> ProposalView:
+def propose(
+    home: Home,
+    raw: Any,
+    *,
+    proposed_by: str = "unknown",
+    dry_run: bool = False,
+    start_supervisor: bool = True,
+) -> ProposalView:
     """Validate, sanitize, freeze and queue a plan. Refusals are answers, not exceptions."""
     home.ensure()
-    raw_hash = sha256_bytes(json.dumps(raw, sort_keys=True, default=str).encode()
-                            if not isinstance(raw, str) else raw.encode())
+    raw_hash = sha256_bytes(
+        json.dumps(raw, sort_keys=True, default=str).encode()
+        if not isinstance(raw, str)
+        else raw.encode()
+    )
     ctx = HomeContext(home)
     try:
         plan = parse_plan(raw)
         frozen = freeze_plan(ctx, plan, proposed_by)
     except PlanRefused as exc:
-        view = ProposalView(accepted=False, dry_run=dry_run, message=str(exc),
-                            problems=exc.problems, refused=exc.refused)
-        home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200], plan_hash=raw_hash,
-                                      accepted=False,
-                                      detail=("dry run: " if dry_run else "") + str(exc)[:300]))
+        view = ProposalView(
+            accepted=False,
+            dry_run=dry_run,
+            message=str(exc),
+            problems=exc.problems,
+            refused=exc.refused,
+        )
+        home.append_audit(
+            AuditRecord(
+                ts=utcnow(),
+                client=proposed_by[:200],
+                plan_hash=raw_hash,
+                accepted=False,
+                detail=("dry run: " if dry_run else "") + str(exc)[:300],
+            )
+        )
         return view
-    view = ProposalView(accepted=True, dry_run=dry_run, plan_id=frozen.plan_id,
-                        message="dry run: the plan would be queued as shown" if dry_run else
-                        "plan frozen and queued; a supervisor runs it",
-                        candidates=frozen.candidates,
-                        thresholds=frozen.thresholds.model_dump(), changes=frozen.changes,
-                        refused=frozen.refused, plan_hash=frozen.content_hash,
-                        window=_window_text(ctx), **_mode_preview(ctx, frozen.candidates[1:]))
+    view = ProposalView(
+        accepted=True,
+        dry_run=dry_run,
+        plan_id=frozen.plan_id,
+        message="dry run: the plan would be queued as shown"
+        if dry_run
+        else "plan frozen and queued; a supervisor runs it",
+        candidates=frozen.candidates,
+        thresholds=frozen.thresholds.model_dump(),
+        changes=frozen.changes,
+        refused=frozen.refused,
+        plan_hash=frozen.content_hash,
+        window=_window_text(ctx),
+        **_mode_preview(ctx, frozen.candidates[1:]),
+    )
     if dry_run:
-        home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200],
-                                      plan_hash=frozen.content_hash, accepted=True,
-                                      plan_id=frozen.plan_id,
-                                      detail="dry run: would be accepted; nothing queued"))
+        home.append_audit(
+            AuditRecord(
+                ts=utcnow(),
+                client=proposed_by[:200],
+                plan_hash=frozen.content_hash,
+                accepted=True,
+                plan_id=frozen.plan_id,
+                detail="dry run: would be accepted; nothing queued",
+            )
+        )
         return view
     home.enqueue(frozen)
-    home.append_audit(AuditRecord(ts=utcnow(), client=proposed_by[:200],
-                                  plan_hash=frozen.content_hash, accepted=True,
-                                  plan_id=frozen.plan_id))
+    home.append_audit(
+        AuditRecord(
+            ts=utcnow(),
+            client=proposed_by[:200],
+            plan_hash=frozen.content_hash,
+            accepted=True,
+            plan_id=frozen.plan_id,
+        )
+    )
     queue = [p.stem.split("-", 1)[1] for p in home.queued()]
     view.queue_position = queue.index(frozen.plan_id) + 1 if frozen.plan_id in queue else None
-    view.follow = ("call `status` for progress and `evidence` once the cycle is sealed "
-                   "(CLI: mcp-infra status / mcp-infra evidence)")
+    view.follow = (
+        "call `status` for progress and `evidence` once the cycle is sealed "
+        "(CLI: mcp-infra status / mcp-infra evidence)"
+    )
     if start_supervisor:
         ensure_supervisor(home)
     return view
@@ -466,11 +606,20 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
     live_peak = _last_baseline_peak(home)
     p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
-    return sanitize(plan, manifests=manifests, policy=policy, preflights=checks,
-                    live_recipe=ctx.live, live_peak_memory_gb=live_peak,
-                    registry_hash=ctx.registry_hash, policy_hash=p_hash,
-                    proposed_by=proposed_by, now=utcnow(), candidate_recipes=recipes,
-                    skip=memory.skips(home, wanted, policy, p_hash))
+    return sanitize(
+        plan,
+        manifests=manifests,
+        policy=policy,
+        preflights=checks,
+        live_recipe=ctx.live,
+        live_peak_memory_gb=live_peak,
+        registry_hash=ctx.registry_hash,
+        policy_hash=p_hash,
+        proposed_by=proposed_by,
+        now=utcnow(),
+        candidate_recipes=recipes,
+        skip=memory.skips(home, wanted, policy, p_hash),
+    )
 
 
 def _last_baseline_peak(home: Home) -> float | None:
@@ -493,8 +642,12 @@ def ensure_supervisor(home: Home) -> int | None:
     with log.open("ab") as handle:
         proc = subprocess.Popen(  # argv list, no shell; its own session outlives the caller
             [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise"],
-            stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     return proc.pid
 
 
@@ -510,8 +663,10 @@ def watcher_pid(home: Home) -> int | None:
         return None
     try:
         proc = psutil.Process(record.pid)
-        if (abs(proc.create_time() - record.create_time) < 1.0
-                and proc.status() != psutil.STATUS_ZOMBIE):
+        if (
+            abs(proc.create_time() - record.create_time) < 1.0
+            and proc.status() != psutil.STATUS_ZOMBIE
+        ):
             return record.pid
     except psutil.Error:
         pass
@@ -524,7 +679,6 @@ def ensure_watcher(home: Home) -> int | None:
     watcher holds the supervisor lock only while it supervises, so it is recognised by its
     record in state/watcher.json, not by the lock. Used by `serve --mode autonomous`."""
 
-
     if watcher_pid(home) is not None:
         return None
     home.ensure()
@@ -532,14 +686,19 @@ def ensure_watcher(home: Home) -> int | None:
     with log.open("ab") as handle:
         proc = subprocess.Popen(  # argv list, no shell; its own session outlives the caller
             [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise", "--watch"],
-            stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     try:
         created = psutil.Process(proc.pid).create_time()
     except psutil.Error:  # it exited at once; its log says why
         return proc.pid
-    write_model(home.watcher_file, SupervisorRecord(
-        pid=proc.pid, create_time=created, started_at=utcnow()))
+    write_model(
+        home.watcher_file, SupervisorRecord(pid=proc.pid, create_time=created, started_at=utcnow())
+    )
     return proc.pid
 
 
@@ -569,25 +728,32 @@ class EvidenceView(View):
     checks: list[CheckResult] | None = None
     report_path: str | None = Field(None, description="the HTML report written for this cycle")
     report_uri: str | None = Field(None, description="MCP resource URI of the HTML report")
-    service_impact: ServiceImpact | None = Field(None, description="what the stable endpoint's "
-                                                 "clients saw during the cycle")
+    service_impact: ServiceImpact | None = Field(
+        None, description="what the stable endpoint's clients saw during the cycle"
+    )
 
 
 PAGE_SIZE = 40
 
 
-def evidence_view(home: Home, cycle_id: str | None = None, section: Section | None = None,
-                  page: int = 1, limit: int = 20) -> EvidenceView:
+def evidence_view(
+    home: Home,
+    cycle_id: str | None = None,
+    section: Section | None = None,
+    page: int = 1,
+    limit: int = 20,
+) -> EvidenceView:
     if not cycle_id:
         cycles = evidence_mod.list_cycles(home)
         size = max(1, min(limit, 100))
         pages = max(1, -(-len(cycles) // size))
         page = min(max(1, page), pages)
-        return EvidenceView(cycles=cycles[(page - 1) * size: page * size], page=page, pages=pages)
+        return EvidenceView(cycles=cycles[(page - 1) * size : page * size], page=page, pages=pages)
     bundle = evidence_mod.bundle_path(home, cycle_id)
     summary = evidence_mod.read_model(CycleFiles(bundle).summary, CycleSummary)
-    view = EvidenceView(cycle_id=summary.cycle_id, section=section or "summary", summary=summary,
-                        path=str(bundle))
+    view = EvidenceView(
+        cycle_id=summary.cycle_id, section=section or "summary", summary=summary, path=str(bundle)
+    )
     verdict = read_optional(CycleFiles(bundle).verdict, Verdict)
     if section in (None, "summary", "table"):
         view.table = per_prompt_table(verdict)
@@ -600,16 +766,20 @@ def evidence_view(home: Home, cycle_id: str | None = None, section: Section | No
         except CorruptFile:
             view.service_impact = None
     if section == "gates" and verdict:
-        view.gates = [{"candidate": c.candidate, **g.model_dump(mode="json")}
-                      for c in verdict.candidates for g in c.gates]
+        view.gates = [
+            {"candidate": c.candidate, **g.model_dump(mode="json")}
+            for c in verdict.candidates
+            for g in c.gates
+        ]
     if section == "plan":
         view.plan = read_optional(CycleFiles(bundle).plan, FrozenPlan)
     if section == "journal":
         rows = evidence_mod.journal_of(bundle)
         view.pages = max(1, -(-len(rows) // PAGE_SIZE))
         view.page = min(max(1, page), view.pages)
-        view.journal = [_clip_row(r) for r in
-                        rows[(view.page - 1) * PAGE_SIZE: view.page * PAGE_SIZE]]
+        view.journal = [
+            _clip_row(r) for r in rows[(view.page - 1) * PAGE_SIZE : view.page * PAGE_SIZE]
+        ]
     return view
 
 
@@ -622,10 +792,11 @@ def _clip_row(row: dict[str, Any]) -> dict[str, Any]:
     if isinstance(fields, dict):
         size = len(json.dumps(fields, default=str))
         if size > MAX_ROW_FIELDS:
-            small = {k: v for k, v in fields.items()
-                     if len(json.dumps(v, default=str)) <= 120}
-            small["omitted"] = (f"{sorted(set(fields) - set(small))} ({size} bytes): "
-                                "see journal.ndjson in the bundle")
+            small = {k: v for k, v in fields.items() if len(json.dumps(v, default=str)) <= 120}
+            small["omitted"] = (
+                f"{sorted(set(fields) - set(small))} ({size} bytes): "
+                "see journal.ndjson in the bundle"
+            )
             return {**row, "fields": small}
     return row
 
@@ -636,10 +807,16 @@ def per_prompt_table(verdict: Verdict | None) -> list[dict[str, Any]]:
         return rows
     for item in verdict.candidates:
         for stat in item.per_prompt:
-            rows.append({"candidate": item.candidate, "prompt": stat.prompt_id,
-                         "baseline_tps": round(stat.baseline_tps, 2),
-                         "candidate_tps": round(stat.candidate_tps, 2),
-                         "speedup": round(stat.speedup, 3), "decision": item.decision.value})
+            rows.append(
+                {
+                    "candidate": item.candidate,
+                    "prompt": stat.prompt_id,
+                    "baseline_tps": round(stat.baseline_tps, 2),
+                    "candidate_tps": round(stat.candidate_tps, 2),
+                    "speedup": round(stat.speedup, 3),
+                    "decision": item.decision.value,
+                }
+            )
     return rows
 
 
@@ -648,10 +825,14 @@ def knobs_text(knobs: Knobs | dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in data.items()) or "defaults"
 
 
-
-
-def prepare_candidate(home: Home, candidate_id: str, *, cache: Path | None = None,
-                      offline: bool | None = None, progress: bool = True) -> PrepareResult:
+def prepare_candidate(
+    home: Home,
+    candidate_id: str,
+    *,
+    cache: Path | None = None,
+    offline: bool | None = None,
+    progress: bool = True,
+) -> PrepareResult:
     """Preflight a candidate (all but its artifacts), then prepare its pinned hub artifacts.
 
     ``home`` is a ``store.Home``; the policy is the configured one (``default`` if none).
@@ -659,21 +840,34 @@ def prepare_candidate(home: Home, candidate_id: str, *, cache: Path | None = Non
     ctx = HomeContext(home)
     found = ctx.find(candidate_id)
     if found is None:
-        raise HubError(f"{candidate_id}: not a candidate of the registry (see `mcp-infra "
-                       "registry`)")
+        raise HubError(
+            f"{candidate_id}: not a candidate of the registry (see `mcp-infra registry`)"
+        )
     manifest, variant = found
     policy = ctx.policy
     checks = ctx.preflight(manifest, variant)
-    blocking = [f"{c.name}: {c.detail}" for c in checks.checks
-                if not c.passed and c.name not in PREPARE_IGNORES]
+    blocking = [
+        f"{c.name}: {c.detail}"
+        for c in checks.checks
+        if not c.passed and c.name not in PREPARE_IGNORES
+    ]
     if blocking:
-        raise HubError(f"{candidate_id}: preflight fails, nothing downloaded: "
-                       + "; ".join(blocking))
+        raise HubError(
+            f"{candidate_id}: preflight fails, nothing downloaded: " + "; ".join(blocking)
+        )
     if any(a.demo for a in (manifest.target, *manifest.artifacts)) and not candidate_artifacts(
-            manifest, variant.knobs.draft):
+        manifest, variant.knobs.draft
+    ):
         raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
-    return hub.prepare(manifest, candidate_id, variant.knobs.draft, policy, cache=cache,
-                       offline=offline, progress=progress)
+    return hub.prepare(
+        manifest,
+        candidate_id,
+        variant.knobs.draft,
+        policy,
+        cache=cache,
+        offline=offline,
+        progress=progress,
+    )
 
 
 def init_service(home: Home, candidate: str, port: int) -> str:
@@ -685,11 +879,16 @@ def init_service(home: Home, candidate: str, port: int) -> str:
     found = HomeContext(home).find(candidate)
     assert found is not None
     manifest, _ = found
-    baseline = Recipe(candidate_id=f"{manifest.id}:target", template=manifest.runtime.template,
-                      model_path=artifact_path(manifest.target, home.models, home.hf_cache),
-                      manifest_hash=manifest_hash(manifest))
+    baseline = Recipe(
+        candidate_id=f"{manifest.id}:target",
+        template=manifest.runtime.template,
+        model_path=artifact_path(manifest.target, home.models, home.hf_cache),
+        manifest_hash=manifest_hash(manifest),
+    )
     home.ensure()
     write_model(home.config, ServiceConfig(port=port, scratch_port=port + 10, baseline=baseline))
-    return (f"wrote {home.config}: the baseline serves {manifest.target.repo} with "
-            f"{manifest.runtime.template} on 127.0.0.1:{port} (scratch port {port + 10}); "
-            "start it with `mcp-infra service start`")
+    return (
+        f"wrote {home.config}: the baseline serves {manifest.target.repo} with "
+        f"{manifest.runtime.template} on 127.0.0.1:{port} (scratch port {port + 10}); "
+        "start it with `mcp-infra service start`"
+    )

@@ -61,8 +61,9 @@ class ApprovalRefused(McpInfraError, RuntimeError):
 
 def awaiting_approval(verdict: Verdict) -> list[CandidateVerdict]:
     """Candidates that qualified but whose class the policy does not auto-promote."""
-    return [c for c in verdict.candidates
-            if c.decision == Decision.QUALIFIED and not c.auto_promote]
+    return [
+        c for c in verdict.candidates if c.decision == Decision.QUALIFIED and not c.auto_promote
+    ]
 
 
 def _recipes_of(bundle: Path) -> dict[str, Recipe]:
@@ -91,16 +92,21 @@ def _choose(verdict: Verdict, cycle_id: str, candidate: str | None) -> Candidate
             return waiting[0]
         if not waiting:
             raise ApprovalRefused(f"cycle {cycle_id} has no candidate awaiting approval")
-        raise ApprovalRefused(f"cycle {cycle_id} has several candidates awaiting approval "
-                              f"({names}): name one")
+        raise ApprovalRefused(
+            f"cycle {cycle_id} has several candidates awaiting approval ({names}): name one"
+        )
     chosen = next((c for c in verdict.candidates if c.candidate == candidate), None)
     if chosen is None:
         raise ApprovalRefused(f"{candidate} was not measured in cycle {cycle_id}")
     if chosen not in waiting:
-        why = ("it did not qualify" if chosen.decision != Decision.QUALIFIED
-               else "its class may auto-promote, so the cycle already decided")
-        raise ApprovalRefused(f"{candidate} is not awaiting approval in cycle {cycle_id}: {why} "
-                              f"(awaiting: {names})")
+        why = (
+            "it did not qualify"
+            if chosen.decision != Decision.QUALIFIED
+            else "its class may auto-promote, so the cycle already decided"
+        )
+        raise ApprovalRefused(
+            f"{candidate} is not awaiting approval in cycle {cycle_id}: {why} (awaiting: {names})"
+        )
     return chosen
 
 
@@ -121,8 +127,9 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
             raise ApprovalRefused("the service needs an operator first: run `mcp-infra recover`")
         check = evidence.verify(bundle)
         if not check.ok:
-            raise ApprovalRefused(f"the evidence of {cycle_id} does not verify: "
-                                  + "; ".join(check.problems[:3]))
+            raise ApprovalRefused(
+                f"the evidence of {cycle_id} does not verify: " + "; ".join(check.problems[:3])
+            )
         try:
             summary = read_model(CycleFiles(bundle).summary, CycleSummary)
             verdict = read_model(CycleFiles(bundle).verdict, Verdict)
@@ -136,41 +143,58 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
         if summary.active_recipe != live.candidate_id:
             raise ApprovalRefused(
                 f"the live recipe is {live.candidate_id}, not {summary.active_recipe} that cycle "
-                f"{cycle_id} measured as its baseline: propose a new cycle with {name}")
+                f"{cycle_id} measured as its baseline: propose a new cycle with {name}"
+            )
         measured = _recipes_of(bundle).get(name)
         found = ctx.find(name)
         if measured is None or found is None:
-            raise ApprovalRefused(f"{name} is no longer in the registry or was not resolved in "
-                                  f"cycle {cycle_id}")
+            raise ApprovalRefused(
+                f"{name} is no longer in the registry or was not resolved in cycle {cycle_id}"
+            )
         manifest, variant = found
         config, policy = ctx.config, ctx.policy
         pre = preflight(manifest, variant, policy, ctx.facts, require_artifacts=True)
         if not pre.passed:
             raise ApprovalRefused(f"{name} fails preflight now: " + "; ".join(pre.failures()))
-        recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache,
-                                fingerprint=folder_fingerprint)  # hub artifacts: sha256 check
+        recipe = resolve_recipe(
+            manifest, variant, home.models, home.hf_cache, fingerprint=folder_fingerprint
+        )  # hub artifacts: sha256 check
         if recipe.manifest_hash != measured.manifest_hash:
-            raise ApprovalRefused(f"the manifest of {name} changed since cycle {cycle_id}: "
-                                  "propose a new cycle")
+            raise ApprovalRefused(
+                f"the manifest of {name} changed since cycle {cycle_id}: propose a new cycle"
+            )
         if recipe.key() != measured.key():
-            raise ApprovalRefused(f"{name} now resolves to another recipe than cycle {cycle_id} "
-                                  "measured: propose a new cycle")
-        remembered = next((o for o in memory.outcomes(home, name) if o.cycle_id == cycle_id),
-                          None)
+            raise ApprovalRefused(
+                f"{name} now resolves to another recipe than cycle {cycle_id} "
+                "measured: propose a new cycle"
+            )
+        remembered = next((o for o in memory.outcomes(home, name) if o.cycle_id == cycle_id), None)
         env_key = memory.environment_key(memory.environment(), recipe)
         if remembered is not None and remembered.environment_key != env_key:
-            raise ApprovalRefused(f"the environment (runtime packages, model files or machine) "
-                                  f"changed since cycle {cycle_id}: propose a new cycle")
+            raise ApprovalRefused(
+                f"the environment (runtime packages, model files or machine) "
+                f"changed since cycle {cycle_id}: propose a new cycle"
+            )
         if remembered is not None and remembered.policy_hash != policy_hash(policy):
             raise ApprovalRefused(f"the policy changed since cycle {cycle_id}: propose a new cycle")
         run = _run_of(bundle, name)
-        return _approval_cycle(home, config, plan, verdict, bundle, cycle_id, live, recipe, run,
-                               chosen)
+        return _approval_cycle(
+            home, config, plan, verdict, bundle, cycle_id, live, recipe, run, chosen
+        )
 
 
-def _approval_cycle(home: Home, config: object, plan: FrozenPlan, verdict: Verdict, bundle: Path,
-                    source: str, live: Recipe, recipe: Recipe, run: CandidateRun,
-                    chosen: CandidateVerdict) -> CycleSummary:
+def _approval_cycle(
+    home: Home,
+    config: object,
+    plan: FrozenPlan,
+    verdict: Verdict,
+    bundle: Path,
+    source: str,
+    live: Recipe,
+    recipe: Recipe,
+    run: CandidateRun,
+    chosen: CandidateVerdict,
+) -> CycleSummary:
     cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S}-approve-{plan.content_hash[:6]}"
     cdir = home.cycle_dir(cycle_id)
     (CycleFiles(cdir).runs).mkdir(parents=True, exist_ok=True)
@@ -182,20 +206,32 @@ def _approval_cycle(home: Home, config: object, plan: FrozenPlan, verdict: Verdi
         shutil.copy2(path, CycleFiles(cdir).runs / path.name)
     journal = cycle.Journal(home, cycle_id)
     started = utcnow()
-    journal(CycleState.QUEUED, f"approval of {recipe.candidate_id} from cycle {source}",
-            plan_id=plan.plan_id, approval_of=source, candidate=recipe.candidate_id,
-            recipe=recipe.model_dump(mode="json"))
-    journal(CycleState.PREFLIGHT, "approval checks passed: evidence verifies, same baseline, "
-            "manifest, policy and environment; artifacts match their inventory")
-    journal(CycleState.PREPARE, "the measured recipe", recipes={
-        recipe.candidate_id: recipe.model_dump(mode="json")})
-    speedup = (speedup_pct(chosen.speedup_estimate)
-               if chosen.speedup_estimate is not None else None)
+    journal(
+        CycleState.QUEUED,
+        f"approval of {recipe.candidate_id} from cycle {source}",
+        plan_id=plan.plan_id,
+        approval_of=source,
+        candidate=recipe.candidate_id,
+        recipe=recipe.model_dump(mode="json"),
+    )
+    journal(
+        CycleState.PREFLIGHT,
+        "approval checks passed: evidence verifies, same baseline, "
+        "manifest, policy and environment; artifacts match their inventory",
+    )
+    journal(
+        CycleState.PREPARE,
+        "the measured recipe",
+        recipes={recipe.candidate_id: recipe.model_dump(mode="json")},
+    )
+    speedup = speedup_pct(chosen.speedup_estimate) if chosen.speedup_estimate is not None else None
     try:
         result = cycle.promote(home, config, plan, journal, live, recipe, run, speedup, verdict)
         if result.outcome == Outcome.PROMOTED:
-            result = result._replace(reason=f"approved by a person from cycle {source}; "
-                                     f"verified online; {chosen.reasons[0]}")
+            result = result._replace(
+                reason=f"approved by a person from cycle {source}; "
+                f"verified online; {chosen.reasons[0]}"
+            )
     except Exception as exc:  # as in run_cycle: restore, then account for it
         result = cycle.restore_after_error(home, journal, exc)
     return cycle.seal(home, plan, cycle_id, journal, started, result)

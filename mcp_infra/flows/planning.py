@@ -104,8 +104,13 @@ class PlanningContext(Brief):
 def build_context(home: Home) -> PlanningContext:
     """Everything a planner should know, read from the home directory (no service is touched)."""
     ctx = HomeContext(home)
-    config, policy, manifests, facts, live = (ctx.config, ctx.policy, ctx.manifests, ctx.facts,
-                                              ctx.live)
+    config, policy, manifests, facts, live = (
+        ctx.config,
+        ctx.policy,
+        ctx.manifests,
+        ctx.facts,
+        ctx.live,
+    )
     summaries = evidence_mod.list_cycles(home)
     verdicts = {s.cycle_id: _verdict(home, s.cycle_id) for s in summaries[:50]}
     history: dict[str, list[str]] = {}
@@ -113,10 +118,12 @@ def build_context(home: Home) -> PlanningContext:
         verdict = verdicts.get(summary.cycle_id)
         for item in verdict.candidates if verdict else []:
             reason = item.reasons[0] if item.reasons else ""
-            speed = (f" {fmt_pct(item.speedup_estimate)}"
-                     if item.speedup_estimate is not None else "")
+            speed = (
+                f" {fmt_pct(item.speedup_estimate)}" if item.speedup_estimate is not None else ""
+            )
             history.setdefault(item.candidate, []).append(
-                f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"[:300])
+                f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"[:300]
+            )
     runnable, unavailable = [], []
     for manifest in manifests.values():
         for variant in manifest.variants:
@@ -126,30 +133,45 @@ def build_context(home: Home) -> PlanningContext:
                 unavailable.append(UnavailableBrief(id=cid, reasons=check.failures()[:3]))
                 continue
             cls = manifest.class_of(variant)
-            runnable.append(CandidateBrief(
-                id=cid, title=variant.title or manifest.title, candidate_class=cls.value,
-                semantics=manifest.semantics_of(variant).value,
-                knobs=variant.knobs.model_dump(exclude_defaults=True),
-                auto_promote=bool(policy.auto_promote.get(cls, False)),
-                history=history.get(cid, [])[-4:]))
+            runnable.append(
+                CandidateBrief(
+                    id=cid,
+                    title=variant.title or manifest.title,
+                    candidate_class=cls.value,
+                    semantics=manifest.semantics_of(variant).value,
+                    knobs=variant.knobs.model_dump(exclude_defaults=True),
+                    auto_promote=bool(policy.auto_promote.get(cls, False)),
+                    history=history.get(cid, [])[-4:],
+                )
+            )
     past = []
     for summary in summaries[:PAST_CYCLES]:
         verdict = verdicts.get(summary.cycle_id)
-        past.append(PastCycle(
-            cycle_id=summary.cycle_id, outcome=summary.outcome.value, selected=summary.selected,
-            speedup_pct=summary.speedup_pct, reason=summary.reason[:300],
-            interrupted=summary.interrupted,
-            candidates=[f"{c.candidate}: {c.decision.value}"
-                        + (f" ({c.reasons[0]})"[:240] if c.reasons else "")
-                        for c in (verdict.candidates if verdict else [])]))
+        past.append(
+            PastCycle(
+                cycle_id=summary.cycle_id,
+                outcome=summary.outcome.value,
+                selected=summary.selected,
+                speedup_pct=summary.speedup_pct,
+                reason=summary.reason[:300],
+                interrupted=summary.interrupted,
+                candidates=[
+                    f"{c.candidate}: {c.decision.value}"
+                    + (f" ({c.reasons[0]})"[:240] if c.reasons else "")
+                    for c in (verdict.candidates if verdict else [])
+                ],
+            )
+        )
     window = policy.window
-    window_text = (f"{window.start}-{window.end} {window.timezone}" if window.mode == "window"
-                   else window.mode)
+    window_text = (
+        f"{window.start}-{window.end} {window.timezone}" if window.mode == "window" else window.mode
+    )
     bounds = policy.thresholds
     return PlanningContext(
         live_recipe=live.candidate_id,
         endpoint=f"http://{config.host}:{config.port}/v1",
-        runnable=runnable, unavailable=unavailable,
+        runnable=runnable,
+        unavailable=unavailable,
         baseline=_baseline_figures(home, summaries, live.candidate_id),
         past_cycles=past,
         policy=PolicyBounds(
@@ -158,9 +180,13 @@ def build_context(home: Home) -> PlanningContext:
             max_peak_memory_gb=ThresholdBounds(**bounds.max_peak_memory_gb.model_dump()),
             worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
             auto_promote={k.value: v for k, v in policy.auto_promote.items()},
-            window=window_text, suite=policy.protocol.suite, repeats=policy.protocol.repeats,
-            max_tokens=policy.protocol.max_tokens),
-        plan_schema=plan_schema())
+            window=window_text,
+            suite=policy.protocol.suite,
+            repeats=policy.protocol.repeats,
+            max_tokens=policy.protocol.max_tokens,
+        ),
+        plan_schema=plan_schema(),
+    )
 
 
 def plan_schema() -> dict[str, Any]:
@@ -187,15 +213,18 @@ def _verdict(home: Home, cycle_id: str) -> Verdict | None:
         return None
 
 
-def _baseline_figures(home: Home, summaries: list[CycleSummary],
-                      live: str) -> BaselineFigures | None:
+def _baseline_figures(
+    home: Home, summaries: list[CycleSummary], live: str
+) -> BaselineFigures | None:
     """Figures of the recipe that serves now, from the newest cycle that measured one."""
     for summary in summaries:
-        measured_as = (summary.selected if summary.outcome == Outcome.PROMOTED
-                       and summary.selected else BASELINE_ID)
+        measured_as = (
+            summary.selected
+            if summary.outcome == Outcome.PROMOTED and summary.selected
+            else BASELINE_ID
+        )
         try:
-            run = read_optional(home.bundle_files(summary.cycle_id).run(measured_as),
-                                CandidateRun)
+            run = read_optional(home.bundle_files(summary.cycle_id).run(measured_as), CandidateRun)
         except CorruptFile:
             run = None
         if run is None or not run.samples:
@@ -208,16 +237,22 @@ def _baseline_figures(home: Home, summaries: list[CycleSummary],
         ttfts = [s.ttft_s for s in good if s.ttft_s is not None]
         plan = _frozen_protocol(home, summary.cycle_id)
         return BaselineFigures(
-            cycle_id=summary.cycle_id, recipe=summary.active_recipe,
+            cycle_id=summary.cycle_id,
+            recipe=summary.active_recipe,
             is_live_recipe=summary.active_recipe == live,
-            suite=plan[0] if plan else "?", max_tokens=plan[1] if plan else 0,
-            decode_tps_median=(round(statistics.median([s.decode_tps or 0.0 for s in good]), 2)
-                               if good else None),
+            suite=plan[0] if plan else "?",
+            max_tokens=plan[1] if plan else 0,
+            decode_tps_median=(
+                round(statistics.median([s.decode_tps or 0.0 for s in good]), 2) if good else None
+            ),
             ttft_s_median=round(statistics.median(ttfts), 3) if ttfts else None,
-            per_prompt_decode_tps={k: round(statistics.median(v), 2)
-                                   for k, v in sorted(per_prompt.items())},
+            per_prompt_decode_tps={
+                k: round(statistics.median(v), 2) for k, v in sorted(per_prompt.items())
+            },
             peak_memory_gb=round(run.peak_memory_gb, 3) if run.peak_memory_gb else None,
-            samples=len(measured), errors=len(measured) - len(good))
+            samples=len(measured),
+            errors=len(measured) - len(good),
+        )
     return None
 
 

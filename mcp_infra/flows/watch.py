@@ -51,8 +51,11 @@ def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] |
     policy = ctx.policy
     if not policy.watch.recheck_changed:
         return None, "the policy does not re-check changed candidates (watch.recheck_changed)"
-    recipes = {f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
-               for m in ctx.manifests.values() for v in m.variants}
+    recipes = {
+        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
+        for m in ctx.manifests.values()
+        for v in m.variants
+    }
     recipes = {c: r for c, r in recipes.items() if r.key() != ctx.live.key()}
     p_hash = ctx.policy_hash
     changed = memory.changed_candidates(home, recipes, p_hash)
@@ -62,8 +65,11 @@ def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] |
     env = memory.environment()
     due = []
     for cid, what in changed.items():
-        key = sha256_bytes(json.dumps([cid, recipes[cid].manifest_hash, p_hash,
-                                       memory.environment_key(env, recipes[cid])]).encode())
+        key = sha256_bytes(
+            json.dumps(
+                [cid, recipes[cid].manifest_hash, p_hash, memory.environment_key(env, recipes[cid])]
+            ).encode()
+        )
         record = attempts.get(key, RecheckAttempt())
         if record.count > policy.budgets.retries:
             continue
@@ -75,20 +81,29 @@ def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] |
         return None, "no changed candidate is due for a re-check"
     due = due[:3]
     for _, _, key in due:
-        attempts[key] = RecheckAttempt(count=attempts.get(key, RecheckAttempt()).count + 1,
-                                       last=now)
+        attempts[key] = RecheckAttempt(
+            count=attempts.get(key, RecheckAttempt()).count + 1, last=now
+        )
     write_model(_state_path(home), state)
-    plan = {"hypothesis": "re-check: " + "; ".join(f"{c} ({w})" for c, w, _ in due)[:280],
-            "candidates": [c for c, _, _ in due],
-            "notes": "proposed by `mcp-infra supervise --watch` because what these candidates "
-                     "were judged under has changed"}
+    plan = {
+        "hypothesis": "re-check: " + "; ".join(f"{c} ({w})" for c, w, _ in due)[:280],
+        "candidates": [c for c, _, _ in due],
+        "notes": "proposed by `mcp-infra supervise --watch` because what these candidates "
+        "were judged under has changed",
+    }
     return plan, f"re-checking {', '.join(c for c, _, _ in due)}"
 
 
-def watch(home: Home, *, interval_s: float | None = None, max_cycles: int | None = None,
-          max_looks: int | None = None, ignore_window: bool = False,
-          sleep: Callable[[float], None] = time.sleep,
-          log: Callable[[str], None] = print) -> list[CycleSummary]:
+def watch(
+    home: Home,
+    *,
+    interval_s: float | None = None,
+    max_cycles: int | None = None,
+    max_looks: int | None = None,
+    ignore_window: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Callable[[str], None] = print,
+) -> list[CycleSummary]:
     """Supervise until stopped (see the module notes); return the cycles it ran."""
     from mcp_infra.flows import api as app
 
@@ -126,8 +141,14 @@ def watch(home: Home, *, interval_s: float | None = None, max_cycles: int | None
                 plan, why = recheck_plan(home)
                 if plan is not None:
                     view = app.propose(home, plan, proposed_by="watch", start_supervisor=False)
-                    log(f"watch: {why}: " + ("queued " + str(view.plan_id) if view.accepted
-                                             else "refused: " + view.message))
+                    log(
+                        f"watch: {why}: "
+                        + (
+                            "queued " + str(view.plan_id)
+                            if view.accepted
+                            else "refused: " + view.message
+                        )
+                    )
                     if view.accepted:
                         continue  # run it now
             if max_looks is not None and looks >= max_looks:

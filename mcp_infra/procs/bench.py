@@ -18,8 +18,9 @@ import httpx2 as httpx
 from mcp_infra.contracts import Sample
 
 
-def _chat_body(messages: Sequence[dict[str, Any]], max_tokens: int, stream: bool,
-               model: str | None = None) -> dict[str, Any]:
+def _chat_body(
+    messages: Sequence[dict[str, Any]], max_tokens: int, stream: bool, model: str | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "messages": list(messages),
         "max_tokens": max_tokens,
@@ -74,20 +75,28 @@ def stream_chat(
 
     ``model`` defaults to what the server reports loaded (``served_model``), if anything."""
     body = _chat_body(messages, max_tokens, True, model or served_model(base_url))
-    fields: dict[str, Any] = {"candidate": candidate, "prompt_id": prompt_id, "repeat": repeat,
-                              "order": order, "phase": phase}
+    fields: dict[str, Any] = {
+        "candidate": candidate,
+        "prompt_id": prompt_id,
+        "repeat": repeat,
+        "order": order,
+        "phase": phase,
+    }
     text_parts: list[str] = []
     first = last = None
     usage: dict[str, Any] = {}
     finish = None
     start = time.perf_counter()
     try:
-        with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body,
-                          timeout=httpx.Timeout(timeout, connect=5.0)) as response:
+        with httpx.stream(
+            "POST",
+            f"{base_url}/v1/chat/completions",
+            json=body,
+            timeout=httpx.Timeout(timeout, connect=5.0),
+        ) as response:
             if response.status_code != 200:
                 response.read()
-                return Sample(**fields, error=f"HTTP {response.status_code}: "
-                                              f"{response.text[:200]}")
+                return Sample(**fields, error=f"HTTP {response.status_code}: {response.text[:200]}")
             for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -147,12 +156,19 @@ def greedy_chat(
     Servers whose logprobs carry no token ids (mlx_vlm.server) give ``token_ids=None``, and the
     gate then compares texts."""
     body = _chat_body(messages, max_tokens, False, model or served_model(base_url))
-    fields: dict[str, Any] = {"candidate": candidate, "prompt_id": prompt_id, "repeat": 0,
-                              "phase": phase}
+    fields: dict[str, Any] = {
+        "candidate": candidate,
+        "prompt_id": prompt_id,
+        "repeat": 0,
+        "phase": phase,
+    }
     start = time.perf_counter()
     try:
-        response = httpx.post(f"{base_url}/v1/chat/completions", json=body,
-                              timeout=httpx.Timeout(timeout, connect=5.0))
+        response = httpx.post(
+            f"{base_url}/v1/chat/completions",
+            json=body,
+            timeout=httpx.Timeout(timeout, connect=5.0),
+        )
     except httpx.HTTPError as exc:
         return Sample(**fields, error=_short_error(exc))
     end = time.perf_counter()

@@ -48,8 +48,18 @@ def _opt(flag: str, value: object | None) -> list[str]:
 
 def mlx_lm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
     knobs = recipe.knobs
-    argv = [python, "-m", "mlx_lm", "server", "--model", recipe.model_path,
-            "--host", host, "--port", str(port)]
+    argv = [
+        python,
+        "-m",
+        "mlx_lm",
+        "server",
+        "--model",
+        recipe.model_path,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     if knobs.draft:
         if not recipe.draft_path:
             raise ValueError("recipe asks for a draft but has no draft path")
@@ -74,8 +84,17 @@ def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> li
     block size is used; without ``draft_kind`` mlx-vlm detects it from the drafter's config.
     ``--trust-remote-code`` is never passed."""
     knobs = recipe.knobs
-    argv = [python, "-m", "mlx_vlm.server", "--model", recipe.model_path,
-            "--host", host, "--port", str(port)]
+    argv = [
+        python,
+        "-m",
+        "mlx_vlm.server",
+        "--model",
+        recipe.model_path,
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     if knobs.draft:
         if not recipe.draft_path:
             raise ValueError("recipe asks for a draft but has no draft path")
@@ -234,8 +253,11 @@ def probe(base_url: str, timeout: float = 30.0) -> Probe:
     serve this model (mlx_lm.server answers 404 for a model path it cannot load), which no amount
     of waiting fixes.
     """
-    body: dict[str, object] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
-                               "temperature": 0.0}
+    body: dict[str, object] = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 1,
+        "temperature": 0.0,
+    }
     if model := served_model(base_url, timeout=min(timeout, 5.0)):  # mlx_vlm.server needs it
         body["model"] = model
     try:

@@ -45,14 +45,6 @@ class ServiceError(ServerUnavailable):
     """The live service could not be brought to the wanted recipe."""
 
 
-
-
-
-
-
-
-
-
 def backend_url(record: ProcessRecord) -> str:
     return f"http://{record.host}:{record.port}"
 
@@ -77,8 +69,12 @@ def is_serving(home: Home, recipe: Recipe, config: ServiceConfig) -> bool:
     if record.argv != build_argv(recipe, record.port, python=record.argv[0]):
         return False
     route = read_route(home)
-    if not front_running(home) or route is None or route.mode != "serve" or (
-            route.backend_url != backend_url(record)):
+    if (
+        not front_running(home)
+        or route is None
+        or route.mode != "serve"
+        or (route.backend_url != backend_url(record))
+    ):
         return False
     return probe_completion(backend_url(record))
 
@@ -94,16 +90,31 @@ def stop_service(home: Home, grace: float = 10.0) -> str:
     return f"front: {front}; backend: {outcome}"
 
 
-def start_backend(home: Home, recipe: Recipe, *, role: str, log: Path, cycle_id: str | None,
-                  timeout: float, grace: float = 10.0, tries: int = 3) -> ProcessRecord:
+def start_backend(
+    home: Home,
+    recipe: Recipe,
+    *,
+    role: str,
+    log: Path,
+    cycle_id: str | None,
+    timeout: float,
+    grace: float = 10.0,
+    tries: int = 3,
+) -> ProcessRecord:
     """Start a server on a free port, recorded under state/candidates/ until it is adopted. A
     port someone else took meanwhile means another port, never a verdict on the recipe."""
     last: Exception | None = None
     for _ in range(tries):
         port = free_port()
         try:
-            record, _ = start_server(recipe, port=port, role=role, log_path=log,
-                                     cycle_id=cycle_id, hf_cache=home.hf_cache)
+            record, _ = start_server(
+                recipe,
+                port=port,
+                role=role,
+                log_path=log,
+                cycle_id=cycle_id,
+                hf_cache=home.hf_cache,
+            )
         except PortBusy as exc:
             last = exc
             continue
@@ -122,8 +133,9 @@ def start_backend(home: Home, recipe: Recipe, *, role: str, log: Path, cycle_id:
     raise ServerStartError(f"no free port could be bound after {tries} tries: {last}")
 
 
-def adopt(home: Home, new: ProcessRecord, config: ServiceConfig, *, reason: str = "",
-          grace: float = 10.0) -> str:
+def adopt(
+    home: Home, new: ProcessRecord, config: ServiceConfig, *, reason: str = "", grace: float = 10.0
+) -> str:
     """Make ``new`` the live backend: switch the front to it atomically, let requests in flight
     on the old one finish (bounded drain), then stop the old one. The old record is kept among
     the candidates until it is stopped, so recovery finds it if we die in between."""
@@ -136,15 +148,24 @@ def adopt(home: Home, new: ProcessRecord, config: ServiceConfig, *, reason: str 
     write_model(home.service_file, new.model_copy(update={"role": "backend"}))
     candidate_record_path(home, new.port).unlink(missing_ok=True)
     ensure_front(home, config)
-    set_route(home, mode="serve", backend_url=backend_url(new), candidate_id=new.candidate_id,
-              max_hold_s=policy.max_hold_s, reason=reason or f"serve {new.candidate_id}")
+    set_route(
+        home,
+        mode="serve",
+        backend_url=backend_url(new),
+        candidate_id=new.candidate_id,
+        max_hold_s=policy.max_hold_s,
+        reason=reason or f"serve {new.candidate_id}",
+    )
     note = "switched"
     if old is not None:
         left = drain(home, backend_url(old), policy.drain_s) if is_running(old) else 0
         stop_server(old, grace=grace)
         candidate_record_path(home, old.port).unlink(missing_ok=True)
-        note += f"; old backend stopped ({left} request(s) still in flight after the drain)" \
-            if left else "; old backend drained and stopped"
+        note += (
+            f"; old backend stopped ({left} request(s) still in flight after the drain)"
+            if left
+            else "; old backend drained and stopped"
+        )
     return note
 
 
@@ -163,9 +184,16 @@ def hold_live(home: Home, config: ServiceConfig, *, reason: str, grace: float = 
     return f"holding; live backend {outcome}" + (f" ({left} in flight)" if left else "")
 
 
-def start_service(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id: str | None = None,
-                  timeout: float = 120.0, grace: float = 10.0,
-                  exclusive: bool = False) -> ProcessRecord:
+def start_service(
+    home: Home,
+    recipe: Recipe,
+    config: ServiceConfig,
+    *,
+    cycle_id: str | None = None,
+    timeout: float = 120.0,
+    grace: float = 10.0,
+    exclusive: bool = False,
+) -> ProcessRecord:
     """Bring the stable endpoint to ``recipe``: the front stays; a new backend starts on its own
     port and the front switches to it. ``exclusive``: stop the old backend first (the front
     holds requests meanwhile), for when two backends do not fit in memory."""
@@ -173,8 +201,9 @@ def start_service(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id
     if exclusive:
         hold_live(home, config, reason=f"exclusive swap to {recipe.candidate_id}", grace=grace)
     log = home.logs / f"backend-{recipe.candidate_id.replace(':', '_')}.log"
-    new = start_backend(home, recipe, role="backend", log=log, cycle_id=cycle_id,
-                        timeout=timeout, grace=grace)
+    new = start_backend(
+        home, recipe, role="backend", log=log, cycle_id=cycle_id, timeout=timeout, grace=grace
+    )
     adopt(home, new, config, grace=grace)
     return new
 
@@ -185,13 +214,22 @@ def ensure_serving(home: Home, recipe: Recipe, config: ServiceConfig, **kwargs: 
     backend is done exclusively (recovery does not know whether two fit in memory)."""
     front = ensure_front(home, config)
     record = service_record(home)
-    if record is not None and is_running(record) and record.argv == build_argv(
-            recipe, record.port, python=record.argv[0]) and probe_completion(backend_url(record)):
+    if (
+        record is not None
+        and is_running(record)
+        and record.argv == build_argv(recipe, record.port, python=record.argv[0])
+        and probe_completion(backend_url(record))
+    ):
         route = read_route(home)
         if route is None or route.mode != "serve" or route.backend_url != backend_url(record):
-            set_route(home, mode="serve", backend_url=backend_url(record),
-                      candidate_id=record.candidate_id, max_hold_s=service_policy(home).max_hold_s,
-                      reason="route restored to the live backend")
+            set_route(
+                home,
+                mode="serve",
+                backend_url=backend_url(record),
+                candidate_id=record.candidate_id,
+                max_hold_s=service_policy(home).max_hold_s,
+                reason="route restored to the live backend",
+            )
             return "route restored" + ("; front restarted" if front == "started" else "")
         return "already serving" + ("; front restarted" if front == "started" else "")
     replacing = record is not None and is_running(record)
@@ -211,13 +249,21 @@ def candidate_record_path(home: Home, port: int) -> Path:
     return home.candidates_dir / f"{port}.json"
 
 
-def start_candidate(home: Home, recipe: Recipe, config: ServiceConfig, *, cycle_id: str,
-                    timeout: float, grace: float = 10.0) -> ProcessRecord:
+def start_candidate(
+    home: Home,
+    recipe: Recipe,
+    config: ServiceConfig,
+    *,
+    cycle_id: str,
+    timeout: float,
+    grace: float = 10.0,
+) -> ProcessRecord:
     """A candidate on a free port of its own; use ``record.port``."""
     safe = recipe.candidate_id.replace(":", "_")
     log = home.cycle_files(cycle_id).logs / f"{safe}.log"
-    return start_backend(home, recipe, role="candidate", log=log, cycle_id=cycle_id,
-                         timeout=timeout, grace=grace)
+    return start_backend(
+        home, recipe, role="candidate", log=log, cycle_id=cycle_id, timeout=timeout, grace=grace
+    )
 
 
 def stop_candidate(home: Home, record: ProcessRecord, grace: float = 10.0) -> str:

@@ -46,18 +46,56 @@ from mcp_infra.errors import McpInfraError
 from mcp_infra.state.store import read_model, sha256_file, utcnow, write_model
 
 __all__ = [
-    "DEFAULT_ALLOW_PATTERNS", "NEVER_PATTERNS", "ArtifactPlan", "ArtifactTampered",
-    "BudgetExceeded", "HubError", "InventoryCheck", "OfflineMissing", "PrepareResult",
-    "PreparedArtifact", "build_inventory", "candidate_artifacts", "check_budget",
-    "ensure_untampered", "find_snapshot", "hub_cache", "inventory_path", "is_offline",
-    "plan_artifact", "prepare", "quick_check", "read_inventory",
-    "repo_folder", "snapshot_path", "verify_snapshot",
+    "DEFAULT_ALLOW_PATTERNS",
+    "NEVER_PATTERNS",
+    "ArtifactPlan",
+    "ArtifactTampered",
+    "BudgetExceeded",
+    "HubError",
+    "InventoryCheck",
+    "OfflineMissing",
+    "PrepareResult",
+    "PreparedArtifact",
+    "build_inventory",
+    "candidate_artifacts",
+    "check_budget",
+    "ensure_untampered",
+    "find_snapshot",
+    "hub_cache",
+    "inventory_path",
+    "is_offline",
+    "plan_artifact",
+    "prepare",
+    "quick_check",
+    "read_inventory",
+    "repo_folder",
+    "snapshot_path",
+    "verify_snapshot",
 ]
 
-DEFAULT_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "tokenizer.model",
-                          "*.tiktoken"]
-NEVER_PATTERNS = ["*.py", "*.pyc", "*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt",
-                  "*.h5", "*.msgpack", "*.onnx", "*.gguf", ".git*"]
+DEFAULT_ALLOW_PATTERNS = [
+    "*.json",
+    "*.safetensors",
+    "*.jinja",
+    "*.txt",
+    "tokenizer.model",
+    "*.tiktoken",
+]
+NEVER_PATTERNS = [
+    "*.py",
+    "*.pyc",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.pkl",
+    "*.pickle",
+    "*.ckpt",
+    "*.h5",
+    "*.msgpack",
+    "*.onnx",
+    "*.gguf",
+    ".git*",
+]
 DISK_MARGIN_GB = 1.0
 GB = 1e9  # manifests and the hub state sizes in decimal gigabytes
 
@@ -189,8 +227,11 @@ def _wanted(name: str, allow: list[str]) -> bool:
 def _snapshot_files(snapshot: Path) -> dict[str, Path]:
     if not snapshot.is_dir():
         return {}
-    return {p.relative_to(snapshot).as_posix(): p for p in sorted(snapshot.rglob("*"))
-            if p.is_file() or p.is_symlink()}
+    return {
+        p.relative_to(snapshot).as_posix(): p
+        for p in sorted(snapshot.rglob("*"))
+        if p.is_file() or p.is_symlink()
+    }
 
 
 def candidate_artifacts(manifest: Manifest, draft: bool) -> list[ArtifactRef]:
@@ -227,8 +268,9 @@ def _git_sha1(path: Path) -> str:
 
 
 def _digest(files: list[InventoryFile]) -> str:
-    return sha256_bytes(canonical_json([[f.path, f.size, f.sha256] for f in
-                                        sorted(files, key=lambda f: f.path)]))
+    return sha256_bytes(
+        canonical_json([[f.path, f.size, f.sha256] for f in sorted(files, key=lambda f: f.path)])
+    )
 
 
 def _bar(total: int, desc: str, enabled: bool) -> Any:
@@ -246,8 +288,9 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def plan_artifact(artifact: ArtifactRef, cache: Path, *, offline: bool,
-                  api: Any = None) -> ArtifactPlan:
+def plan_artifact(
+    artifact: ArtifactRef, cache: Path, *, offline: bool, api: Any = None
+) -> ArtifactPlan:
     """What preparing one artifact means: its files, their sizes, what must still be fetched.
 
     Online, sizes and hashes come from the hub at the pinned revision; offline, from the cache.
@@ -256,15 +299,24 @@ def plan_artifact(artifact: ArtifactRef, cache: Path, *, offline: bool,
     allow = list(artifact.files) or list(DEFAULT_ALLOW_PATTERNS)
     snap = snapshot_path(cache, artifact.repo, artifact.revision)
     local = _snapshot_files(snap)
-    base = {"role": artifact.role, "repo": artifact.repo, "revision": artifact.revision,
-            "allow_patterns": allow, "snapshot": str(snap)}
+    base = {
+        "role": artifact.role,
+        "repo": artifact.repo,
+        "revision": artifact.revision,
+        "allow_patterns": allow,
+        "snapshot": str(snap),
+    }
     if offline:
-        files = [FilePlan(path=name, size=_size(path), cached=True)
-                 for name, path in local.items() if _wanted(name, allow)]
+        files = [
+            FilePlan(path=name, size=_size(path), cached=True)
+            for name, path in local.items()
+            if _wanted(name, allow)
+        ]
         missing = not files
         estimate = int((artifact.size_gb or 0) * GB) if missing else 0
-        return ArtifactPlan(**base, source="cache", files=files, download_bytes=estimate,
-                            estimated=missing)
+        return ArtifactPlan(
+            **base, source="cache", files=files, download_bytes=estimate, estimated=missing
+        )
     if api is None:
         from huggingface_hub import HfApi
 
@@ -272,22 +324,29 @@ def plan_artifact(artifact: ArtifactRef, cache: Path, *, offline: bool,
     info = api.model_info(artifact.repo, revision=artifact.revision, files_metadata=True)
     sha = getattr(info, "sha", None)
     if sha and sha != artifact.revision:
-        raise HubError(f"{artifact.repo}: the hub resolved revision {artifact.revision} to {sha}; "
-                       "a pinned revision must be a full commit hash")
+        raise HubError(
+            f"{artifact.repo}: the hub resolved revision {artifact.revision} to {sha}; "
+            "a pinned revision must be a full commit hash"
+        )
     files = []
     for sibling in info.siblings or []:
         name = sibling.rfilename
         if not _wanted(name, allow):
             continue
         lfs = getattr(sibling, "lfs", None)
-        sha256 = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None))
+        sha256 = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
         cached = name in local and _size(local[name]) == sibling.size
-        files.append(FilePlan(path=name, size=sibling.size, sha256=sha256,
-                              git_sha1=None if lfs else getattr(sibling, "blob_id", None),
-                              cached=cached))
+        files.append(
+            FilePlan(
+                path=name,
+                size=sibling.size,
+                sha256=sha256,
+                git_sha1=None if lfs else getattr(sibling, "blob_id", None),
+                cached=cached,
+            )
+        )
     if not files:
-        raise HubError(f"{artifact.repo}@{artifact.revision}: no file matches the patterns "
-                       f"{allow}")
+        raise HubError(f"{artifact.repo}@{artifact.revision}: no file matches the patterns {allow}")
     download = sum(f.size or 0 for f in files if not f.cached)
     return ArtifactPlan(**base, source="hub", files=files, download_bytes=download)
 
@@ -299,21 +358,28 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def check_budget(plans: list[ArtifactPlan], manifest: Manifest, policy: Policy,
-                 free_bytes: int) -> list[str]:
+def check_budget(
+    plans: list[ArtifactPlan], manifest: Manifest, policy: Policy, free_bytes: int
+) -> list[str]:
     """Problems that forbid downloading (empty: it fits). Nothing is downloaded before this."""
     problems = []
     download = sum(p.download_bytes for p in plans)
     if download / GB > policy.budgets.download_gb:
-        problems.append(f"{download / GB:.2f} GB to download exceeds the policy's download budget "
-                        f"of {policy.budgets.download_gb:g} GB")
+        problems.append(
+            f"{download / GB:.2f} GB to download exceeds the policy's download budget "
+            f"of {policy.budgets.download_gb:g} GB"
+        )
     if download and free_bytes < download + DISK_MARGIN_GB * GB:
-        problems.append(f"only {free_bytes / GB:.2f} GB free in the cache's file system; "
-                        f"{download / GB:.2f} GB must be downloaded "
-                        f"(+{DISK_MARGIN_GB:g} GB margin)")
+        problems.append(
+            f"only {free_bytes / GB:.2f} GB free in the cache's file system; "
+            f"{download / GB:.2f} GB must be downloaded "
+            f"(+{DISK_MARGIN_GB:g} GB margin)"
+        )
     if manifest.resources.disk_gb > policy.budgets.disk_gb:
-        problems.append(f"the manifest needs {manifest.resources.disk_gb:g} GB of disk; the "
-                        f"policy's disk budget is {policy.budgets.disk_gb:g} GB")
+        problems.append(
+            f"the manifest needs {manifest.resources.disk_gb:g} GB of disk; the "
+            f"policy's disk budget is {policy.budgets.disk_gb:g} GB"
+        )
     return problems
 
 
@@ -329,9 +395,18 @@ def _free_bytes(cache: Path) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(manifest: Manifest, candidate: str, draft: bool, policy: Policy, *,
-            cache: Path | None = None, offline: bool | None = None, progress: bool = True,
-            api: Any = None, free_bytes: int | None = None) -> PrepareResult:
+def prepare(
+    manifest: Manifest,
+    candidate: str,
+    draft: bool,
+    policy: Policy,
+    *,
+    cache: Path | None = None,
+    offline: bool | None = None,
+    progress: bool = True,
+    api: Any = None,
+    free_bytes: int | None = None,
+) -> PrepareResult:
     """Download (or find, offline) a candidate's pinned artifacts, then inventory them.
 
     Raises ``BudgetExceeded`` before any download, ``OfflineMissing`` naming everything absent,
@@ -358,55 +433,76 @@ def prepare(manifest: Manifest, candidate: str, draft: bool, policy: Policy, *,
             break
     if offline:
         _require_cached(plans, candidate, cache, unreachable)
-    problems = check_budget(plans, manifest, policy,
-                            _free_bytes(cache) if free_bytes is None else free_bytes)
+    problems = check_budget(
+        plans, manifest, policy, _free_bytes(cache) if free_bytes is None else free_bytes
+    )
     if problems:
         raise BudgetExceeded(f"{candidate}: not downloading: " + "; ".join(problems))
     cache.mkdir(parents=True, exist_ok=True)
-    prepared = [_fetch_and_inventory(plan, cache, offline=offline, progress=progress)
-                for plan in plans]
-    return PrepareResult(candidate=candidate, cache=str(cache), offline=offline,
-                         artifacts=prepared)
+    prepared = [
+        _fetch_and_inventory(plan, cache, offline=offline, progress=progress) for plan in plans
+    ]
+    return PrepareResult(candidate=candidate, cache=str(cache), offline=offline, artifacts=prepared)
 
 
-def _require_cached(plans: list[ArtifactPlan], candidate: str, cache: Path,
-                    unreachable: str | None) -> None:
+def _require_cached(
+    plans: list[ArtifactPlan], candidate: str, cache: Path, unreachable: str | None
+) -> None:
     missing = []
     for plan in plans:
         names = [f.path for f in plan.files]
-        essentials = [p for p in ("config.json", "*.safetensors")
-                      if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+        essentials = [
+            p
+            for p in ("config.json", "*.safetensors")
+            if not any(fnmatch.fnmatchcase(n, p) for n in names)
+        ]
         if not names:
-            missing.append(f"{plan.role} {plan.repo}@{plan.revision}: no snapshot in the cache "
-                           f"(expected at {plan.snapshot})")
+            missing.append(
+                f"{plan.role} {plan.repo}@{plan.revision}: no snapshot in the cache "
+                f"(expected at {plan.snapshot})"
+            )
         elif essentials:
-            missing.append(f"{plan.role} {plan.repo}@{plan.revision}: the cached snapshot lacks "
-                           f"{', '.join(essentials)}")
+            missing.append(
+                f"{plan.role} {plan.repo}@{plan.revision}: the cached snapshot lacks "
+                f"{', '.join(essentials)}"
+            )
     if missing:
-        why = (f"the hub is unreachable ({unreachable})" if unreachable
-               else "offline (HF_HUB_OFFLINE is set)")
+        why = (
+            f"the hub is unreachable ({unreachable})"
+            if unreachable
+            else "offline (HF_HUB_OFFLINE is set)"
+        )
         raise OfflineMissing(
             f"{candidate}: {why} and the Hugging Face cache at {cache} does not hold what it "
             "needs: " + "; ".join(missing) + ". Run `mcp-infra prepare` where the hub is "
-            "reachable, or copy those models--… folders into this cache.")
+            "reachable, or copy those models--… folders into this cache."
+        )
 
 
-def _fetch_and_inventory(plan: ArtifactPlan, cache: Path, *, offline: bool,
-                         progress: bool) -> PreparedArtifact:
+def _fetch_and_inventory(
+    plan: ArtifactPlan, cache: Path, *, offline: bool, progress: bool
+) -> PreparedArtifact:
     from huggingface_hub import snapshot_download
 
     before = plan.download_bytes if not offline else 0
-    kwargs: dict[str, Any] = {"revision": plan.revision, "cache_dir": str(cache),
-                              "allow_patterns": plan.allow_patterns,
-                              "ignore_patterns": NEVER_PATTERNS, "local_files_only": offline}
+    kwargs: dict[str, Any] = {
+        "revision": plan.revision,
+        "cache_dir": str(cache),
+        "allow_patterns": plan.allow_patterns,
+        "ignore_patterns": NEVER_PATTERNS,
+        "local_files_only": offline,
+    }
     try:
         folder = Path(snapshot_download(plan.repo, **kwargs))
     except Exception as exc:
         if offline:
-            raise OfflineMissing(f"{plan.repo}@{plan.revision}: not in the Hugging Face cache at "
-                                 f"{cache}: {type(exc).__name__}") from exc
-        raise HubError(f"{plan.repo}@{plan.revision}: download failed: {type(exc).__name__}: "
-                       f"{str(exc)[:300]}") from exc
+            raise OfflineMissing(
+                f"{plan.repo}@{plan.revision}: not in the Hugging Face cache at "
+                f"{cache}: {type(exc).__name__}"
+            ) from exc
+        raise HubError(
+            f"{plan.repo}@{plan.revision}: download failed: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
     if folder.name != plan.revision:
         raise HubError(f"{plan.repo}: snapshot {folder.name} is not the pinned {plan.revision}")
     inventory = build_inventory(folder, plan, progress=progress)
@@ -416,17 +512,25 @@ def _fetch_and_inventory(plan: ArtifactPlan, cache: Path, *, offline: bool,
         raise ArtifactTampered(
             f"{plan.repo}@{plan.revision}: the cached files differ from the sha256 inventory "
             f"recorded at {previous.prepared_at:%Y-%m-%d %H:%M}Z; remove {folder.parent.parent} "
-            "and prepare again where the hub is reachable")
+            "and prepare again where the hub is reachable"
+        )
     write_model(inventory_path(folder), inventory)
-    return PreparedArtifact(role=plan.role, repo=plan.repo, revision=plan.revision,
-                            snapshot=str(folder), inventory=str(inventory_path(folder)),
-                            files=len(inventory.files),
-                            bytes=sum(f.size for f in inventory.files),
-                            downloaded_bytes=before, digest=inventory.digest)
+    return PreparedArtifact(
+        role=plan.role,
+        repo=plan.repo,
+        revision=plan.revision,
+        snapshot=str(folder),
+        inventory=str(inventory_path(folder)),
+        files=len(inventory.files),
+        bytes=sum(f.size for f in inventory.files),
+        downloaded_bytes=before,
+        digest=inventory.digest,
+    )
 
 
-def build_inventory(snapshot: Path, plan: ArtifactPlan, *, progress: bool = False
-                    ) -> ArtifactInventory:
+def build_inventory(
+    snapshot: Path, plan: ArtifactPlan, *, progress: bool = False
+) -> ArtifactInventory:
     """sha256 of every file of the snapshot, checked against the hub's hashes when known."""
     local = _snapshot_files(snapshot)
     expected = {f.path: f for f in plan.files}
@@ -439,24 +543,33 @@ def build_inventory(snapshot: Path, plan: ArtifactPlan, *, progress: bool = Fals
     try:
         for name, path in local.items():
             if not path.exists():
-                raise HubError(f"{plan.repo}@{plan.revision}: {name} is a broken link in the "
-                               "cache")
+                raise HubError(f"{plan.repo}@{plan.revision}: {name} is a broken link in the cache")
             digest = file_sha256(path, bar.update if bar else None)
             want = expected.get(name)
             if want and want.sha256 and want.sha256 != digest:
-                raise ArtifactTampered(f"{plan.repo}@{plan.revision}: {name} has sha256 "
-                                       f"{digest[:12]}…, the hub publishes {want.sha256[:12]}…")
+                raise ArtifactTampered(
+                    f"{plan.repo}@{plan.revision}: {name} has sha256 "
+                    f"{digest[:12]}…, the hub publishes {want.sha256[:12]}…"
+                )
             small = want is not None and (want.size or 0) < 50_000_000
             if small and want.git_sha1 and _git_sha1(path) != want.git_sha1:
-                raise ArtifactTampered(f"{plan.repo}@{plan.revision}: {name} differs from the "
-                                       "hub's git blob at this revision")
+                raise ArtifactTampered(
+                    f"{plan.repo}@{plan.revision}: {name} differs from the "
+                    "hub's git blob at this revision"
+                )
             files.append(InventoryFile(path=name, size=path.stat().st_size, sha256=digest))
     finally:
         if bar is not None:
             bar.close()
-    return ArtifactInventory(repo=plan.repo, revision=plan.revision, snapshot=str(snapshot),
-                             allow_patterns=plan.allow_patterns, prepared_at=utcnow(),
-                             files=files, digest=_digest(files))
+    return ArtifactInventory(
+        repo=plan.repo,
+        revision=plan.revision,
+        snapshot=str(snapshot),
+        allow_patterns=plan.allow_patterns,
+        prepared_at=utcnow(),
+        files=files,
+        digest=_digest(files),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,9 +591,14 @@ def _compare(snapshot: Path, full: bool, progress: bool = False) -> InventoryChe
     snapshot = Path(snapshot)
     inventory = read_inventory(snapshot)
     if inventory is None:
-        return InventoryCheck(snapshot=str(snapshot), ok=False, problems=[
-            "no sha256 inventory: not prepared by mcp-infra (run `mcp-infra prepare CANDIDATE`; "
-            "it reuses cached files and records their hashes)"])
+        return InventoryCheck(
+            snapshot=str(snapshot),
+            ok=False,
+            problems=[
+                "no sha256 inventory: not prepared by mcp-infra (run `mcp-infra prepare "
+                "CANDIDATE`; it reuses cached files and records their hashes)"
+            ],
+        )
     local = _snapshot_files(snapshot)
     recorded = {f.path: f for f in inventory.files}
     problems = [f"missing: {n}" for n in sorted(set(recorded) - set(local))]
@@ -506,14 +624,20 @@ def _compare(snapshot: Path, full: bool, progress: bool = False) -> InventoryChe
             for name in todo:
                 digest = file_sha256(local[name], bar.update if bar else None)
                 if digest != recorded[name].sha256:
-                    problems.append(f"{name}: sha256 {digest[:12]}… differs from the inventory's "
-                                    f"{recorded[name].sha256[:12]}…")
+                    problems.append(
+                        f"{name}: sha256 {digest[:12]}… differs from the inventory's "
+                        f"{recorded[name].sha256[:12]}…"
+                    )
         finally:
             if bar is not None:
                 bar.close()
-    return InventoryCheck(snapshot=str(snapshot), ok=not problems, problems=problems,
-                          digest=inventory.digest if not problems else None,
-                          files=len(recorded))
+    return InventoryCheck(
+        snapshot=str(snapshot),
+        ok=not problems,
+        problems=problems,
+        digest=inventory.digest if not problems else None,
+        files=len(recorded),
+    )
 
 
 def quick_check(snapshot: Path) -> InventoryCheck:
@@ -542,11 +666,13 @@ def ensure_untampered(snapshot: Path) -> str:
 PREPARE_IGNORES = {"artifacts", "integrity"}  # what preparing is for
 
 
-
-
 def resolve_recipe(
-    manifest: Manifest, variant: Variant, models_dir: Path, hf_cache: Path | None = None,
-    *, fingerprint: object = None,
+    manifest: Manifest,
+    variant: Variant,
+    models_dir: Path,
+    hf_cache: Path | None = None,
+    *,
+    fingerprint: object = None,
 ) -> Recipe:
     """The recipe a candidate runs as: template, knobs, local paths of its artifacts."""
     draft = manifest.draft_artifact() if variant.knobs.draft else None
@@ -554,8 +680,10 @@ def resolve_recipe(
     draft_path = artifact_path(draft, models_dir, hf_cache) if draft else None
     hashes: dict[str, str] = {}
     if callable(fingerprint):  # about to be used: hub snapshots must match their inventory
-        for role, artifact, path in (("target", manifest.target, model_path),
-                                     ("draft", draft, draft_path)):
+        for role, artifact, path in (
+            ("target", manifest.target, model_path),
+            ("draft", draft, draft_path),
+        ):
             if artifact is None or path is None:
                 continue
             if artifact.repo and Path(path).is_dir():
@@ -600,7 +728,7 @@ def cached_hub_artifacts(hf_cache: Path | None) -> list[tuple[str, Path]]:
     if hf_cache is None or not hf_cache.is_dir():
         return found
     for repo_dir in sorted(hf_cache.glob("models--*")):
-        repo = repo_dir.name[len("models--"):].replace("--", "/", 1)
+        repo = repo_dir.name[len("models--") :].replace("--", "/", 1)
         for snap in sorted((repo_dir / "snapshots").glob("*")):
             if snap.is_dir() and any(snap.iterdir()):
                 found.append((f"{repo}@{snap.name}", snap))

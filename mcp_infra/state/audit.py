@@ -48,7 +48,6 @@ SELECTING = "selecting by the frozen thresholds"
 TOLERANCE = 1e-6
 
 
-
 class Verification(Part):
     bundle: str
     hashes_ok: bool
@@ -88,9 +87,13 @@ def recompute(bundle: Path) -> Verdict | None:
         return None
     order = {c: i for i, c in enumerate(plan.candidates)}
     runs.sort(key=lambda r: order.get(r.candidate, len(order)))
-    return select(decisive_view(baseline, plan.protocol),
-                  [decisive_view(r, plan.protocol) for r in runs],
-                  plan.thresholds, plan.protocol, plan.auto_promote)
+    return select(
+        decisive_view(baseline, plan.protocol),
+        [decisive_view(r, plan.protocol) for r in runs],
+        plan.thresholds,
+        plan.protocol,
+        plan.auto_promote,
+    )
 
 
 class Failed(Exception):
@@ -318,8 +321,9 @@ def check_plan_inputs(b: Bundle) -> str:
     used = [
         found[0] for c in plan.candidates[1:] if (found := find_candidate(manifests, c)) is not None
     ]
-    options = [combined_thresholds(plan.proposed, policy, used, peak, [])
-               for peak in (None, math.inf, 0.0)]
+    options = [
+        combined_thresholds(plan.proposed, policy, used, peak, []) for peak in (None, math.inf, 0.0)
+    ]
     if plan.thresholds not in options:
         expected = options[0]
         looser = [
@@ -472,8 +476,6 @@ def check_gates_recomputed(b: Bundle) -> str:
     if problems:
         raise Failed("; ".join(problems))
     return f"{count} gate(s) recomputed from stored outputs"
-
-
 
 
 def _approval_of(b: Bundle) -> tuple[str, str] | None:

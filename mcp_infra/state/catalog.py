@@ -65,8 +65,9 @@ def policy_dir() -> Path:
     return shipped_dir("policy")
 
 
-def load_policy(name: str = "default", directory: Path | None = None,
-                extra: Path | None = None) -> Policy:
+def load_policy(
+    name: str = "default", directory: Path | None = None, extra: Path | None = None
+) -> Policy:
     """A policy by name: the home's ``policy/`` folder first (a person's own), then the shipped."""
     path = (directory or policy_dir()) / f"{name}.yaml"
     if extra is not None and (extra / f"{name}.yaml").is_file():

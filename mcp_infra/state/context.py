@@ -86,8 +86,9 @@ class HomeContext:
 
     def window(self, now: datetime | None = None) -> WindowState:
         """May a cycle start now under the policy's window, with its cycle budget?"""
-        return check(self.policy.window, now or datetime.now(UTC),
-                     self.policy.budgets.cycle_minutes)
+        return check(
+            self.policy.window, now or datetime.now(UTC), self.policy.budgets.cycle_minutes
+        )
 
 
 def window_state(home: Home, now: datetime | None = None) -> WindowState:

@@ -23,8 +23,14 @@ from mcp_infra.state.store import (
     write_model,
 )
 
-BUNDLE_FILES = (CycleFiles.PLAN, CycleFiles.ENVIRONMENT, CycleFiles.VERDICT, CycleFiles.JOURNAL,
-                "online.json", "service_impact.json")
+BUNDLE_FILES = (
+    CycleFiles.PLAN,
+    CycleFiles.ENVIRONMENT,
+    CycleFiles.VERDICT,
+    CycleFiles.JOURNAL,
+    "online.json",
+    "service_impact.json",
+)
 SIGNATURE = CycleFiles.SIGNATURE
 
 
@@ -50,8 +56,7 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary, cost: CycleCost | Non
     write_model(CycleFiles(tmp).summary, summary)
     if cost is not None:
         write_model(tmp / "cost.json", cost)
-    files = {str(p.relative_to(tmp)): sha256_file(p)
-             for p in sorted(tmp.rglob("*")) if p.is_file()}
+    files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     write_model(CycleFiles(tmp).manifest, EvidenceManifest(cycle_id=cycle_id, files=files))
     digest = sealing.sign_bundle(home, tmp, cycle_id)
     if final.exists():
@@ -72,12 +77,6 @@ def bundle_path(home: Home, ref: str) -> Path:
     if not (CycleFiles(path).manifest).exists():
         raise FileNotFoundError(f"no sealed evidence for cycle {ref}")
     return path
-
-
-
-
-
-
 
 
 def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> Verification:
@@ -108,5 +107,15 @@ def journal_of(bundle: Path) -> list[dict]:
     return rows
 
 
-__all__ = ["BUNDLE_FILES", "SIGNATURE", "Verification", "bundle_path", "journal_of",
-           "list_cycles", "load_runs", "recompute", "seal", "verify"]
+__all__ = [
+    "BUNDLE_FILES",
+    "SIGNATURE",
+    "Verification",
+    "bundle_path",
+    "journal_of",
+    "list_cycles",
+    "load_runs",
+    "recompute",
+    "seal",
+    "verify",
+]

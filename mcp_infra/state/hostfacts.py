@@ -38,8 +38,11 @@ def installed_version(package: str) -> str | None:
 
 def host_facts(home_root: Path, models_dir: Path, hf_cache: Path | None = None) -> HostFacts:
     """Snapshot this machine's facts for preflight."""
-    packages = {name: v for name in (*ENGINE_PACKAGES, "mcp", "huggingface_hub")
-                if (v := installed_version(name))}
+    packages = {
+        name: v
+        for name in (*ENGINE_PACKAGES, "mcp", "huggingface_hub")
+        if (v := installed_version(name))
+    }
     home_root.mkdir(parents=True, exist_ok=True)
     available = [f"demo:{name}" for name in ("target", "draft") if (models_dir / name).is_dir()]
     problems: dict[str, list[str]] = {}
@@ -64,10 +67,6 @@ def host_facts(home_root: Path, models_dir: Path, hf_cache: Path | None = None) 
         artifact_problems=problems,
         cache_free_disk_gb=shutil.disk_usage(probe).free / 2**30,
     )
-
-
-
-
 
 
 # Packages whose versions decide whether a remembered outcome still holds (recipe memory), and
@@ -101,9 +100,16 @@ def fingerprint_environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
             if path and path not in models:
                 models[path] = folder_fingerprint(Path(path))
     return EnvironmentFingerprint(
-        platform=platform.platform(), machine=platform.machine(), cpu=cpu_name(),
-        cpu_count=os.cpu_count() or 0, memory_gb=round(psutil.virtual_memory().total / 2**30, 2),
-        python=platform.python_version(), packages=packages, blas=blas_name(), models=models)
+        platform=platform.platform(),
+        machine=platform.machine(),
+        cpu=cpu_name(),
+        cpu_count=os.cpu_count() or 0,
+        memory_gb=round(psutil.virtual_memory().total / 2**30, 2),
+        python=platform.python_version(),
+        packages=packages,
+        blas=blas_name(),
+        models=models,
+    )
 
 
 def folder_fingerprint(path: Path) -> str:
@@ -121,8 +127,13 @@ def folder_fingerprint(path: Path) -> str:
 
 def environment() -> dict[str, str]:
     """This machine and runtime, as the fields that decide whether a past outcome still holds."""
-    env = {"os": platform.system().lower(), "machine": platform.machine(), "cpu": cpu_name(),
-           "python": ".".join(platform.python_version().split(".")[:2]), "blas": blas_name()}
+    env = {
+        "os": platform.system().lower(),
+        "machine": platform.machine(),
+        "cpu": cpu_name(),
+        "python": ".".join(platform.python_version().split(".")[:2]),
+        "blas": blas_name(),
+    }
     for name in ENGINE_PACKAGES:
         env[name] = installed_version(name) or "-"
     return env
@@ -130,9 +141,13 @@ def environment() -> dict[str, str]:
 
 def environment_from(fingerprint: EnvironmentFingerprint) -> dict[str, str]:
     """The same fields, read from a sealed bundle's ``environment.json``."""
-    env = {"os": fingerprint.platform.split("-")[0].lower().replace("macos", "darwin"),
-           "machine": fingerprint.machine, "cpu": fingerprint.cpu,
-           "python": ".".join(fingerprint.python.split(".")[:2]), "blas": fingerprint.blas}
+    env = {
+        "os": fingerprint.platform.split("-")[0].lower().replace("macos", "darwin"),
+        "machine": fingerprint.machine,
+        "cpu": fingerprint.cpu,
+        "python": ".".join(fingerprint.python.split(".")[:2]),
+        "blas": fingerprint.blas,
+    }
     for name in ENGINE_PACKAGES:
         env[name] = fingerprint.packages.get(name, "-")
     return env

@@ -54,8 +54,15 @@ from mcp_infra.state.store import (
 )
 
 __all__ = [
-    "PLAN_INDEPENDENT_GATES", "changed_candidates", "environment",
-    "environment_key", "latest", "outcomes", "record", "skip_reason", "skips",
+    "PLAN_INDEPENDENT_GATES",
+    "changed_candidates",
+    "environment",
+    "environment_key",
+    "latest",
+    "outcomes",
+    "record",
+    "skip_reason",
+    "skips",
 ]
 
 PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
@@ -66,18 +73,9 @@ PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
 # ---------------------------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-def environment_key(env: dict[str, str], recipe: Recipe | dict[str, Any],
-                    identities: dict[str, str] | None = None) -> str:
+def environment_key(
+    env: dict[str, str], recipe: Recipe | dict[str, Any], identities: dict[str, str] | None = None
+) -> str:
     """sha256 of the environment and the candidate's artifacts (``identities`` caches
     ``artifact_identity`` by path)."""
     data = recipe.model_dump(mode="json") if isinstance(recipe, Recipe) else recipe
@@ -148,30 +146,58 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
     if approval_of is not None:  # an approval: only the approved candidate, promoted or not
         candidate = str(approval_of.get("candidate"))
         recipe = recipes.get(candidate) or approval_of.get("recipe") or {}
-        outcomes.append(RememberedOutcome(
-            candidate=candidate, cycle_id=cycle_id, sealed_at=sealed_at,
-            manifest_hash=recipe.get("manifest_hash"),
-            environment_key=environment_key(env, recipe, identities), policy_hash=policy_hash,
-            decision=Decision.QUALIFIED, selected=summary.selected == candidate,
-            reasons=[f"approved by a person from cycle {approval_of.get('approval_of')}: "
-                     f"{summary.outcome.value} — {summary.reason}"[:500]]))
+        outcomes.append(
+            RememberedOutcome(
+                candidate=candidate,
+                cycle_id=cycle_id,
+                sealed_at=sealed_at,
+                manifest_hash=recipe.get("manifest_hash"),
+                environment_key=environment_key(env, recipe, identities),
+                policy_hash=policy_hash,
+                decision=Decision.QUALIFIED,
+                selected=summary.selected == candidate,
+                reasons=[
+                    f"approved by a person from cycle {approval_of.get('approval_of')}: "
+                    f"{summary.outcome.value} — {summary.reason}"[:500]
+                ],
+            )
+        )
     elif verdict is not None:
         for item in verdict.candidates:
             recipe = recipes.get(item.candidate, {})
-            outcomes.append(RememberedOutcome(
-                candidate=item.candidate, cycle_id=cycle_id, sealed_at=sealed_at,
-                manifest_hash=recipe.get("manifest_hash"),
-                environment_key=environment_key(env, recipe, identities),
-                policy_hash=policy_hash, decision=item.decision, reasons=item.reasons[:8],
-                gates=[RememberedGate(gate=g.gate, passed=g.passed, detail=g.detail[:300])
-                       for g in item.gates],
-                started=started.get(item.candidate, True),
-                speedup_estimate=item.speedup_estimate, ci_low=item.ci_low, ci_high=item.ci_high,
-                baseline_tps=item.baseline_tps, candidate_tps=item.candidate_tps,
-                peak_memory_gb=item.peak_memory_gb, max_peak_memory_gb=cap,
-                selected=verdict.selected == item.candidate and summary.selected == item.candidate))
-    return CycleMemory(cycle_id=cycle_id, outcome=summary.outcome, recorded_at=utcnow(),
-                       environment=env, outcomes=outcomes)
+            outcomes.append(
+                RememberedOutcome(
+                    candidate=item.candidate,
+                    cycle_id=cycle_id,
+                    sealed_at=sealed_at,
+                    manifest_hash=recipe.get("manifest_hash"),
+                    environment_key=environment_key(env, recipe, identities),
+                    policy_hash=policy_hash,
+                    decision=item.decision,
+                    reasons=item.reasons[:8],
+                    gates=[
+                        RememberedGate(gate=g.gate, passed=g.passed, detail=g.detail[:300])
+                        for g in item.gates
+                    ],
+                    started=started.get(item.candidate, True),
+                    speedup_estimate=item.speedup_estimate,
+                    ci_low=item.ci_low,
+                    ci_high=item.ci_high,
+                    baseline_tps=item.baseline_tps,
+                    candidate_tps=item.candidate_tps,
+                    peak_memory_gb=item.peak_memory_gb,
+                    max_peak_memory_gb=cap,
+                    selected=verdict.selected == item.candidate
+                    and summary.selected == item.candidate,
+                )
+            )
+    return CycleMemory(
+        cycle_id=cycle_id,
+        outcome=summary.outcome,
+        recorded_at=utcnow(),
+        environment=env,
+        outcomes=outcomes,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,23 +222,39 @@ def cycles(home: Home) -> list[CycleMemory]:
                 memo = from_bundle(home, cycle_id)
                 if memo is not None:
                     seen[cycle_id] = memo
-    return sorted(seen.values(), key=lambda m: (min((o.sealed_at for o in m.outcomes),
-                                                    default=m.recorded_at), m.cycle_id))
+    return sorted(
+        seen.values(),
+        key=lambda m: (min((o.sealed_at for o in m.outcomes), default=m.recorded_at), m.cycle_id),
+    )
 
 
 def outcomes(home: Home, candidate: str | None = None) -> list[RememberedOutcome]:
     """Every remembered outcome (of one candidate, if given), oldest first."""
-    found = [o for memo in cycles(home) for o in memo.outcomes
-             if candidate is None or o.candidate == candidate]
+    found = [
+        o
+        for memo in cycles(home)
+        for o in memo.outcomes
+        if candidate is None or o.candidate == candidate
+    ]
     return sorted(found, key=lambda o: (o.sealed_at, o.cycle_id))
 
 
-def latest(history: list[RememberedOutcome], *, manifest_hash: str | None,
-           environment_key_: str, policy_hash: str | None) -> RememberedOutcome | None:
+def latest(
+    history: list[RememberedOutcome],
+    *,
+    manifest_hash: str | None,
+    environment_key_: str,
+    policy_hash: str | None,
+) -> RememberedOutcome | None:
     """The newest outcome judged under exactly these conditions."""
-    same = [o for o in history if o.manifest_hash is not None
-            and o.manifest_hash == manifest_hash and o.environment_key == environment_key_
-            and o.policy_hash == policy_hash]
+    same = [
+        o
+        for o in history
+        if o.manifest_hash is not None
+        and o.manifest_hash == manifest_hash
+        and o.environment_key == environment_key_
+        and o.policy_hash == policy_hash
+    ]
     return same[-1] if same else None
 
 
@@ -224,17 +266,23 @@ def skip_reason(outcome: RememberedOutcome | None, policy: Policy) -> str | None
     blocking = [g for g in failed if g.gate in PLAN_INDEPENDENT_GATES]
     if not blocking:
         loose = policy.thresholds.max_peak_memory_gb.default
-        blocking = [g for g in failed if g.gate == "memory"
-                    and outcome.max_peak_memory_gb is not None
-                    and outcome.max_peak_memory_gb >= loose]
+        blocking = [
+            g
+            for g in failed
+            if g.gate == "memory"
+            and outcome.max_peak_memory_gb is not None
+            and outcome.max_peak_memory_gb >= loose
+        ]
     if not blocking:
         return None
     gate = blocking[0]
-    return (f"skipped by recipe memory: it failed the {gate.gate} gate in cycle "
-            f"{outcome.cycle_id} ({gate.detail[:160]}) under this same manifest (hash "
-            f"{(outcome.manifest_hash or '')[:12]}), policy and environment; it runs again "
-            "when the manifest, the policy, the runtime packages, the model files or the "
-            "machine change")
+    return (
+        f"skipped by recipe memory: it failed the {gate.gate} gate in cycle "
+        f"{outcome.cycle_id} ({gate.detail[:160]}) under this same manifest (hash "
+        f"{(outcome.manifest_hash or '')[:12]}), policy and environment; it runs again "
+        "when the manifest, the policy, the runtime packages, the model files or the "
+        "machine change"
+    )
 
 
 def _history(home: Home) -> dict[str, list[RememberedOutcome]]:
@@ -245,8 +293,13 @@ def _history(home: Home) -> dict[str, list[RememberedOutcome]]:
     return history
 
 
-def skips(home: Home, recipes: dict[str, Recipe], policy: Policy, policy_hash: str,
-          env: dict[str, str] | None = None) -> dict[str, str]:
+def skips(
+    home: Home,
+    recipes: dict[str, Recipe],
+    policy: Policy,
+    policy_hash: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, str]:
     """candidate id → reason to skip it now (see the module notes). Deterministic."""
     env = env or environment()
     history = _history(home)
@@ -255,17 +308,21 @@ def skips(home: Home, recipes: dict[str, Recipe], policy: Policy, policy_hash: s
     for cid, recipe in sorted(recipes.items()):
         if cid not in history:
             continue
-        last = latest(history[cid], manifest_hash=recipe.manifest_hash,
-                      environment_key_=environment_key(env, recipe, identities),
-                      policy_hash=policy_hash)
+        last = latest(
+            history[cid],
+            manifest_hash=recipe.manifest_hash,
+            environment_key_=environment_key(env, recipe, identities),
+            policy_hash=policy_hash,
+        )
         reason = skip_reason(last, policy)
         if reason:
             out[cid] = reason
     return out
 
 
-def changed_candidates(home: Home, recipes: dict[str, Recipe], policy_hash: str,
-                       env: dict[str, str] | None = None) -> dict[str, str]:
+def changed_candidates(
+    home: Home, recipes: dict[str, Recipe], policy_hash: str, env: dict[str, str] | None = None
+) -> dict[str, str]:
     """Candidates measured before whose manifest, policy or environment changed since their
     latest outcome: candidate id → what changed. Candidates never measured are not listed."""
     env = env or environment()
@@ -286,5 +343,3 @@ def changed_candidates(home: Home, recipes: dict[str, Recipe], policy_hash: str,
         if what:
             out[cid] = f"{', '.join(what)} changed since cycle {last.cycle_id}"
     return out
-
-

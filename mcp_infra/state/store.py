@@ -53,8 +53,6 @@ def default_home() -> Path:
     return Path(base) / "mcp-infra"
 
 
-
-
 def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> str:
     """The one file hasher; ``progress`` is told the size of each chunk read."""
     digest = hashlib.sha256()
@@ -64,8 +62,6 @@ def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> 
             if progress:
                 progress(len(chunk))
     return digest.hexdigest()
-
-
 
 
 def _fsync_dir(path: Path) -> None:
@@ -305,8 +301,17 @@ class Home:
         return self.cycle_files(cycle_id).journal
 
     def ensure(self) -> Home:
-        for path in (self.plans, self.queue, self.cycles, self.evidence, self.state, self.models,
-                     self.logs, self.memory, self.hf_cache):
+        for path in (
+            self.plans,
+            self.queue,
+            self.cycles,
+            self.evidence,
+            self.state,
+            self.models,
+            self.logs,
+            self.memory,
+            self.hf_cache,
+        ):
             path.mkdir(parents=True, exist_ok=True)
         return self
 
