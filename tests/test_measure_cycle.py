@@ -128,7 +128,7 @@ def test_every_configuration_runs_in_fresh_interleaved_starts_and_the_winner_hol
     events, _ = home.read_journal(summary.cycle_id)
     steps = [(e.state.value, e.fields.get("step")) for e in events]
     assert ("EXPERIMENT", "judged") in steps
-    assert sum(1 for s in steps if s == ("EXPERIMENT", "start")) >= 4
+    assert sum(1 for s in steps if s == ("EXPERIMENT", "enter")) >= 4
     assert summary.outcome == Outcome.PROMOTED, summary.reason
     assert "4 concurrent requests" in summary.reason and "reported" in summary.reason
     # The held-out check ran in fresh starts on prompts selection never saw, and passed.

@@ -461,7 +461,7 @@ def _one_start(
     journal(
         CycleState.EXPERIMENT,
         f"round {round_index + 1}: {item.name}, start {start + 1}",
-        step="start",
+        step="enter",  # the pause seam and recovery read a start like any state entry
         candidate=item.name,
         round=round_index,
         start=start,
