@@ -360,6 +360,10 @@ PROMOTE_ANY_GAIN = {
     "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
     "worst_prompt_tolerance_pct": 100.0,
 }
+# Tests that need a winner get it by policy, not by this machine's speed: any gain qualifies,
+# judged over three starts at 60% confidence (two starts give a t interval with one degree of
+# freedom, far too wide to decide anything on a loaded 2-core machine).
+PROMOTING_PROTOCOL = {"min_starts": 3, "max_starts": 3, "confidence": 0.6}
 
 
 def write_test_policy(
@@ -384,6 +388,7 @@ def write_test_policy(
             "min_starts": 2,
             "max_starts": 2,
             "workload": [{"request_class": "short", "concurrency": 1, "role": "decisive"}],
+            **(PROMOTING_PROTOCOL if thresholds == PROMOTE_ANY_GAIN else {}),
             **protocol,
         }
     )
