@@ -110,7 +110,9 @@ def test_a_winner_that_cannot_start_on_the_stable_port_is_rolled_back(
     promoted_or_explain(summary)
     assert acted, "the fault was made when PROMOTE was journaled"
     assert summary.outcome == Outcome.ROLLED_BACK, summary.reason
-    assert summary.reason.startswith("the winner did not start")  # on its own port, behind the front
+    assert summary.reason.startswith(
+        "the winner did not start"
+    )  # on its own port, behind the front
     seen = states(home, summary)
     assert seen.index("PROMOTE") < seen.index("ROLLBACK") and "VERIFY" not in seen
     assert "COMMIT" not in seen
