@@ -17,8 +17,7 @@ from pathlib import Path
 
 import chromium
 import pytest
-import yaml
-from conftest import _kill_leftovers, make_home
+from conftest import PROMOTING_PROTOCOL, _kill_leftovers, make_home
 from synthetic_bundle import freeze
 
 from mcp_infra.contracts import (
@@ -46,18 +45,20 @@ CANDIDATES = ["demo-tiny:draft-k4", "demo-tiny:draft-k2", "demo-tiny:kv8"]
 def sealed_home(
     tmp_path_factory: pytest.TempPathFactory, demo_models: dict[str, Path]
 ) -> Iterator[tuple[Home, str]]:
+    # A promotion by policy with the drift check on: the drift tolerance must stay below the
+    # minimum speedup (a policy rule), so both are loose (a busy machine drifts; drift samples
+    # are still taken), and the verdict is judged as conftest.PROMOTING_PROTOCOL judges.
     home = make_home(
         tmp_path_factory.mktemp("proof") / "home",
         demo_models,
+        thresholds={
+            "min_speedup_pct": {"default": 25.0, "low": 0.0, "high": 200.0},
+            "worst_prompt_tolerance_pct": 100.0,
+        },
         drift_check=True,
-        repeats=2,
-        drift_tolerance_pct=100.0,  # a busy shared machine drifts; drift samples are still taken
+        drift_tolerance_pct=20.0,
+        **PROMOTING_PROTOCOL,
     )
-    path = home.user_policy / "test.yaml"
-    data = yaml.safe_load(path.read_text())
-    data["thresholds"]["min_speedup_pct"] = {"default": -50.0, "low": -50.0, "high": 200.0}
-    data["thresholds"]["worst_prompt_tolerance_pct"] = 100.0
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
     try:
         home.enqueue(freeze(home, CANDIDATES))
         summaries = supervise(home, ignore_window=True)

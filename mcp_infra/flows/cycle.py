@@ -328,9 +328,11 @@ def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> Cycle
 
     todo = [c for c in plan.candidates[1:] if c not in runs]
 
-    def traffic() -> int:
+    def count_live() -> int:
         """Live requests the front has received so far: each round records its overlap."""
         return live_request_count(home) or 0
+
+    traffic = count_live if live_request_count(home) is not None else None  # no front: unknown
 
     admission = impact.plan_admission(home, policy, record, [a for a in admitted if a[0] in todo])
     exclusive = admission.mode == "exclusive" and bool(todo)
