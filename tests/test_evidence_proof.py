@@ -393,8 +393,10 @@ def test_cost_section(sealed_home: tuple[Home, str], capsys: pytest.CaptureFixtu
     cost = json.loads((home.evidence / cycle_id / "cost.json").read_text())
     assert cost["wall_s"] > 0 and cost["phases_s"]["EXPERIMENT"] > 0
     assert cost["downtime_s"] is not None and cost["downtime_source"].startswith("journal")
+    # every fresh start is a server of its own (the baseline recipe's starts too)
     candidates = [s for s in cost["servers"] if s["role"] == "candidate"]
-    assert len(candidates) == 3 and all(s["cpu_s"] > 0 and s["peak_rss_gb"] for s in candidates)
+    assert {s["label"] for s in candidates} >= set(CANDIDATES)
+    assert all(s["cpu_s"] > 0 and s["peak_rss_gb"] for s in candidates)
     assert cost["supervisor_cpu_s"] > 0
     gain = cost["speedup_pct"]  # a promotion by policy: the speedup may be below zero here
     assert (cost["measurement_s_per_speedup_pct"] is not None) == (gain is not None and gain > 0)

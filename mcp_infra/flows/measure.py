@@ -57,7 +57,7 @@ from mcp_infra.core.selector import select
 from mcp_infra.core.stats import derive_seed
 from mcp_infra.core.suites import Suite, SuitePrompt
 from mcp_infra.core.workload import cell_figures, decisive_view, request_class_of
-from mcp_infra.procs import bench
+from mcp_infra.procs import bench, usage
 from mcp_infra.procs.runtime import (
     MemorySampler,
     PortBusy,
@@ -517,6 +517,7 @@ def _one_start(
             server=record,
         )
     finally:
+        usage.snapshot(home.cycle_dir(journal.cycle_id), record)  # CPU and peak for the cost
         stop_candidate(home, record)
     live1 = live_traffic() if live_traffic else None
     item.starts += 1
