@@ -647,11 +647,12 @@ def _add_resources(server: MCPServer, home: Home) -> None:
     )
     def evidence_report(cycle_id: str) -> str:
         from mcp_infra.faces import evidence_cli
+        from mcp_infra.state.evidence import bundle_path
 
         if not re.fullmatch(CYCLE_ID, cycle_id):
             raise ResourceNotFoundError("not a cycle id")
         try:
-            bundle = app.bundle_for(home, cycle_id)
+            bundle = bundle_path(home, cycle_id)
         except FileNotFoundError as exc:
             raise ResourceNotFoundError("no sealed evidence for that cycle id") from exc
         return evidence_cli.write_report(home, bundle).read_text(encoding="utf-8")
