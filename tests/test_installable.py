@@ -55,7 +55,7 @@ def test_installed_cli_and_mcp_handshake(
         [
             str(bin_dir / "python"),
             "-c",
-            "import mcp_infra, mcp_infra.datafiles"
+            "import mcp_infra, mcp_infra.state.datafiles"
             " as d; print(mcp_infra.__file__); print(d.shipped_dir('policy'))",
         ],
         capture_output=True,

@@ -51,14 +51,16 @@ def policy(home: Home, **protocol: object) -> None:
     data["name"] = "test"
     data["protocol"].update(
         {
-            "repeats": 2,
+            "repeats": 1,
             "warmup": 1,
             "max_tokens": 32,
             "bootstrap_resamples": 500,
             "ready_timeout_s": 120,
             "request_timeout_s": 60,
-            "min_starts": 2,
-            "max_starts": 2,
+            # three starts at 60% confidence: two starts cannot decide (see conftest)
+            "min_starts": 3,
+            "max_starts": 3,
+            "confidence": 0.6,
             "workload": [SHORT_1, SHORT_4],
             **protocol,
         }
@@ -91,14 +93,14 @@ def test_every_configuration_runs_in_fresh_interleaved_starts_and_the_winner_hol
     baseline, cand = runs["baseline.json"], runs["demo-tiny__draft-k2.json"]
     # At least two fresh processes per configuration, the baseline recipe included.
     assert baseline.starts >= 2 and cand.starts >= 2
-    assert {s.start for s in baseline.samples if s.phase == "measure"} == {0, 1}
-    assert {s.start for s in cand.samples if s.phase == "measure"} == {0, 1}
+    assert {s.start for s in baseline.samples if s.phase == "measure"} == {0, 1, 2}
+    assert {s.start for s in cand.samples if s.phase == "measure"} == {0, 1, 2}
     # Interleaved: the baseline opens round 0 and closes round 1.
     order = {(r.round, r.config): r.position for r in baseline.rounds + cand.rounds}
     assert order[(0, BASELINE_ID)] == 0 and order[(1, BASELINE_ID)] == 1
     assert order[(0, "demo-tiny:draft-k2")] == 1 and order[(1, "demo-tiny:draft-k2")] == 0
     ports = {r.port for r in baseline.rounds + cand.rounds}
-    assert len(baseline.rounds) == 2 and all(r.ended_at >= r.started_at for r in baseline.rounds)
+    assert len(baseline.rounds) == 3 and all(r.ended_at >= r.started_at for r in baseline.rounds)
     assert load_config(home).port not in ports  # measured beside the live service, not on it
     # the live service is served through the front: each round records its live traffic
     assert all(r.live_requests is not None and r.live_requests >= 0 for r in baseline.rounds)
