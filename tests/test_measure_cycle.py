@@ -89,6 +89,10 @@ def test_every_configuration_runs_in_fresh_interleaved_starts_and_the_winner_hol
     home: Home,
 ) -> None:
     policy(home)
+    path = home.user_policy / "test.yaml"  # a winner by policy: no per-prompt floor here
+    data = yaml.safe_load(path.read_text())
+    data["thresholds"]["worst_prompt_tolerance_pct"] = 100.0
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     summary, verdict, runs = run_cycle(home, ["demo-tiny:draft-k2"])
     baseline, cand = runs["baseline.json"], runs["demo-tiny__draft-k2.json"]
     # At least two fresh processes per configuration, the baseline recipe included.
