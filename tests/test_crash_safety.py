@@ -164,7 +164,10 @@ def test_candidate_killed_mid_benchmark_is_rejected_and_the_cycle_continues(
 
     def first_candidate_measuring() -> bool:
         events = [e for c in home.cycles.iterdir() for e in home.read_journal(c.name)[0]]
-        if not any(e.fields.get("step") == "measuring" for e in events):
+        if not any(  # serving and measured, not still loading (a kill then is a failed start)
+            e.fields.get("step") == "measuring" and e.fields.get("candidate") == WINNER
+            for e in events
+        ):
             return False
         records = [r for r in candidate_records(home) if r.candidate_id == WINNER]
         if records:
