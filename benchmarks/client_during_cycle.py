@@ -50,7 +50,6 @@ from mcp_infra.contracts import CandidateRun, CycleState, ServiceImpact  # noqa:
 from mcp_infra.core.preflight import find_candidate
 from mcp_infra.demo.models import build_demo_models  # noqa: E402
 from mcp_infra.flows.approve import approve  # noqa: E402
-from mcp_infra.flows.cycle import _max_tokens, _messages  # noqa: E402
 from mcp_infra.procs import bench
 from mcp_infra.procs.service import backend_url, ensure_serving, start_candidate, stop_candidate
 from mcp_infra.state import evidence  # noqa: E402
@@ -142,8 +141,8 @@ def _sealed_kv8(home: Home) -> str:
         return [
             bench.greedy_chat(
                 url,
-                _messages(p),
-                max_tokens=_max_tokens(p, plan.protocol),
+                p.chat_messages(),
+                max_tokens=p.token_budget(plan.protocol.max_tokens),
                 timeout=60,
                 candidate=name,
                 prompt_id=p.id,

@@ -924,6 +924,9 @@ class EnvironmentFingerprint(Contract):
     python: str
     packages: dict[str, str]
     blas: str = ""
+    accelerator: str = Field(
+        "", description="what MLX computes on: 'metal: <GPU name>' or 'cpu'; empty in old bundles"
+    )
     models: dict[str, str] = Field(default_factory=dict)
 
     def key(self) -> str:

@@ -17,7 +17,6 @@ from mcp_infra.contracts import CandidateRun, Decision, FrozenPlan, Outcome
 from mcp_infra.core.preflight import find_candidate
 from mcp_infra.faces import cli
 from mcp_infra.flows.approve import ApprovalRefused, approve
-from mcp_infra.flows.cycle import _max_tokens, _messages
 from mcp_infra.procs import bench
 from mcp_infra.procs.service import ensure_serving, start_candidate, stop_candidate
 from mcp_infra.state import evidence, memory
@@ -34,8 +33,8 @@ def real_greedy(base_url: str, candidate: str, plan: FrozenPlan):
     return [
         bench.greedy_chat(
             base_url,
-            _messages(p),
-            max_tokens=_max_tokens(p, plan.protocol),
+            p.chat_messages(),
+            max_tokens=p.token_budget(plan.protocol.max_tokens),
             timeout=60,
             candidate=candidate,
             prompt_id=p.id,

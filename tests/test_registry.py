@@ -15,7 +15,7 @@ from mcp_infra.contracts import Budgets, Manifest
 from mcp_infra.core.preflight import HostFacts, preflight
 from mcp_infra.faces import cli
 from mcp_infra.state.catalog import RegistryError, load_manifest, load_policy, load_registry
-from mcp_infra.state.hostfacts import host_facts, platform_tag
+from mcp_infra.state.hostfacts import fingerprint_environment, host_facts, platform_tag
 from mcp_infra.state.store import Home
 
 DFLASH2 = "qwen38-dflash2-v1"
@@ -221,3 +221,12 @@ def test_registry_command_shows_both_manifests_and_why(
         assert "fails platform: this machine is" in out
     else:
         assert "fails platform" not in out
+
+
+def test_the_environment_names_the_accelerator_mlx_computes_on() -> None:
+    env = fingerprint_environment([])
+    # This Linux machine runs MLX's CPU build (no Metal): the bundle must say so, not leave it
+    # to be guessed from the platform string; a Mac with Metal records "metal: <GPU name>".
+    expected = "cpu" if platform_tag().startswith("linux") else "metal: "
+    assert env.accelerator.startswith(expected)
+    assert env.model_dump()["accelerator"] == env.accelerator

@@ -14,7 +14,7 @@ from mcp_infra.contracts import (
     Sample,
     Semantics,
 )
-from mcp_infra.core.selector import select
+from mcp_infra.core.selector import failed_gates, select
 
 PROMPTS = ("p1", "p2", "p3")
 TOKENS = [11, 12, 13, 14, 15, 16]
@@ -249,6 +249,17 @@ def test_lossless_divergence_is_rejected_even_when_fast():
     )
     assert cv.speedup_estimate == pytest.approx(2.0)  # the figures are still reported
     assert any(r.startswith("Measured speedup 2.000x") for r in cv.reasons)
+
+
+def test_failed_gates_lets_early_stopping_reject_after_one_start():
+    diverging = make_run("m:wrong", 2.0, greedy_ids={"p2": [11, 12, 99]}, starts=1)
+    [gate] = failed_gates(BASELINE, diverging, THRESHOLDS, PROTOCOL)
+    assert gate.gate == "lossless" and "p2 diverges at token 2" in gate.detail
+    heavy = make_run("m:heavy", 2.0, starts=1, peak_memory_gb=99.0)
+    assert [g.gate for g in failed_gates(BASELINE, heavy, THRESHOLDS, PROTOCOL)] == ["memory"]
+    assert failed_gates(BASELINE, make_run("m:ok", 2.0, starts=1), THRESHOLDS, PROTOCOL) == []
+    unstarted = make_run("m:none", started=False, start_error="boom")
+    assert failed_gates(BASELINE, unstarted, THRESHOLDS, PROTOCOL) == [], "no outputs, no gate"
 
 
 def test_smoke_failure_only_counts_where_the_baseline_is_clean():

@@ -93,6 +93,24 @@ def run_gates(
     return gates
 
 
+def failed_gates(
+    baseline: CandidateRun,
+    run: CandidateRun,
+    thresholds: EffectiveThresholds,
+    protocol: Protocol,
+) -> list[GateResult]:
+    """The gates ``run`` already fails. A gate (token identity, agreement, quality, smoke,
+    memory) judges outputs that do not get better with more starts, so early stopping may
+    reject on it after the first round, before any speed decision is due."""
+    if not run.started or not run.greedy or not baseline.greedy:
+        return []
+    return [
+        g
+        for g in run_gates(baseline, run, thresholds, None, protocol.quality_suite)
+        if not g.passed
+    ]
+
+
 def _quality_outputs(
     run: CandidateRun, quality: dict[str, list[Sample]] | None
 ) -> list[Sample] | None:

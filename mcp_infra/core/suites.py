@@ -31,6 +31,14 @@ class SuitePrompt(Part):
     max_tokens: int = Field(ge=1, le=8192)
     split: Literal["selection", "heldout"] = "selection"
 
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The messages as an OpenAI chat request carries them."""
+        return [m.model_dump() for m in self.messages]
+
+    def token_budget(self, cap: int) -> int:
+        """The prompt's own answer length, never above the protocol's ``max_tokens`` cap."""
+        return min(self.max_tokens, cap)
+
     @model_validator(mode="after")
     def _ends_with_user(self) -> SuitePrompt:
         if self.messages[-1].role != "user":

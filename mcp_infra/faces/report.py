@@ -302,6 +302,7 @@ def _env_html(env: EnvironmentFingerprint | None) -> str:
         ["platform", _e(env.platform)],
         ["machine / CPU", _e(f"{env.machine} · {env.cpu}")],
         ["cores / memory", _e(f"{env.cpu_count} · {env.memory_gb} GB")],
+        ["accelerator / BLAS", _e(f"{env.accelerator or 'not recorded'} · {env.blas}")],
         ["python", _e(env.python)],
         ["packages", _e(", ".join(f"{k} {v}" for k, v in sorted(env.packages.items())))],
         [

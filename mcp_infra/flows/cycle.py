@@ -152,14 +152,6 @@ def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
 # ---------------------------------------------------------------------------------------------
 
 
-def _messages(prompt: Any) -> list[dict[str, Any]]:
-    return [m.model_dump() if hasattr(m, "model_dump") else dict(m) for m in prompt.messages]
-
-
-def _max_tokens(prompt: Any, protocol: Any) -> int:
-    return min(getattr(prompt, "max_tokens", None) or protocol.max_tokens, protocol.max_tokens)
-
-
 def cache_note(recipe: Recipe) -> str:
     served = (
         "prompt cache off (--prompt-cache-size 0)"
@@ -602,8 +594,8 @@ def verify_online(
     online = [
         bench.greedy_chat(
             base_url,
-            _messages(p),
-            max_tokens=_max_tokens(p, plan.protocol),
+            p.chat_messages(),
+            max_tokens=p.token_budget(plan.protocol.max_tokens),
             timeout=plan.protocol.request_timeout_s,
             candidate=winner.candidate_id,
             prompt_id=p.id,

@@ -53,7 +53,7 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
-from mcp_infra.core.selector import select
+from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.stats import derive_seed
 from mcp_infra.core.suites import Suite, SuitePrompt
 from mcp_infra.core.workload import cell_figures, decisive_view, request_class_of
@@ -178,14 +178,6 @@ class StartResult:
     memory_source: str | None = None
 
 
-def _messages(prompt: Any) -> list[dict[str, Any]]:
-    return [m.model_dump() if hasattr(m, "model_dump") else dict(m) for m in prompt.messages]
-
-
-def _max_tokens(prompt: Any, protocol: Protocol) -> int:
-    return min(getattr(prompt, "max_tokens", None) or protocol.max_tokens, protocol.max_tokens)
-
-
 def _timed(
     base_url: str,
     prompt: SuitePrompt,
@@ -200,8 +192,8 @@ def _timed(
     sent = time.monotonic()
     sample = bench.stream_chat(
         base_url,
-        bench.with_nonce(_messages(prompt), uuid.uuid4().hex[:12]),
-        max_tokens=_max_tokens(prompt, protocol),
+        bench.with_nonce(prompt.chat_messages(), uuid.uuid4().hex[:12]),
+        max_tokens=prompt.token_budget(protocol.max_tokens),
         timeout=protocol.request_timeout_s,
         prompt_id=prompt.id,
         candidate=tags["candidate"],
@@ -296,8 +288,8 @@ def measure_start(
                 for prompt in every:
                     sample = bench.greedy_chat(
                         base_url,
-                        _messages(prompt),
-                        max_tokens=_max_tokens(prompt, protocol),
+                        prompt.chat_messages(),
+                        max_tokens=prompt.token_budget(protocol.max_tokens),
                         timeout=protocol.request_timeout_s,
                         candidate=candidate,
                         prompt_id=prompt.id,
@@ -319,7 +311,7 @@ def measure_start(
                     result.quality,
                     bench.greedy_chat(  # a task's own budget: a reasoning
                         base_url,
-                        _messages(task),
+                        task.chat_messages(),
                         max_tokens=task.max_tokens,  # model must answer
                         timeout=protocol.request_timeout_s,
                         candidate=candidate,
@@ -609,6 +601,14 @@ def run_rounds(
         base_run = base.run()
         if on_round:
             on_round(base_run, [i.run() for i in items.values()])
+        for name in list(open_):  # a failed gate (a divergence, memory) needs no more starts
+            failed = failed_gates(base_run, items[name].run(), plan.thresholds, protocol)
+            if failed:
+                open_.remove(name)
+                items[name].stopped = (
+                    f"rejected after {items[name].starts} start(s) (round {rounds_done}): "
+                    f"the {failed[0].gate} gate failed"
+                )
         if rounds_done >= protocol.min_starts and open_:
             verdict = select(
                 decisive_view(base_run, protocol),
@@ -735,10 +735,11 @@ def heldout_protocol(protocol: Protocol) -> Protocol:
         c.request_class for c in protocol.workload if c.concurrency == 1 and c.role == "decisive"
     ] or ["short"]
     cells = [WorkloadCell(request_class=c, concurrency=1) for c in dict.fromkeys(classes)]
-    # Twice the timed requests per prompt that selection's first rounds gave each prompt (at
-    # least 6): the check runs in one start per side, so it needs the repeats to see through
-    # the machine's noise.
-    repeats = min(50, max(6, 2 * protocol.repeats * protocol.min_starts))
+    # As many timed requests per prompt as selection's first rounds gave each prompt (at least
+    # 3). The check runs in one start per side, so its interval carries the assumed
+    # start-to-start noise (stats.ASSUMED_START_NOISE); past a few repeats that term dominates
+    # and more repeats only lengthen the cycle.
+    repeats = min(50, max(3, protocol.repeats * protocol.min_starts))
     return protocol.model_copy(
         update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
     )

@@ -91,6 +91,22 @@ def blas_name() -> str:
     return os.environ.get("LD_PRELOAD", "") or "bundled (no LD_PRELOAD)"
 
 
+def accelerator_name() -> str:
+    """What the MLX runtime computes on here: Apple's GPU through Metal, or the CPU (MLX's
+    Linux CPU build). The servers run the same mlx, so this is what they computed on."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return "unknown (mlx is not importable)"
+    if not mx.metal.is_available():
+        return "cpu"
+    try:
+        name = str(mx.device_info().get("device_name", ""))
+    except (AttributeError, RuntimeError):
+        name = ""
+    return f"metal: {name or 'Apple GPU'}"
+
+
 def fingerprint_environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
     """This machine, its packages and every model folder the cycle's recipes run."""
     packages = {name: v for name in RECORDED_PACKAGES if (v := installed_version(name))}
@@ -108,6 +124,7 @@ def fingerprint_environment(recipes: list[Recipe]) -> EnvironmentFingerprint:
         python=platform.python_version(),
         packages=packages,
         blas=blas_name(),
+        accelerator=accelerator_name(),
         models=models,
     )
 
