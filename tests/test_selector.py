@@ -212,6 +212,20 @@ def test_no_measurement_is_rejected():
     assert cv.decision == Decision.REJECTED and "no measured requests" in cv.reasons[0]
 
 
+def test_a_server_that_died_in_its_warm_up_is_rejected_with_why():
+    died = "server process exited during measurement; log tail: Killed"
+    run = make_run("m:dead", 2.0).model_copy(
+        update={
+            "samples": [
+                Sample(candidate="m:dead", prompt_id="p1", repeat=0, phase="warmup", error=died)
+            ]
+        }
+    )
+    cv = only(decide([run]))
+    assert cv.decision == Decision.REJECTED
+    assert cv.reasons == [f"The candidate has no measured requests: {died}."]
+
+
 def test_missing_prompt_measurement_is_rejected():
     run = make_run("m:partial", 1.5)
     run = run.model_copy(update={"samples": [s for s in run.samples if s.prompt_id != "p2"]})

@@ -207,8 +207,13 @@ def judge(
     verdict.rounds_used = len({s.round for s in measured})
     verdict.baseline_starts = len({s.start for s in baseline.samples if s.phase == "measure"})
     failed, total = error_count(run.samples)
-    if total == 0:
-        verdict.reasons.append("The candidate has no measured requests.")
+    if total == 0:  # say why when a start recorded it (a server that died in its warm-up)
+        why = next((r.error for r in run.rounds if r.error), None) or next(
+            (s.error for s in run.samples if s.error), None
+        )
+        verdict.reasons.append(
+            "The candidate has no measured requests" + (f": {why}." if why else ".")
+        )
         return verdict
     rate = failed / total
     if rate > thresholds.max_error_rate:
