@@ -39,24 +39,7 @@ from mcp_infra.state.context import load_config  # noqa: E402
 from mcp_infra.state.store import Home, read_model, write_model  # noqa: E402
 
 CANDIDATE = "demo-aa:same"
-AA_MANIFEST = """\
-schema_version: 1
-id: demo-aa
-title: The demo target under another registry id (an A/A check)
-class: server_tuning
-semantics: lossless
-license_reviewed: true
-runtime:
-  template: mlx_lm_server
-  min_versions: {mlx-lm: "0.32.2"}
-  platforms: [linux-x86_64, linux-aarch64, darwin-arm64]
-target: {role: target, demo: target}
-resources: {memory_gb: 1, disk_gb: 0.1}
-variants:
-  - id: same
-    title: the target's own knobs (mlx_lm.server's default prefill step, stated explicitly)
-    knobs: {prefill_step_size: 2048}
-"""
+AA_MANIFEST = (Path(__file__).resolve().parent.parent / "tests" / "demo-aa.yaml").read_text()
 
 
 def make_home(root: Path, policy: str) -> Home:

@@ -8,6 +8,8 @@ the machine's speed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -25,24 +27,7 @@ pytestmark = pytest.mark.slow
 SHORT_1 = {"request_class": "short", "concurrency": 1, "role": "decisive"}
 SHORT_4 = {"request_class": "short", "concurrency": 4, "role": "reported"}
 
-AA_MANIFEST = """\
-schema_version: 1
-id: demo-aa
-title: The demo target under another registry id (an A/A check)
-class: server_tuning
-semantics: lossless
-license_reviewed: true
-runtime:
-  template: mlx_lm_server
-  min_versions: {mlx-lm: "0.32.2"}
-  platforms: [linux-x86_64, linux-aarch64, darwin-arm64]
-target: {role: target, demo: target}
-resources: {memory_gb: 1, disk_gb: 0.1}
-variants:
-  - id: same
-    title: the target's own knobs (mlx_lm.server's default prefill step, stated explicitly)
-    knobs: {prefill_step_size: 2048}
-"""
+AA_MANIFEST = (Path(__file__).parent / "demo-aa.yaml").read_text()
 
 
 def policy(home: Home, **protocol: object) -> None:

@@ -463,12 +463,9 @@ def _one_start(
     )
     began = utcnow()
     live0 = live_traffic() if live_traffic else None
-    try:
-        record = _start(home, config, item.recipe, journal.cycle_id, protocol)
-    except (ServerStartError, PortBusy, ValueError) as exc:
-        item.start_error = (
-            f"server did not start (round {round_index + 1}, start {start + 1}): {exc}"
-        )
+
+    def record_round(error: str | None, port: int | None = None) -> None:
+        live1 = live_traffic() if live_traffic and live0 is not None else None
         item.rounds.append(
             RoundRecord(
                 config=item.name,
@@ -477,9 +474,19 @@ def _one_start(
                 position=position,
                 started_at=began,
                 ended_at=utcnow(),
-                error=item.start_error,
+                port=port,
+                live_requests=live1 - live0 if live0 is not None and live1 is not None else None,
+                error=error,
             )
         )
+
+    try:
+        record = _start(home, config, item.recipe, journal.cycle_id, protocol)
+    except (ServerStartError, PortBusy, ValueError) as exc:
+        item.start_error = (
+            f"server did not start (round {round_index + 1}, start {start + 1}): {exc}"
+        )
+        record_round(item.start_error)
         return None
     try:
         journal(
@@ -511,21 +518,8 @@ def _one_start(
     finally:
         usage.snapshot(home.cycle_dir(journal.cycle_id), record)  # CPU and peak for the cost
         stop_candidate(home, record)
-    live1 = live_traffic() if live_traffic else None
     item.starts += 1
-    item.rounds.append(
-        RoundRecord(
-            config=item.name,
-            start=start,
-            round=round_index,
-            position=position,
-            started_at=began,
-            ended_at=utcnow(),
-            port=record.port,
-            live_requests=live1 - live0 if live0 is not None and live1 is not None else None,
-            error=result.died,
-        )
-    )
+    record_round(result.died, record.port)
     item.samples.extend(result.samples)
     item.greedy.extend(result.greedy)
     item.quality.extend(result.quality)
