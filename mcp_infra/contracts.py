@@ -259,7 +259,12 @@ class Protocol(Part):
     suite: Annotated[str, Field(pattern=ID_PATTERN)] = "demo-speed"
     quality_suite: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
     repeats: int = Field(3, ge=1, le=50)
-    warmup: int = Field(1, ge=0, le=10)
+    warmup: int = Field(
+        1,
+        ge=0,
+        le=10,
+        description="untimed warm-up requests per fresh start and request class (phase warmup)",
+    )
     max_tokens: int = Field(64, ge=2, le=8192)
     seed: int = 20261129
     bootstrap_resamples: int = Field(2000, ge=100, le=100_000)

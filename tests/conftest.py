@@ -382,7 +382,7 @@ def write_test_policy(
         {
             "repeats": 2,
             "warmup": 1,
-            "max_tokens": 32,
+            "max_tokens": 24,
             "bootstrap_resamples": 500,
             "ready_timeout_s": 120,
             "request_timeout_s": 60,

@@ -37,7 +37,7 @@ from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home
 
 # Three repeats: one sample delayed by a busy 2-core machine must not sway a per-prompt median.
-FAST = {"repeats": 3, "warmup": 1, "max_tokens": 40}
+FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}
 BASELINE = "demo-tiny:target"
 WINNER = "demo-tiny:draft-k4"
 

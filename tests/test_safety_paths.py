@@ -29,7 +29,7 @@ from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, service_record
 from mcp_infra.state.store import Home, read_model
 
-FAST = {"repeats": 3, "warmup": 1, "max_tokens": 40}
+FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}
 BASELINE, WINNER = "demo-tiny:target", "demo-tiny:draft-k4"
 
 
