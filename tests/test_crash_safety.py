@@ -228,10 +228,22 @@ def test_full_disk_while_sealing_keeps_the_service_and_reports_it(fast_home: Hom
     assert after.outcome == decided[0], "resealing keeps the outcome decided before the failure"
 
 
-def test_injected_write_error_while_sealing(fast_home: Home, monkeypatch) -> None:
+@pytest.fixture
+def quick_home(tmp_path: Path, demo_models: dict[str, Path]):
+    """A home whose cycles end at once: a time budget (0.06 s) spent by the live service's
+    sanity measurement, so no candidate starts and the cycle seals "baseline kept". For tests of
+    what happens around a cycle (ordering, sealing), not of what it measures."""
+    from conftest import _kill_leftovers
+
+    home = make_home(tmp_path / "home", demo_models, budgets={"cycle_minutes": 0.001}, **FAST)
+    yield home
+    _kill_leftovers(home)
+
+
+def test_injected_write_error_while_sealing(quick_home: Home, monkeypatch) -> None:
     from mcp_infra.state import evidence
 
-    home = fast_home
+    home = quick_home
     start_live(home)
     queue_plan(home)
 
@@ -262,8 +274,8 @@ def test_second_supervisor_exits_with_a_clear_message(fast_home: Home) -> None:
     assert "another supervisor is running" in result.stderr
 
 
-def test_two_proposals_run_in_order(fast_home: Home) -> None:
-    home = fast_home
+def test_two_proposals_run_in_order(quick_home: Home) -> None:
+    home = quick_home
     start_live(home)
     first = queue_plan(home, {"hypothesis": "first", "candidates": ["demo-tiny:draft-k2"]})
     time.sleep(0.01)
