@@ -54,6 +54,7 @@ from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home  # noqa: E402
 
 DRAFT = "demo-tiny:draft-k4"
+INTENDED = {"promote": "promoted", "exclusive": "promoted", "rollback": "rolled_back"}
 CLIENT_TIMEOUT_S = 120.0
 BODY = {
     "messages": [{"role": "user", "content": "Tell me about harbours."}],
@@ -245,6 +246,7 @@ def main() -> int:
     parser.add_argument("--streams", default="1,4")
     parser.add_argument("--scenarios", default="promote,exclusive,rollback")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--attempts", type=int, default=3, help="runs of a scenario at most")
     parser.add_argument(
         "--overhead-only",
         type=int,
@@ -266,18 +268,30 @@ def main() -> int:
     rows = []
     for name in args.scenarios.split(","):
         for streams in (int(s) for s in args.streams.split(",")):
-            row = scenario(name, streams, models)
+            # A cycle under client load may keep the baseline (the drafter did not qualify):
+            # then the switch was not exercised, so the scenario runs again, up to --attempts;
+            # every attempt's requests count (a failure in any attempt is a failure).
+            tries = []
+            for _ in range(args.attempts):
+                tries.append(scenario(name, streams, models))
+                print(json.dumps(tries[-1]), file=sys.stderr, flush=True)
+                if tries[-1]["outcome"] == INTENDED[name]:
+                    break
+            row = dict(tries[-1])
+            row["attempts"] = len(tries)
+            row["requests"] = sum(t["requests"] for t in tries)
+            row["failed"] = sum(t["failed"] for t in tries)
             rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
     head = (
-        "| scenario | streams | outcome | mode (experiments/promotion) | requests | failed "
-        "| held | longest hold s | 503s | unserved s | p50 s | p99 s | wall s |"
+        "| scenario | streams | attempts | outcome | mode (experiments/promotion) | requests "
+        "| failed | held | longest hold s | 503s | unserved s | p50 s | p99 s | wall s |"
     )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         print(
-            f"| {r['scenario']} | {r['streams']} | {r['outcome']} | {r['mode']} | "
+            f"| {r['scenario']} | {r['streams']} | {r['attempts']} | {r['outcome']} | "
+            f"{r['mode']} | "
             f"{r['requests']} | {r['failed']} | {r['held']} | {r['longest_hold_s']} | "
             f"{r['rejected_503']} | {r['unserved_s']} | {r['p50_s']} | {r['p99_s']} | "
             f"{r['wall_s']} |"
