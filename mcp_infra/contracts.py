@@ -263,7 +263,7 @@ class Protocol(Part):
         1,
         ge=0,
         le=10,
-        description="untimed warm-up requests per fresh start and request class (phase warmup)",
+        description="untimed warm-up passes over every prompt per fresh start (phase warmup)",
     )
     max_tokens: int = Field(64, ge=2, le=8192)
     seed: int = 20261129
