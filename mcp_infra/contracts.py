@@ -268,7 +268,14 @@ class Protocol(Part):
     max_tokens: int = Field(64, ge=2, le=8192)
     seed: int = 20261129
     bootstrap_resamples: int = Field(2000, ge=100, le=100_000)
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    confidence: float = Field(
+        0.96,
+        gt=0.5,
+        lt=1.0,
+        description="two-sided confidence of the speedup intervals; a candidate qualifies on the "
+        "lower bound, so one no faster than the threshold qualifies at most (1 - confidence) / 2 "
+        "of the time, all early-stopping looks together (2% at 0.96; core.stats)",
+    )
     drift_check: bool = False
     drift_tolerance_pct: float = Field(10.0, ge=0, le=100)
     request_timeout_s: float = Field(120.0, gt=0, le=3600)
@@ -279,15 +286,16 @@ class Protocol(Part):
     min_starts: int = Field(
         2,
         ge=1,
-        le=10,
+        le=20,
         description="fresh server processes per configuration before any decision (one per round)",
     )
     max_starts: int = Field(
-        4,
+        13,
         ge=1,
         le=20,
-        description="rounds at most: one more start per "
-        "configuration per round while some decision is still open",
+        description="rounds at most: one more start per configuration per round while some "
+        "decision is still open (13: enough to qualify a true gain 10 points above the threshold "
+        "at 5% start-to-start noise, see core.stats)",
     )
 
 

@@ -4,6 +4,7 @@ that fails closed, workload cells, early-stopping levels, and what each verdict 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import pytest
 from test_selector import ALL, BASELINE, PROTOCOL, THRESHOLDS, make_run, only
@@ -98,27 +99,31 @@ def test_look_level_spends_the_error_rate_over_the_looks() -> None:
 
 def test_candidate_must_clear_the_noise_floor_not_just_the_threshold() -> None:
     # The baseline's own starts differ by about 10%; a candidate measured in tight starts at
-    # 1.115x clears the 5% threshold with its interval's lower bound, but not the floor.
+    # 1.115x clears the 5% threshold with its interval's lower bound, but not the floor (a fixed
+    # protocol of 12 starts: the interval at the full confidence, whatever the defaults).
     wobbly = make_run("baseline", klass=None, spread=(0.9, 1.0, 1.1) * 4)
-    tight = make_run("m:tight", 1.115, noise=(1.0, 1.0, 1.0), spread=(1.0,) * 12)
-    verdict = decide(
-        [tight],
-        baseline=wobbly,
-        thresholds=THRESHOLDS.model_copy(update={"worst_prompt_tolerance_pct": 50}),
-    )
-    cv = only(verdict)
+    fixed = PROTOCOL.model_copy(update={"min_starts": 12, "max_starts": 12})
+    wide = THRESHOLDS.model_copy(update={"worst_prompt_tolerance_pct": 50})
+
+    def tight(factor: float) -> CandidateVerdict:
+        run = make_run("m:tight", factor, noise=(1.0, 1.0, 1.0), spread=(1.0,) * 12)
+        return only(decide([run], baseline=wobbly, protocol=fixed, thresholds=wide))
+
+    cv = tight(1.115)
     assert cv.noise_floor is not None and 1.05 <= cv.ci_low < cv.noise_floor
     assert cv.decision == Decision.INCONCLUSIVE
     assert any("clears the threshold but not the A/A noise floor" in r for r in cv.reasons)
+    clear = tight(1.15)
+    assert clear.noise_floor == pytest.approx(cv.noise_floor)  # the baseline's, not the run's
+    assert clear.ci_low >= clear.noise_floor and clear.decision == Decision.QUALIFIED
 
 
 def test_single_baseline_start_is_explicit_and_conservative() -> None:
     single = make_run("baseline", klass=None, starts=1)
     cv = only(decide([make_run("m:fast", 1.5, starts=1)], baseline=single))
     assert cv.noise_floor_assumed and cv.baseline_starts == 1
-    assert cv.noise_floor == pytest.approx(
-        math.exp(1.959964 * math.sqrt(2) * ASSUMED_START_NOISE), rel=0.02
-    )
+    z = NormalDist().inv_cdf((1 + PROTOCOL.confidence) / 2)  # 2.054 at the default 96%
+    assert cv.noise_floor == pytest.approx(math.exp(z * math.sqrt(2) * ASSUMED_START_NOISE))
     assert any("single server start" in r and "assumed 5%" in r for r in cv.reasons)
     assert cv.decision == Decision.QUALIFIED  # a large gain still clears it
     small = only(decide([make_run("m:small", 1.10, starts=1)], baseline=single))
@@ -345,7 +350,10 @@ def test_headline_cell_and_words() -> None:
 def test_verdict_records_starts_rounds_and_requests() -> None:
     cv = only(decide([make_run("m:fast", 1.5, errors=0)]))
     assert (cv.starts_used, cv.rounds_used, cv.requests_used, cv.baseline_starts) == (3, 3, 27, 3)
-    assert cv.interval_level == pytest.approx(look_level(0.95, 3, 2, 4))
+    p = PROTOCOL
+    assert cv.interval_level == pytest.approx(
+        look_level(p.confidence, 3, p.min_starts, p.max_starts)
+    )
     assert cv.cells and cv.cells[0].headline
 
 

@@ -267,3 +267,19 @@ def test_policy_with_drift_tolerance_not_below_the_speedup_is_refused(tolerance:
     assert "drift_tolerance_pct" in str(info.value) and "must be below" in str(info.value)
     data["protocol"]["drift_tolerance_pct"] = 4.9
     assert Policy.model_validate(data).protocol.drift_tolerance_pct == 4.9
+
+
+def test_default_policy_runs_the_protocol_the_decision_benchmark_validates() -> None:
+    """benchmarks/decision_quality.py checks its targets with ``Protocol()``'s confidence and
+    starts; real services run under the default policy, so it must use the same (the demo,
+    with large effects and a wall time that matters, keeps fewer starts)."""
+    from mcp_infra.contracts import Protocol
+    from mcp_infra.state.catalog import load_policy
+
+    shipped, validated = load_policy("default").protocol, Protocol()
+    assert (shipped.confidence, shipped.min_starts, shipped.max_starts) == (
+        validated.confidence,
+        validated.min_starts,
+        validated.max_starts,
+    )
+    assert validated.max_starts >= 13

@@ -183,6 +183,28 @@ def test_regression_within_tolerance_still_qualifies():
     assert only(decide([run])).decision == Decision.QUALIFIED
 
 
+def test_noise_floor_guards_a_zero_threshold():
+    """With no threshold, the A/A noise floor is what stands between a baseline whose starts
+    happened to run fast and a promotion: an interval wholly above 1.000x is not enough."""
+    wobbly = make_run("baseline", klass=None, spread=(0.9, 1.0, 1.1) * 4)
+    lucky = make_run("m:lucky", 1.08, noise=(1.0, 1.0, 1.0), spread=(1.0,) * 12)
+    fixed = PROTOCOL.model_copy(update={"min_starts": 12, "max_starts": 12})
+    free = THRESHOLDS.model_copy(update={"min_speedup_pct": 0.0})
+    cv = only(select(wobbly, [lucky], free, fixed, ALL))
+    assert cv.noise_floor is not None and 1.0 < cv.ci_low < cv.noise_floor
+    assert cv.decision == Decision.INCONCLUSIVE
+    assert "not the A/A noise floor" in cv.reasons[0]
+
+
+def test_default_protocol_reports_its_confidence_and_look():
+    """The default interval is 96% (a wrong qualification at most 2%, all looks together);
+    three of up to 13 starts is an early look, at a stricter level."""
+    cv = only(decide([make_run("m:fast", 1.5)]))
+    assert PROTOCOL.confidence == 0.96 and PROTOCOL.max_starts == 13
+    assert "(96% interval, 99.8% at this look of early stopping" in cv.reasons[0]
+    assert cv.interval_level == pytest.approx(1 - 0.04 / 22)
+
+
 def test_start_failure_is_rejected_with_the_error():
     run = CandidateRun(candidate="m:broken", started=False, start_error="port 8090 in use")
     verdict = decide([run])

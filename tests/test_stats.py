@@ -23,6 +23,7 @@ from mcp_infra.core.stats import (
     derive_seed,
     error_count,
     geometric_mean,
+    look_level,
     measured_tps,
     quantile,
     repeats_to_decide,
@@ -331,3 +332,21 @@ def test_repeats_to_decide_not_estimable():
     assert repeats_to_decide(1.10, 1.10, 1.10, 1.05, 3) is None  # no width at all
     assert repeats_to_decide(1.10, 1.0, 1.2, 1.05, 0) is None  # nothing measured
     assert repeats_to_decide(1.10, 0.0, 1.2, 1.05, 3) is None  # non-positive bound
+
+
+# ------------------------------------------------------------------ error rate of the defaults
+
+
+def test_default_protocol_bounds_a_wrong_qualification_at_two_percent():
+    """A candidate qualifies on the lower bound: each look's one-sided rate is half its error
+    rate, and over all looks of early stopping they add up to (1 - confidence) / 2, at most 2%
+    at the defaults, with at least half of it kept for the last look."""
+    p = Protocol()
+    looks = range(p.min_starts, p.max_starts + 1)
+    one_sided = [(1 - look_level(p.confidence, n, p.min_starts, p.max_starts)) / 2 for n in looks]
+    assert math.fsum(one_sided) == pytest.approx((1 - p.confidence) / 2)
+    assert math.fsum(one_sided) <= 0.02 + 1e-12
+    assert one_sided[-1] >= 0.01 - 1e-12 and max(one_sided[:-1]) < 0.0014
+    # Enough starts to tell a true 1.15x from a 1.05x threshold at 5% start-to-start noise
+    # (benchmarks/decision_quality.py): the standard error of the log speedup must be ~0.02.
+    assert 0.0506 * math.sqrt(2 / p.max_starts) < 0.0201

@@ -15,7 +15,10 @@ The rules, in order (statistics in ``mcp_infra.stats``; intervals see the server
    the cell in words.
 3. Qualified only if the lower bound clears both the threshold and the A/A noise floor (how far
    the baseline's own starts differ), no prompt's interval straddles the floor, no decisive cell's
-   interval straddles it, and the estimate is above 1.000x.
+   interval straddles it, and the estimate is above 1.000x. The lower bound is a one-sided
+   (1 + confidence)/2 bound with the error rate spent over the looks of early stopping, so a
+   candidate no faster than the threshold qualifies at most (1 - confidence)/2 of the time, all
+   looks together (2% at the default 96%).
 4. Anything else is inconclusive, with the reason: more starts may decide it.
 5. With ``drift_check`` on, missing or failed drift samples, or drift beyond tolerance, make a
    qualified candidate inconclusive (the check fails closed).

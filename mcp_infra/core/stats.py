@@ -26,16 +26,42 @@ The method (``speedup_summary``):
   The interval's confidence is the protocol's, adjusted for early stopping: the error rate is
   spent over the looks (one per start from min_starts to max_starts), Haybittle-Peto style
   (``look_level``), so stopping at the first decisive look does not inflate the error rate.
+* What the error rate means. A candidate qualifies only if the interval's lower bound clears the
+  bar (below), a one-sided question: the lower bound of a two-sided interval at confidence C is a
+  one-sided (1 + C)/2 bound, so a candidate whose true speedup is at the bar qualifies at most
+  (1 - C)/2 of the time, over all looks together (the per-look rates add up to 1 - C, and the
+  union bound holds however correlated the looks are). The default C is 0.96 (``Protocol``):
+  at most 2% wrongly qualified; the looks being correlated, the benchmark sees about 1%. The
+  upper bound, which rejects a candidate as too slow, has the same 2% on its side.
+* How many starts that takes. Each start is one observation of a configuration's level, so with
+  start-to-start spread s (log sd) and S starts each, the standard error of the log speedup is
+  about s * sqrt(2 / S). Telling a true 1.15x from a 1.05x threshold (0.091 apart in log space)
+  at that 2% bound (1% at the last look, the rest spent on the early ones) with 90% power needs
+  0.091 to be about 4.5 standard errors, once the t quantiles' few degrees of freedom and the
+  looks are paid for: a standard error of about 0.02, S about 13 at s = 5% and 5 at s = 3%.
+  Hence the default ``max_starts`` of 13; early stopping ends a clear case far sooner
+  (benchmarks/decision_quality.py measures all of this; figures in the README).
 * A configuration measured in a single start cannot show its start-to-start spread: its variance
   is the bootstrap's (the repeats, resampled) plus ``ASSUMED_START_NOISE`` squared (5% per start,
   the largest this method is validated for, see benchmarks/decision_quality.py), taken as known
   (normal quantiles on that side).
 * A/A noise floor: the baseline resampled against itself the same way (two independent two-stage
   draws of its own starts, scaled like the variance above to remove the double count); the floor
-  is the confidence quantile of that ratio (at least 1). A
-  candidate must clear it as well as the threshold. With one baseline start it is unknown and is
-  computed from the assumed start noise instead: exp(z * sqrt(2) * ASSUMED_START_NOISE), about
-  1.148x at 95%.
+  is the confidence quantile of that ratio (at least 1): how far two equally sized sets of the
+  baseline's own starts can differ by chance. A candidate must clear it as well as the
+  threshold. It exists for the candidate that is the baseline under another name: identical
+  measurements never qualify (the estimate is not above 1), and one measured in starts of its
+  own must clear both its interval and the floor; at a threshold of 0, where the floor is all
+  that stands in its way beyond the interval, the floor takes its chance of qualifying from
+  about 2% to about none (figures in the README). The floor is about as wide as the interval's
+  half-width, so with few starts it sits above a 5% threshold and costs power: with the old 2
+  to 4 starts at 5% start noise a few points of the chance to qualify a true 1.15x (the starts,
+  not the floor, were what was missing). At the default 13 starts it mostly lies below a 5%
+  threshold and costs about one point of that power. A lower floor (say the median A/A
+  distance) would win that point back but let a renamed baseline through far more often at a
+  threshold of 0, so the floor stays at the confidence quantile. With one baseline start it is
+  unknown and is computed from the assumed start noise instead:
+  exp(z * sqrt(2) * ASSUMED_START_NOISE), about 1.148x at 95% and 1.157x at 96%.
 
 Token-weighted speedup is Σ output tokens / Σ decode time of the candidate over the same of the
 baseline (a time-weighted rate, not a mean of ratios).

@@ -240,8 +240,10 @@ def verdict_table(view: app.EvidenceView) -> str:
         )
     if verdict is None:
         return "\n".join(lines)
+    # The interval's confidence is the plan's, adjusted per look of early stopping: each
+    # candidate's first reason states it, so the header does not.
     lines.append(
-        f"{'candidate':26} {'decode tok/s':>13} {'speedup':>9} {'95% interval':>17} "
+        f"{'candidate':26} {'decode tok/s':>13} {'speedup':>9} {'interval':>17} "
         f"{'worst prompt':>13}  {'gates':24} decision"
     )
     for c in verdict.candidates:
