@@ -221,5 +221,5 @@ def test_heldout_protocol_uses_decisive_single_request_classes() -> None:
         ("long_prefill", 1),
     ]
     assert held.quality_suite is None and held.drift_check is False
-    assert held.repeats == default.repeats * default.min_starts
-    assert heldout_protocol(default.model_copy(update={"repeats": 1})).repeats == 3
+    assert held.repeats == max(6, 2 * default.repeats * default.min_starts)
+    assert heldout_protocol(default.model_copy(update={"repeats": 1})).repeats == 6

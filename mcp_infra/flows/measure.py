@@ -733,11 +733,11 @@ def heldout_protocol(protocol: Protocol) -> Protocol:
         c.request_class for c in protocol.workload if c.concurrency == 1 and c.role == "decisive"
     ] or ["short"]
     cells = [WorkloadCell(request_class=c, concurrency=1) for c in dict.fromkeys(classes)]
-    # As many timed requests per prompt as selection's first rounds gave each prompt (at least
-    # 3). The check runs in one start per side, so its interval carries the assumed
-    # start-to-start noise (stats.ASSUMED_START_NOISE); past a few repeats that term dominates
-    # and more repeats only lengthen the cycle.
-    repeats = min(50, max(3, protocol.repeats * protocol.min_starts))
+    # Twice the timed requests per prompt that selection's first rounds gave each prompt (at
+    # least 6): the check runs in one start per side, and each held-out prompt's own interval
+    # must clear the worst-prompt floor. With 3 repeats (tried) the demo's winner lost its
+    # held-out check to one prompt's interval of 0.86x to 2.93x around a 1.59x gain.
+    repeats = min(50, max(6, 2 * protocol.repeats * protocol.min_starts))
     return protocol.model_copy(
         update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
     )
