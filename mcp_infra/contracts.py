@@ -822,6 +822,12 @@ class Verdict(Contract):
     candidates: list[CandidateVerdict]
     selected: str | None
     reason: str
+    method: int = Field(
+        1,
+        ge=1,
+        description="the decision method that reached it (selector.DECISION_METHOD); absent in "
+        "verdicts from before methods were numbered (1)",
+    )
     baseline_drift: float | None = Field(
         None, description="baseline speed re-measured after the experiments / before (geo-mean)"
     )

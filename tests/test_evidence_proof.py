@@ -506,3 +506,43 @@ def test_chain_shows_deleted_and_rewritten_history(home: Home) -> None:
     shutil.rmtree(home.evidence / cycles[2])
     assert "chain_head" in {c.name for c in evidence.verify(second).checks if c.status == "failed"}
     assert os.stat(signing.private_key_path(home)).st_mode & 0o077 == 0
+
+
+def test_a_verdict_of_another_decision_method_is_not_recomputed_and_says_so(home: Home) -> None:
+    """A bundle sealed by an mcp-infra that decided by another method: its samples, hashes and
+    signature still verify; the verdict is not recomputed (another method may reach another
+    verdict on the same samples), and the check says which methods and what changed. Changing
+    the number is a change to a signed file like any other."""
+    from synthetic_bundle import baseline_run, greedy_ids, prompts, seal, timing
+
+    from mcp_infra.core.selector import DECISION_METHOD
+
+    plan = freeze(home, ["demo-tiny:kv8"])
+    ids = {p: [1, 2, 3] for p in prompts(plan)}
+    summary = seal(
+        home,
+        plan,
+        baseline_run(plan, greedy_ids("baseline", plan, ids)),
+        [
+            CandidateRun(
+                candidate="demo-tiny:kv8",
+                samples=timing("demo-tiny:kv8", plan, 9.0),
+                greedy=greedy_ids("demo-tiny:kv8", plan, ids),
+            )
+        ],
+    )
+    bundle = home.evidence / summary.cycle_id
+    verdict = read_model(bundle / "verdict.json", Verdict)
+    assert verdict.method == DECISION_METHOD
+    checks = {c.name: c for c in evidence.verify(bundle).checks}
+    assert checks["verdict_recomputed"].status == "ok"
+
+    write_model(bundle / "verdict.json", verdict.model_copy(update={"method": 1}))
+    rehash(bundle)
+    checks = {c.name: c for c in evidence.verify(bundle).checks}
+    assert checks["statement_files"].status == "failed"  # not what was signed
+    skipped = checks["verdict_recomputed"]
+    assert skipped.status == "skipped"
+    assert "decision method 1" in skipped.detail and f"method {DECISION_METHOD}" in skipped.detail
+    assert "pool" in skipped.detail  # what changed
+    assert checks["gates_recomputed"].status == "ok" and checks["samples_covered"].status == "ok"

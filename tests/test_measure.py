@@ -24,6 +24,7 @@ from mcp_infra.core.workload import (
 )
 from mcp_infra.flows.measure import (
     batches,
+    cells_for_start,
     heldout_protocol,
     next_round,
     prompts_by_class,
@@ -223,3 +224,15 @@ def test_heldout_protocol_uses_decisive_single_request_classes() -> None:
     assert held.quality_suite is None and held.drift_check is False
     assert held.repeats == max(6, 2 * default.repeats * default.min_starts)
     assert heldout_protocol(default.model_copy(update={"repeats": 1})).repeats == 6
+
+
+def test_reported_cells_run_in_the_first_starts_decisive_cells_in_every_start() -> None:
+    demo = load_policy("demo").protocol
+    assert [c.role for c in demo.workload] == ["decisive", "reported"] and demo.min_starts == 2
+    cells = [[(c.concurrency, c.role) for c in cells_for_start(demo, st)] for st in range(4)]
+    assert cells[0] == cells[1] == [(1, "decisive"), (4, "reported")]
+    assert cells[2] == cells[3] == [(1, "decisive")]
+    later = demo.model_copy(update={"min_starts": 3, "max_starts": 4})
+    assert len(cells_for_start(later, 2)) == 2 and len(cells_for_start(later, 3)) == 1
+    default = load_policy("default").protocol  # every cell decisive: measured in every start
+    assert cells_for_start(default, 12) == default.workload

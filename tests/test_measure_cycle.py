@@ -100,6 +100,12 @@ def test_every_configuration_runs_in_fresh_interleaved_starts_and_the_winner_hol
     assert all(s.started_at is not None and s.t_mono is not None for s in timed)
     assert all(s.timing_source == "client" for s in timed)
     assert all(s.concurrency == 1 for s in cand.greedy)
+    # The first start opens with the greedy passes (they warm it up); later starts warm up with
+    # one request per request class; the reported cell runs in the first min_starts starts.
+    warm = [s for s in cand.samples if s.phase == "warmup"]
+    assert sorted(s.start for s in warm) == [1, 2] and all(s.error is None for s in warm)
+    assert min(s.order for s in timed if s.start == 0) == 0
+    assert {s.start for s in timed if s.concurrency == 4} == {0, 1, 2}  # min_starts is 3 here
     # Four requests really were in flight together: their sends lie within one request's time.
     batch = [
         s

@@ -496,3 +496,30 @@ def test_seed_comes_from_the_protocol():
     )
     assert only(first).speedup_estimate == only(other).speedup_estimate
     assert (only(first).ci_low, only(first).ci_high) != (only(other).ci_low, only(other).ci_high)
+
+
+def test_a_held_out_confirmation_needs_the_threshold_not_the_assumed_floor() -> None:
+    """The winner's held-out check runs one fresh start per side. Its interval already carries
+    the assumed start spread on both sides; the A/A floor was cleared in selection. A 1.3x gain
+    whose lower bound clears the 1.05x threshold but not the assumed floor (about 1.15x) is
+    confirmed; selection itself would call it inconclusive."""
+    base = make_run("baseline", klass=None, starts=1, noise=(0.97, 1.0, 1.03, 0.98, 1.02, 1.0))
+    win = make_run("m:win", 1.3, starts=1, noise=(0.97, 1.0, 1.03, 0.98, 1.02, 1.0))
+    normal = only(select(base, [win], THRESHOLDS, PROTOCOL, ALL))
+    confirmed = only(select(base, [win], THRESHOLDS, PROTOCOL, ALL, confirmation=True))
+    assert normal.noise_floor is not None and normal.ci_low is not None
+    assert 1.05 < normal.ci_low < normal.noise_floor  # the case this rule is for
+    assert normal.decision == Decision.INCONCLUSIVE
+    assert confirmed.decision == Decision.QUALIFIED
+    assert any("confirmation" in r for r in confirmed.reasons)
+    # a confirmation still fails below the threshold, and on a regressing prompt
+    slow = make_run("m:slow", 1.04, starts=1, noise=(0.97, 1.0, 1.03, 0.98, 1.02, 1.0))
+    assert (
+        only(select(base, [slow], THRESHOLDS, PROTOCOL, ALL, confirmation=True)).decision
+        != Decision.QUALIFIED
+    )
+    mixed = make_run("m:mixed", {"p1": 1.6, "p2": 1.6, "p3": 0.7}, starts=1)
+    assert (
+        only(select(base, [mixed], THRESHOLDS, PROTOCOL, ALL, confirmation=True)).decision
+        == Decision.REJECTED
+    )

@@ -350,3 +350,65 @@ def test_default_protocol_bounds_a_wrong_qualification_at_two_percent():
     # Enough starts to tell a true 1.15x from a 1.05x threshold at 5% start-to-start noise
     # (benchmarks/decision_quality.py): the standard error of the log speedup must be ~0.02.
     assert 0.0506 * math.sqrt(2 / p.max_starts) < 0.0201
+
+
+def _starts(cid: str, per_start: list[dict[str, float]]) -> list[Sample]:
+    """One request per prompt per start (the demo's protocol)."""
+    out: list[Sample] = []
+    for index, tps in enumerate(per_start):
+        out += samples(cid, {p: [v] for p, v in tps.items()}, start=index)
+    return out
+
+
+def test_a_prompt_interval_pools_the_spread_of_every_prompt() -> None:
+    """Three starts, one request each: the spread of one prompt's per-start values is pooled
+    over the configuration's prompts (4 x 2 = 8 degrees of freedom, not 2), so one slow request
+    no longer makes its prompt's interval straddle a 0.9x floor around a 1.5x gain (a demo run
+    measured 0.56x to 5.9x around 1.8x with the prompt's own spread)."""
+    prompts = ("a", "b", "c", "d")
+    base = _starts(
+        "baseline",
+        [
+            dict.fromkeys(prompts, 68.0),
+            {"a": 59.0, "b": 51.0, "c": 53.0, "d": 54.0},
+            {"a": 71.0, "b": 64.0, "c": 48.0, "d": 29.0},  # one slow request
+        ],
+    )
+    cand = _starts(
+        "x:y",
+        [
+            {"a": 89.0, "b": 77.0, "c": 86.0, "d": 87.0},
+            {"a": 84.0, "b": 97.0, "c": 82.0, "d": 84.0},
+            {"a": 76.0, "b": 84.0, "c": 78.0, "d": 90.0},
+        ],
+    )
+    s = speedup_summary(base, cand, confidence=0.95, resamples=400, seed=1)
+    assert s is not None
+    d = next(p for p in s.per_prompt if p.prompt_id == "d")
+    assert d.speedup == pytest.approx(
+        math.exp(  # its own point estimate
+            (math.log(87) + math.log(84) + math.log(90)) / 3
+            - (math.log(68) + math.log(54) + math.log(29)) / 3
+        )
+    )
+    assert d.ci_low is not None and d.ci_high is not None
+    assert 0.9 < d.ci_low < d.speedup < d.ci_high < 3.5
+    # every prompt's interval has the same log half-width (one pooled spread, same starts)
+    widths = {round(math.log(p.ci_high / p.ci_low), 9) for p in s.per_prompt}
+    assert len(widths) == 1
+
+
+def test_pooled_prompt_spread_is_the_one_way_anova_within_variance() -> None:
+    from mcp_infra.core.stats import _prepare, log_table
+
+    data = _starts("c", [{"a": 100.0, "b": 50.0}, {"a": 110.0, "b": 40.0}, {"a": 90.0, "b": 60.0}])
+    table = log_table(data)
+    cfg = _prepare(table, ["a", "b"])
+    spread, df = cfg.prompt_spread
+    logs = {
+        p: [math.log(v) for v in vals]
+        for p, vals in {"a": [100, 110, 90], "b": [50, 40, 60]}.items()
+    }
+    within = sum(sum((x - sum(v) / 3) ** 2 for x in v) for v in logs.values())
+    assert df == 4.0 and spread == pytest.approx(within / 4)
+    assert cfg.variance(0.0, "a") == (pytest.approx(within / 4 / 3), 4.0)

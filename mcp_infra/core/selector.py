@@ -23,6 +23,14 @@ The rules, in order (statistics in ``mcp_infra.stats``; intervals see the server
 5. With ``drift_check`` on, missing or failed drift samples, or drift beyond tolerance, make a
    qualified candidate inconclusive (the check fails closed).
 Reported workload cells are shown in the reasons and in ``cells`` but never block.
+
+A *confirmation* (``confirmation=True``: the winner's held-out check) uses the same rules with
+the threshold alone as the bar. The A/A noise floor was cleared in selection, on the baseline's
+measured starts; the check runs one fresh start per side, so its interval already carries the
+assumed start-to-start spread on both sides, and clearing a floor computed from that same
+spread again would count it twice (with one start each, a true 1.3x gain then failed the demo's
+check). It can only remove a selected candidate, never add one, so the selection's error rate
+still bounds the cycle's.
 """
 
 from __future__ import annotations
@@ -62,6 +70,18 @@ from mcp_infra.core.stats import (
 
 # The most repeats a protocol may ask for (contracts.Protocol.repeats, le=50).
 MAX_REPEATS = 50
+
+DECISION_METHOD = 2
+"""The number of the decision method, recorded in each verdict. It goes up whenever the same
+samples could get another verdict (``evidence verify`` recomputes a verdict only under the method
+that reached it). 1: each prompt's interval from its own starts; the held-out check also asked
+the A/A floor. 2 (2026-12-01): a prompt's spread pooled over the prompts
+(``stats._Config.prompt_spread``); the held-out check is a confirmation (module docstring)."""
+
+METHOD_CHANGES = {
+    2: "prompt intervals pool the spread over prompts; the held-out check is a confirmation",
+}
+"""What each method changed from the one before, for the verifier's message."""
 
 
 def _x(value: float) -> str:
@@ -189,6 +209,8 @@ def judge(
     protocol: Protocol,
     auto_promote: dict[CandidateClass, bool],
     quality: dict[str, list[Sample]] | None = None,
+    *,
+    confirmation: bool = False,
 ) -> CandidateVerdict:
     """The verdict on one candidate: gates first, then the statistics (module docstring)."""
     may_promote = run.candidate_class is not None and auto_promote.get(run.candidate_class, False)
@@ -302,7 +324,13 @@ def judge(
         for c in verdict.cells
         if c.role == "reported" and not c.headline and c.detail
     ]
-    if summary.noise_floor_assumed:
+    if confirmation:
+        notes.append(
+            "A confirmation of the selection: the bar is the threshold alone (the A/A noise "
+            "floor was cleared in selection; one start per side carries the assumed "
+            f"{ASSUMED_START_NOISE:.0%} start-to-start spread in its interval)."
+        )
+    elif summary.noise_floor_assumed:
         notes.append(
             "The baseline was measured in a single server start, so its A/A noise floor is "
             "unknown: it was computed from an assumed "
@@ -346,14 +374,15 @@ def judge(
             f"Measured {speed}.",
         )
 
-    bar = max(threshold, summary.noise_floor)
+    bar = threshold if confirmation else max(threshold, summary.noise_floor)
     if summary.ci_low >= bar and not straddle and not cells_open:
         if summary.estimate <= 1.0:
             # Only reachable when the threshold is at or below 1: no measured gain is no reason
             # to switch, and identical measurements must never qualify.
             return finish(Decision.REJECTED, f"No gain: {speed}; the estimate is not above 1.000x.")
+        floor_words = "" if confirmation else f"; A/A noise floor {_x(summary.noise_floor)}"
         lines = [
-            f"Qualified: {speed}; A/A noise floor {_x(summary.noise_floor)}; worst prompt "
+            f"Qualified: {speed}{floor_words}; worst prompt "
             f"{summary.worst_prompt} at {_x(summary.worst_speedup)}."
         ]
         if not may_promote:
@@ -379,7 +408,7 @@ def judge(
             if verdict.repeats_to_decide > MAX_REPEATS:
                 more += f", more than the protocol allows ({MAX_REPEATS})"
         lines.append(f"Inconclusive: {speed}; the interval spans the threshold; {more}.")
-    elif summary.ci_low < summary.noise_floor:
+    elif not confirmation and summary.ci_low < summary.noise_floor:
         lines.append(
             f"Inconclusive: {speed}; the lower bound clears the threshold but not the A/A noise "
             f"floor {_x(summary.noise_floor)} (how far the baseline's own starts differ)."
@@ -560,6 +589,7 @@ def select(
     quality: dict[str, list[Sample]] | None = None,
     *,
     interim: bool = False,
+    confirmation: bool = False,
 ) -> Verdict:
     """Judge every candidate and pick the one to promote, or keep the baseline.
 
@@ -576,9 +606,13 @@ def select(
     samples make every qualified candidate inconclusive. ``interim=True`` is for the calls
     between measurement rounds (early stopping), before the baseline's final re-measurement: the
     drift check is then left to the final call, and each qualified verdict says so.
+    ``confirmation=True`` judges a selected winner again on held-out prompts (module docstring).
     """
     candidates = [r for r in runs if r.candidate != baseline.candidate]
-    verdicts = [judge(baseline, r, thresholds, protocol, auto_promote, quality) for r in candidates]
+    verdicts = [
+        judge(baseline, r, thresholds, protocol, auto_promote, quality, confirmation=confirmation)
+        for r in candidates
+    ]
     drift = baseline_drift(baseline.samples) if protocol.drift_check else None
     problem = None if interim else _drift_problem(baseline, drift, protocol)
     for v in verdicts:
@@ -597,7 +631,11 @@ def select(
     eligible = [(v, r) for v, r in qualified if v.auto_promote]
     if not eligible:
         return Verdict(
-            candidates=verdicts, selected=None, reason=_no_selection(verdicts), baseline_drift=drift
+            candidates=verdicts,
+            selected=None,
+            reason=_no_selection(verdicts),
+            baseline_drift=drift,
+            method=DECISION_METHOD,
         )
 
     best = max(v.speedup_estimate or 0.0 for v, _ in eligible)
@@ -630,7 +668,11 @@ def select(
             "then the cheaper"
         )
     return Verdict(
-        candidates=verdicts, selected=chosen.candidate, reason=reason, baseline_drift=drift
+        candidates=verdicts,
+        selected=chosen.candidate,
+        reason=reason,
+        baseline_drift=drift,
+        method=DECISION_METHOD,
     )
 
 

@@ -418,9 +418,24 @@ def _recomputed(b: Bundle) -> Verdict:
 
 
 def check_verdict_recomputed(b: Bundle) -> str:
+    from mcp_infra.core.selector import DECISION_METHOD, METHOD_CHANGES
+
     recorded = b.verdict()
     if recorded is None:
         raise Skipped("no verdict.json")
+    if recorded.method != DECISION_METHOD:
+        # Another method may reach another verdict on the same samples; the samples, the
+        # hashes and the signature are still checked, and this says so by name.
+        changed = "; ".join(
+            f"method {m}: {METHOD_CHANGES[m]}"
+            for m in sorted(METHOD_CHANGES)
+            if min(recorded.method, DECISION_METHOD) < m <= max(recorded.method, DECISION_METHOD)
+        )
+        raise Skipped(
+            f"not recomputed: the verdict was reached by decision method {recorded.method} and "
+            f"this mcp-infra decides by method {DECISION_METHOD} ({changed or 'unknown'}); "
+            "verify with the mcp-infra that sealed it to recompute"
+        )
     again = _recomputed(b)
     strip = {"candidates": {"__all__": {"gates"}}}
     if again.model_dump(mode="json", exclude=strip) != recorded.model_dump(
