@@ -71,17 +71,16 @@ from mcp_infra.core.stats import (
 # The most repeats a protocol may ask for (contracts.Protocol.repeats, le=50).
 MAX_REPEATS = 50
 
-DECISION_METHOD = 2
-"""The number of the decision method, recorded in each verdict. It goes up whenever the same
-samples could get another verdict (``evidence verify`` recomputes a verdict only under the method
-that reached it). 1: each prompt's interval from its own starts; the held-out check also asked
-the A/A floor. 2 (2026-12-01): a prompt's spread pooled over the prompts
-(``stats._Config.prompt_spread``); the held-out check is a confirmation (module docstring)."""
-
 METHOD_CHANGES = {
+    1: "each prompt's interval from its own starts; the held-out check also asked the A/A floor",
     2: "prompt intervals pool the spread over prompts; the held-out check is a confirmation",
 }
-"""What each method changed from the one before, for the verifier's message."""
+"""What each decision method changed from the one before (the verifier names them)."""
+
+DECISION_METHOD = max(METHOD_CHANGES)
+"""The decision method recorded in each verdict: a new entry in ``METHOD_CHANGES`` whenever the
+same samples could get another verdict (``evidence verify`` recomputes a verdict only under the
+method that reached it). 2 since 2026-12-01 (``stats._Config.prompt_spread``, ``confirmation``)."""
 
 
 def _x(value: float) -> str:

@@ -324,7 +324,8 @@ class _Config:
         starts the t quantile (4.3 to 12.7 at 95%) made every per-prompt interval so wide that
         one slow request straddled the worst-prompt floor (demo runs: 0.56x to 5.9x around
         1.8x). In log space the prompts of a configuration share one noise level, so pooling
-        gives the sum of their degrees of freedom; each prompt keeps its own estimate."""
+        gives the sum of their degrees of freedom; each prompt keeps its own estimate. Asked
+        only for a prompt with two starts or more, so the degrees of freedom are at least 1."""
         squares = 0.0
         df = 0
         for prompt in self.cells:
@@ -333,7 +334,7 @@ class _Config:
                 mean = math.fsum(values) / len(values)
                 squares += math.fsum((v - mean) ** 2 for v in values)
                 df += len(values) - 1
-        return (squares / df if df else 0.0), float(max(df, 1))
+        return squares / df, float(df)
 
 
 def _prepare(table: Mapping[str, Mapping[int, list[float]]], prompts: Sequence[str]) -> _Config:
