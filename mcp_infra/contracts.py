@@ -255,6 +255,15 @@ def _default_workload() -> list[WorkloadCell]:
     ]
 
 
+class LearnedSpread(Part):
+    """This home's start-to-start spread, learned from earlier cycles' baseline starts: the sd
+    of a configuration's per-start mean log decode speed, pooled within cycles."""
+
+    sd: float = Field(gt=0, le=1)
+    df: int = Field(ge=1, le=1000, description="degrees of freedom: starts minus one per cycle")
+    source: str = Field("", max_length=300, description="the cycles it was learned from")
+
+
 class Protocol(Part):
     suite: Annotated[str, Field(pattern=ID_PATTERN)] = "demo-speed"
     quality_suite: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
@@ -266,6 +275,14 @@ class Protocol(Part):
         description="untimed warm-up passes over every prompt per fresh start (phase warmup)",
     )
     max_tokens: int = Field(64, ge=2, le=8192)
+    timed_max_tokens: int | None = Field(
+        None,
+        ge=8,
+        le=8192,
+        description="answer length of timed requests, if shorter than each prompt's budget: "
+        "decode speed needs enough tokens to be measured, not the whole answer (greedy passes "
+        "for the equality gate still ask the full budget)",
+    )
     seed: int = 20261129
     bootstrap_resamples: int = Field(2000, ge=100, le=100_000)
     confidence: float = Field(
@@ -282,6 +299,18 @@ class Protocol(Part):
     ready_timeout_s: float = Field(120.0, gt=0, le=3600)
     workload: list[WorkloadCell] = Field(
         default_factory=_default_workload, min_length=1, max_length=8
+    )
+    learned_spread: LearnedSpread | None = Field(
+        None,
+        description="set when the plan is frozen, from this home's history: pooled with each "
+        "cycle's own start-to-start spread where the two agree (core.stats.pooled_variance)",
+    )
+    futility_confidence: float | None = Field(
+        None,
+        gt=0.5,
+        lt=1.0,
+        description="a candidate whose interval at this two-sided confidence lies wholly below "
+        "the threshold stops as futile (non-binding: it can only reject, never qualify)",
     )
     min_starts: int = Field(
         2,
@@ -895,6 +924,42 @@ class CandidateRun(Contract):
 
 
 # --------------------------------------------------------------------------------------------
+# Projection: what a plan would cost on a target (flows.projection, benchmarks/cycle_cost.py)
+# --------------------------------------------------------------------------------------------
+
+
+class ConfigTruth(Part):
+    """How one configuration serves on a target, as a projection assumes it."""
+
+    decode_tps: float = Field(gt=0, description="decode tok/s of one request at a time")
+    batch_tps: dict[int, float] = Field(
+        default_factory=dict,
+        description="aggregate output tok/s with n requests in flight; a concurrency left out "
+        "is served one request after another (mlx_lm.server does not batch with a drafter)",
+    )
+    prefill_tps: float = Field(gt=0)
+    load_s: float = Field(ge=0, description="fresh start until the first request is answered")
+    peak_gb: float | None = Field(None, ge=0)
+    diverges: bool = Field(False, description="greedy tokens differ from the baseline's")
+
+
+class TargetProfile(Contract):
+    """A machine and model a projection prices a plan on, with every assumption said."""
+
+    name: str
+    description: str = ""
+    assumptions: list[str] = Field(default_factory=list)
+    memory_gb: float = Field(gt=0)
+    baseline: ConfigTruth
+    candidates: dict[str, ConfigTruth] = Field(
+        default_factory=dict, description="named candidate truths plans can refer to"
+    )
+    start_spread: float = Field(0.05, ge=0, description="sd of log speed between fresh starts")
+    request_spread: float = Field(0.05, ge=0, description="sd of log speed between requests")
+    chars_per_token: float = Field(4.0, gt=0)
+
+
+# --------------------------------------------------------------------------------------------
 # Cycle, journal, evidence
 # --------------------------------------------------------------------------------------------
 
@@ -915,6 +980,25 @@ class CycleState(StrEnum):
     SEALED = "SEALED"
 
 
+class JournalStep(StrEnum):
+    """Where inside a state a journal line stands (``Event.fields["step"]``). Recovery, the cost
+    record and the verifier read these; a line without one is its state's entry."""
+
+    ENTER = "enter"
+    MEASURING = "measuring"  # EXPERIMENT: a fresh server is ready and being measured
+    JUDGED = "judged"  # EXPERIMENT: the selector's look after a round
+    DRIFT = "drift"  # SELECT: the baseline re-measured for drift
+    WORKLOAD = "workload"  # SELECT: a decisive workload cell kept the baseline
+    HELDOUT = "heldout"  # SELECT: the winner's held-out confirmation begins
+    HELDOUT_PASSED = "heldout-passed"
+    HELDOUT_FAILED = "heldout-failed"
+    PASSED = "passed"  # VERIFY: the winner reproduced its measured outputs online
+    FAILED = "failed"  # VERIFY, ROLLBACK, SEALED: that state's work failed
+    SWITCHED = "switched"  # COMMIT: the front serves the winner
+    DONE = "done"  # ROLLBACK: the previous recipe serves again; SEALED: evidence sealed
+    NOTE = "note"  # SEALED: something not recorded, never a failure of the cycle
+
+
 class Outcome(StrEnum):
     PROMOTED = "promoted"
     KEPT_BASELINE = "kept_baseline"
@@ -931,7 +1015,19 @@ class Event(Contract):
     cycle_id: str
     state: CycleState
     message: str
-    fields: dict[str, Any] = Field(default_factory=dict)
+    fields: dict[str, Any] = Field(default_factory=dict)  # JSON from the journal: any shape
+
+    @property
+    def step(self) -> JournalStep:
+        """The line's step; a line without one (or with one this version does not know, from an
+        older or newer writer) counts as its state's entry only when it has none."""
+        raw = self.fields.get("step")
+        if raw is None:
+            return JournalStep.ENTER
+        try:
+            return JournalStep(raw)
+        except ValueError:
+            return JournalStep.NOTE
 
 
 class EnvironmentFingerprint(Contract):

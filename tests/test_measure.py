@@ -22,14 +22,8 @@ from mcp_infra.core.workload import (
     decisive_view,
     describe_cell,
 )
-from mcp_infra.flows.measure import (
-    batches,
-    cells_for_start,
-    heldout_protocol,
-    next_round,
-    prompts_by_class,
-    round_order,
-)
+from mcp_infra.flows.measure import batches, cells_for_start, prompts_by_class
+from mcp_infra.flows.rounds import heldout_protocol, next_round, round_order
 from mcp_infra.state.catalog import load_policy, load_suite
 
 THRESHOLDS = EffectiveThresholds(

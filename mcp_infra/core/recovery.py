@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from mcp_infra.contracts import CycleState, Event, Outcome, Part
+from mcp_infra.contracts import CycleState, Event, JournalStep, Outcome, Part
 
 PRE_PROMOTION = {
     CycleState.QUEUED,
@@ -36,10 +36,6 @@ class RecoveryDecision(Part):
     promoted_recipe: dict | None = None
 
 
-def _step(event: Event) -> str:
-    return str(event.fields.get("step", ""))
-
-
 def _outcome(event: Event) -> Outcome | None:
     """The outcome a sealing line recorded, or None when it is missing or not one we know."""
     try:
@@ -57,7 +53,7 @@ def decide(events: list[Event]) -> RecoveryDecision:
             reason="the cycle left no journal lines; nothing was touched",
         )
     last = events[-1].state
-    if any(e.state == CycleState.SEALED and _step(e) == "done" for e in events):
+    if any(e.state == CycleState.SEALED and e.step == JournalStep.DONE for e in events):
         return RecoveryDecision(
             action=Action.NOTHING,
             outcome=None,
@@ -94,7 +90,7 @@ def decide(events: list[Event]) -> RecoveryDecision:
         e
         for e in own
         if e.state in (CycleState.COMMIT, CycleState.ROLLBACK)
-        or (e.state == CycleState.VERIFY and _step(e) == "passed")
+        or (e.state == CycleState.VERIFY and e.step == JournalStep.PASSED)
     ]
     if settling and settling[-1].state != CycleState.ROLLBACK:
         return RecoveryDecision(

@@ -49,8 +49,12 @@ class PlanRefused(McpInfraError, ValueError):
         self.refused = refused or []
 
 
+LATER_OPTIONAL_FIELDS = frozenset({"timed_max_tokens", "learned_spread", "futility_confidence"})
+"""Protocol fields added after plans were first sealed: unset, they hash as absent."""
+
+
 def policy_hash(policy: Policy) -> str:
-    return sha256_bytes(canonical_json(policy.model_dump(mode="json")))
+    return sha256_bytes(canonical_json(policy.model_dump(mode="json"), LATER_OPTIONAL_FIELDS))
 
 
 def _describe_errors(exc: ValidationError) -> list[str]:
@@ -251,15 +255,14 @@ def sanitize(
 
 def seal_plan(frozen: FrozenPlan) -> FrozenPlan:
     """Give the plan its content hash and an id derived from it and its time."""
-    body = frozen.model_dump(mode="json", exclude={"plan_id", "content_hash"})
-    digest = sha256_bytes(canonical_json(body))
+    digest = plan_content_hash(frozen)
     stamp = frozen.created_at.strftime("%Y%m%d-%H%M%S")
     return frozen.model_copy(update={"plan_id": f"p-{stamp}-{digest[:8]}", "content_hash": digest})
 
 
 def plan_content_hash(frozen: FrozenPlan) -> str:
     body = frozen.model_dump(mode="json", exclude={"plan_id", "content_hash"})
-    return sha256_bytes(canonical_json(body))
+    return sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS))
 
 
 def combined_thresholds(

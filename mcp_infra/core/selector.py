@@ -36,6 +36,7 @@ still bounds the cycle's.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from mcp_infra.contracts import (
@@ -57,6 +58,7 @@ from mcp_infra.core.gates import compare_greedy, lossy_agreement, quality_gate, 
 from mcp_infra.core.stats import (
     ASSUMED_START_NOISE,
     SpeedupSummary,
+    Spread,
     baseline_drift,
     derive_seed,
     error_count,
@@ -74,13 +76,31 @@ MAX_REPEATS = 50
 METHOD_CHANGES = {
     1: "each prompt's interval from its own starts; the held-out check also asked the A/A floor",
     2: "prompt intervals pool the spread over prompts; the held-out check is a confirmation",
+    3: "a learned start-to-start spread (protocol.learned_spread) is pooled with the cycle's "
+    "where they agree; a futility stop (protocol.futility_confidence) rejects a candidate whose "
+    "interval at that confidence is wholly below the threshold; drift counts beyond the "
+    "start-to-start spread one re-measure carries",
 }
 """What each decision method changed from the one before (the verifier names them)."""
 
 DECISION_METHOD = max(METHOD_CHANGES)
 """The decision method recorded in each verdict: a new entry in ``METHOD_CHANGES`` whenever the
 same samples could get another verdict (``evidence verify`` recomputes a verdict only under the
-method that reached it). 2 since 2026-12-01 (``stats._Config.prompt_spread``, ``confirmation``)."""
+method that reached it)."""
+
+
+def decides_alike(method: int, protocol: Protocol) -> bool:
+    """Whether a verdict of decision ``method`` on a plan with ``protocol`` is what this method
+    reaches too: its own method, or method 2 where none of method 3's inputs is in play (no
+    learned spread, no futility stop, no drift check)."""
+    if method == DECISION_METHOD:
+        return True
+    return (
+        method == 2
+        and protocol.learned_spread is None
+        and protocol.futility_confidence is None
+        and not protocol.drift_check
+    )
 
 
 def _x(value: float) -> str:
@@ -201,6 +221,24 @@ def cell_words(request_class: str, concurrency: int) -> str:
     return f"{concurrency} concurrent {kind} requests"
 
 
+def learned_prior(protocol: Protocol) -> Spread | None:
+    learned = protocol.learned_spread
+    return Spread(learned.sd, learned.df) if learned is not None else None
+
+
+def futile(summary: SpeedupSummary, threshold: float, confidence: float | None) -> float | None:
+    """The upper end of the interval at the futility confidence when it lies below the
+    threshold (the candidate cannot be expected to qualify), else None. The half-width is the
+    look's, scaled by the ratio of normal quantiles: with few degrees of freedom the t ratio is
+    smaller, so this errs towards measuring on."""
+    if confidence is None or summary.estimate <= 0 or summary.ci_high <= summary.estimate:
+        return None
+    normal = statistics.NormalDist()
+    scale = normal.inv_cdf((1 + confidence) / 2) / normal.inv_cdf((1 + summary.level) / 2)
+    high = summary.estimate * (summary.ci_high / summary.estimate) ** scale
+    return high if high < threshold else None
+
+
 def judge(
     baseline: CandidateRun,
     run: CandidateRun,
@@ -266,6 +304,7 @@ def judge(
         seed=seed,
         level=level,
         cell=head,
+        prior=learned_prior(protocol),
     )
     if summary is None:
         if not any(s.phase == "measure" and s.error is None for s in baseline.samples):
@@ -294,7 +333,9 @@ def judge(
     speed = (
         f"speedup {_x(summary.estimate)} ({level} interval{adjusted} {_x(summary.ci_low)} to "
         f"{_x(summary.ci_high)}, {summary.baseline_starts} baseline and "
-        f"{summary.candidate_starts} candidate start(s)) against the required {_x(threshold)}"
+        f"{summary.candidate_starts} candidate start(s)"
+        + ("" if summary.spread == "this cycle" else f"; start spread {summary.spread}")
+        + f") against the required {_x(threshold)}"
     )
     below = [p for p in summary.per_prompt if (p.ci_high or p.speedup) < floor]
     straddle = [
@@ -392,6 +433,14 @@ def judge(
             )
         return finish(Decision.QUALIFIED, *lines)
 
+    high = None if confirmation else futile(summary, threshold, protocol.futility_confidence)
+    if high is not None:
+        return finish(
+            Decision.REJECTED,
+            f"Futile: {speed}; even the upper end of its {protocol.futility_confidence:.0%} "
+            f"interval ({_x(high)}) is below the threshold, so more starts are not expected "
+            "to qualify it.",
+        )
     lines = []
     if summary.ci_low < threshold:
         verdict.repeats_to_decide = repeats_to_decide(
@@ -505,6 +554,7 @@ def judge_cells(
                 resamples=protocol.bootstrap_resamples,
                 seed=derive_seed(seed, f"{key[0]}@{key[1]}"),
                 level=level,
+                prior=learned_prior(protocol),
             )
         )
         if summary is None or summary.missing_prompts:
@@ -527,7 +577,7 @@ def judge_cells(
             cv.baseline_output_tps = math.exp(math.fsum(b_logs) / len(b_logs))
             cv.candidate_output_tps = math.exp(math.fsum(c_logs) / len(c_logs))
             cv.output_ratio, cv.output_ci_low, cv.output_ci_high = log_interval(
-                b_logs, c_logs, level
+                b_logs, c_logs, level, learned_prior(protocol)
             )
             est, low, high = cv.output_ratio, cv.output_ci_low, cv.output_ci_high
             what = "aggregate output tok/s"
@@ -691,10 +741,18 @@ def _drift_problem(baseline: CandidateRun, drift: float | None, protocol: Protoc
         )
     if drift is None:
         return "no drift re-measurement matches a prompt the baseline measured"
-    if abs(drift - 1) * 100 > protocol.drift_tolerance_pct:
+    # One re-measure start differs from the mean of the earlier ones by the start-to-start
+    # spread alone: drift counts only where it exceeds the tolerance beyond that noise.
+    spread = protocol.learned_spread.sd if protocol.learned_spread else ASSUMED_START_NOISE
+    starts = len({s.start for s in baseline.samples if s.phase == "measure"}) or 1
+    noise = (
+        statistics.NormalDist().inv_cdf(protocol.confidence) * spread * math.sqrt(1 + 1 / starts)
+    )
+    if abs(math.log(drift)) - noise > math.log(1 + protocol.drift_tolerance_pct / 100):
         return (
             f"the baseline re-measured after the experiments ran at {_x(drift)} its first "
-            f"speed, beyond the {protocol.drift_tolerance_pct:g}% drift tolerance"
+            f"speed, beyond the {protocol.drift_tolerance_pct:g}% drift tolerance and the "
+            f"{spread:.1%} start-to-start spread one re-measure carries"
         )
     return None
 

@@ -80,6 +80,7 @@ import random
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mcp_infra.contracts import PromptStat, Sample
 
@@ -107,6 +108,7 @@ class SpeedupSummary:
     baseline_starts: int = 1
     candidate_starts: int = 1
     level: float = 0.95
+    spread: str = "this cycle"  # where the start-to-start spread came from (``pooled_spread``)
 
 
 def _valid(value: float | None) -> bool:
@@ -130,12 +132,13 @@ def measured_tps(samples: Iterable[Sample]) -> dict[str, list[float]]:
 
 def baseline_drift(samples: Iterable[Sample]) -> float | None:
     """How the baseline's speed moved during the cycle: the geometric mean over prompts of
-    median tok/s re-measured after the experiments (phase ``drift``) / median before."""
+    median tok/s re-measured after the experiments (phase ``drift``) / median before, in the
+    workload cells the re-measure covered (a short re-measure takes the headline cell only)."""
     samples = list(samples)
-    before = measured_tps(samples)
-    after = measured_tps(
-        s.model_copy(update={"phase": "measure"}) for s in samples if s.phase == "drift"
-    )
+    again = [s for s in samples if s.phase == "drift"]
+    cells = {(s.request_class, s.concurrency) for s in again}
+    before = measured_tps(s for s in samples if (s.request_class, s.concurrency) in cells)
+    after = measured_tps(s.model_copy(update={"phase": "measure"}) for s in again)
     ratios = [
         statistics.median(after[p]) / statistics.median(before[p])
         for p in sorted(after)
@@ -282,6 +285,7 @@ class _Config:
     starts: list[int]
     cells: dict[str, dict[int, tuple[list[float], tuple[float, ...] | None]]]
     level: dict[str, float]  # point estimate: mean over starts of the per-start median log tok/s
+    prior: Spread | None = None  # the home's learned start-to-start spread, if any
 
     def start_values(self, prompt: str | None) -> list[float]:
         """Per start: the prompt's median log tok/s, or (None) the mean of it over prompts."""
@@ -312,7 +316,9 @@ class _Config:
             spread, df = self.prompt_spread
             return spread / n, df
         if n >= 2:
-            return corrected_variance(_variance(values) * (n - 1) / n / n, n)
+            return pooled_variance(values, self.prior)[:2]
+        if self.prior is not None:
+            return boot + self.prior.sd**2, float(self.prior.df)
         return corrected_variance(boot, 1)
 
     @functools.cached_property
@@ -337,7 +343,11 @@ class _Config:
         return squares / df, float(df)
 
 
-def _prepare(table: Mapping[str, Mapping[int, list[float]]], prompts: Sequence[str]) -> _Config:
+def _prepare(
+    table: Mapping[str, Mapping[int, list[float]]],
+    prompts: Sequence[str],
+    prior: Spread | None = None,
+) -> _Config:
     cells = {
         p: {st: (vals, _median_cdf(len(vals))) for st, vals in sorted(table[p].items())}
         for p in prompts
@@ -347,7 +357,7 @@ def _prepare(table: Mapping[str, Mapping[int, list[float]]], prompts: Sequence[s
         for p, per in cells.items()
     }
     starts = sorted({st for p in prompts for st in table[p]})
-    return _Config(starts=starts, cells=cells, level=level)
+    return _Config(starts=starts, cells=cells, level=level, prior=prior)
 
 
 def _draw_levels(rng: random.Random, cfg: _Config, prompts: Sequence[str]) -> list[float]:
@@ -389,6 +399,45 @@ def corrected_variance(boot_variance: float, starts: int) -> tuple[float, float]
     if starts >= 2:
         return boot_variance * starts / (starts - 1), float(starts - 1)
     return boot_variance + ASSUMED_START_NOISE**2, math.inf
+
+
+class Spread(NamedTuple):
+    """A learned start-to-start spread: the sd of a configuration's per-start log level, and
+    the degrees of freedom it was estimated with (``Protocol.learned_spread``)."""
+
+    sd: float
+    df: int
+
+
+SPREAD_CONSISTENCY = 0.99
+"""A cycle's own spread that exceeds the learned one beyond this F quantile disagrees with
+history: the cycle's spread alone is used, as without history."""
+
+
+def f_cdf(x: float, d1: float, d2: float) -> float:
+    """Fisher's F distribution function."""
+    if x <= 0:
+        return 0.0
+    return _betainc(d1 / 2, d2 / 2, d1 * x / (d1 * x + d2))
+
+
+def pooled_variance(values: Sequence[float], prior: Spread | None) -> tuple[float, float, str]:
+    """(variance, degrees of freedom, source) of the mean of per-start ``values`` (two or more).
+
+    Without a prior, the sample variance over S starts, S - 1 degrees of freedom (as
+    ``corrected_variance``). With a learned spread from this home's history, the two estimates
+    pooled (degrees of freedom add) unless this cycle's spread is larger than history allows at
+    ``SPREAD_CONSISTENCY`` (an F test): then the cycle disagrees with history and its own spread
+    is used alone. A cycle quieter than history keeps the wider pooled figure (conservative)."""
+    n = len(values)
+    own = _variance(values)
+    if prior is None or prior.df <= 0 or prior.sd <= 0:
+        return own / n, float(n - 1), "this cycle"
+    ratio = own / prior.sd**2
+    if f_cdf(ratio, n - 1, prior.df) > SPREAD_CONSISTENCY:
+        return own / n, float(n - 1), "this cycle (it disagrees with the learned spread)"
+    pooled = (prior.df * prior.sd**2 + (n - 1) * own) / (prior.df + n - 1)
+    return pooled / n, float(prior.df + n - 1), "learned, pooled with this cycle"
 
 
 def welch_half_width(parts: Sequence[tuple[float, float]], level: float) -> float:
@@ -508,19 +557,27 @@ def look_level(confidence: float, starts: int, min_starts: int, max_starts: int)
 
 
 def log_interval(
-    baseline: Sequence[float], candidate: Sequence[float], level: float
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    level: float,
+    prior: Spread | None = None,
 ) -> tuple[float, float, float]:
     """(estimate, low, high) of exp(mean(candidate) - mean(baseline)) from per-start log values
     (one value per start), Welch t; a side with one start gets the assumed start noise."""
     if not baseline or not candidate:
         raise ValueError("an interval needs at least one start on each side")
     est = math.fsum(candidate) / len(candidate) - math.fsum(baseline) / len(baseline)
-    parts = [
-        corrected_variance(_variance(side) * (len(side) - 1) / len(side) / len(side), len(side))
-        for side in (baseline, candidate)
-    ]
+    parts = [_side_variance(side, prior) for side in (baseline, candidate)]
     hw = welch_half_width(parts, level)
     return math.exp(est), math.exp(est - hw), math.exp(est + hw)
+
+
+def _side_variance(side: Sequence[float], prior: Spread | None) -> tuple[float, float]:
+    if len(side) >= 2:
+        return pooled_variance(side, prior)[:2]
+    if prior is not None:
+        return prior.sd**2, float(prior.df)
+    return ASSUMED_START_NOISE**2, math.inf
 
 
 def speedup_summary(
@@ -532,6 +589,7 @@ def speedup_summary(
     seed: int = 0,
     level: float | None = None,
     cell: tuple[str, int] | None = None,
+    prior: Spread | None = None,
 ) -> SpeedupSummary | None:
     """Summarise candidate vs baseline over the prompts both measured; None if there are none.
 
@@ -548,8 +606,8 @@ def speedup_summary(
     prompts = sorted(set(base_t) & set(cand_t))
     if not prompts:
         return None
-    base = _prepare(base_t, prompts)
-    cand = _prepare(cand_t, prompts)
+    base = _prepare(base_t, prompts, prior)
+    cand = _prepare(cand_t, prompts, prior)
     level = confidence if level is None else level
 
     rng = random.Random(seed)
@@ -576,7 +634,15 @@ def speedup_summary(
     hw = welch_half_width(parts(b_mean, c_mean), level)
 
     boot = _variance(b_mean)
+    source = "this cycle"
     if nb >= 2:
+        source = pooled_variance(base.start_values(None), prior)[2]
+    if nb >= 2 and source.startswith("learned"):
+        # Two equally sized sets of the baseline's starts differ by a normal difference of
+        # variance twice the pooled variance of one set's mean.
+        z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+        floor_log = z * math.sqrt(2 * base.variance(boot)[0])
+    elif nb >= 2:
         # The A/A draws carry the same double count of within-start noise as the two-stage
         # variance: they are scaled by the same factor (plug-in over two-stage variance).
         aa.sort()
@@ -630,6 +696,7 @@ def speedup_summary(
         baseline_starts=nb,
         candidate_starts=nc,
         level=level,
+        spread=source,
     )
 
 

@@ -226,7 +226,8 @@ def _approval_cycle(
     )
     speedup = speedup_pct(chosen.speedup_estimate) if chosen.speedup_estimate is not None else None
     try:
-        result = cycle.promote(home, config, plan, journal, live, recipe, run, speedup, verdict)
+        promotion = cycle.Promotion(recipe, run, verdict, speedup)
+        result = cycle.promote(home, config, plan, journal, live, promotion)
         if result.outcome == Outcome.PROMOTED:
             result = result._replace(
                 reason=f"approved by a person from cycle {source}; "

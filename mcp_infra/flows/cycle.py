@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -27,28 +28,38 @@ from mcp_infra.contracts import (
     CycleSummary,
     Event,
     FrozenPlan,
+    JournalStep,
+    Manifest,
     NeedsOperatorRecord,
     Outcome,
+    ProcessRecord,
     Recipe,
     Sample,
     ServiceConfig,
     SupervisorRecord,
+    Variant,
     Verdict,
 )
 from mcp_infra.core.admission import admit, expected_downtime_s
 from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
-from mcp_infra.core.selector import select
 from mcp_infra.core.units import selected_speedup_pct
-from mcp_infra.core.workload import cell_regressions, decisive_view, describe_cell
+from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.flows import impact
 from mcp_infra.flows.measure import (
+    SERVER_START_ERRORS,
     annotate_cells,
+    measure_live,
+    server_starter,
+)
+from mcp_infra.flows.rounds import (
+    Bench,
+    LiveTraffic,
+    decide_cycle,
     heldout_check,
     measure_drift,
-    measure_live,
     run_rounds,
 )
 from mcp_infra.procs import bench, usage
@@ -114,8 +125,12 @@ class Journal:
         self.home = home
         self.cycle_id = cycle_id
 
-    def __call__(self, state: CycleState, message: str, **fields: Any) -> None:
+    def __call__(
+        self, state: CycleState, message: str, step: JournalStep | None = None, **fields: Any
+    ) -> None:
         """Append the event (fsynced) first; then, if asked to, pause here for fault injection."""
+        if step is not None:
+            fields = {"step": JournalStep(step).value, **fields}
         self.home.append_event(
             Event(ts=utcnow(), cycle_id=self.cycle_id, state=state, message=message, fields=fields)
         )
@@ -129,7 +144,7 @@ class Journal:
                 **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}},
             ),
         )
-        step = str(fields.get("step", "enter"))
+        step = JournalStep(step or JournalStep.ENTER).value
         pause = os.environ.get(PAUSE_ENV)
         if pause and (pause == f"{state.value}:{step}" or (pause, step) == (state.value, "enter")):
             marker = self.home.state / f"paused-at-{pause.replace(':', '-')}"
@@ -167,11 +182,6 @@ def cache_note(recipe: Recipe) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Environment
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
 # The cycle
 # ---------------------------------------------------------------------------------------------
 
@@ -191,7 +201,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
     try:
-        result = _run(home, plan, cycle_id, journal)
+        result = run_steps(CycleContext.open(home, plan, journal))
     except NeedsOperator as exc:
         result = CycleResult(Outcome.NEEDS_OPERATOR, None, str(exc))
     except Exception as exc:  # any unexpected failure: restore, then account for it
@@ -208,7 +218,7 @@ def restore_after_error(home: Home, journal: Journal, exc: Exception) -> CycleRe
     journal(
         CycleState.ROLLBACK,
         "unexpected error; restoring the live recipe",
-        step="enter",
+        step=JournalStep.ENTER,
         error=reason,
     )
     return CycleResult(restore(home, journal, reason), None, reason)
@@ -222,7 +232,7 @@ class SealFailed(McpInfraError, RuntimeError):
 def _seal_failed(home: Home, journal: Journal, exc: OSError) -> SealFailed:
     message = f"sealing the evidence failed: {type(exc).__name__}: {exc}"
     with contextlib.suppress(OSError):
-        journal(CycleState.SEALED, message, step="failed")
+        journal(CycleState.SEALED, message, step=JournalStep.FAILED)
     try:
         served = ensure_serving(home, active_recipe(home), load_config(home))
         message += f"; the live recipe serves ({served}); `mcp-infra recover` finishes sealing"
@@ -233,225 +243,363 @@ def _seal_failed(home: Home, journal: Journal, exc: OSError) -> SealFailed:
     return SealFailed(message)
 
 
-def _run(home: Home, plan: FrozenPlan, cycle_id: str, journal: Journal) -> CycleResult:
-    ctx = HomeContext(home)
-    config, policy = ctx.config, ctx.policy
-    deadline = time.monotonic() + policy.budgets.cycle_minutes * 60
-    journal(CycleState.PREFLIGHT, "checking candidates and the live service")
-    if stable_port_held_by_stranger(home, config):
+# ---------------------------------------------------------------------------------------------
+# The cycle's context and its steps
+# ---------------------------------------------------------------------------------------------
+
+
+class Admitted(NamedTuple):
+    """A plan candidate found in the registry, with the manifest and variant it names."""
+
+    candidate: str
+    manifest: Manifest
+    variant: Variant
+
+
+@dataclass
+class CycleContext:
+    """Everything the steps of one cycle share: the home's loaded context, the frozen plan, the
+    journal, the clock and budget, and what the steps found and measured so far."""
+
+    home: Home
+    loaded: HomeContext
+    plan: FrozenPlan
+    journal: Journal
+    deadline: float
+    clock: Callable[[], float] = time.monotonic
+    admitted: list[Admitted] = field(default_factory=list)
+    recipes: dict[str, Recipe] = field(default_factory=dict)
+    runs: dict[str, CandidateRun] = field(default_factory=dict)
+    record: ProcessRecord | None = None
+    baseline_s: float = 0.0
+    traffic: LiveTraffic | None = None
+    exclusive: bool = False
+    baseline: CandidateRun | None = None
+    verdict: Verdict | None = None
+
+    @classmethod
+    def open(cls, home: Home, plan: FrozenPlan, journal: Journal) -> CycleContext:
+        loaded = HomeContext(home)
+        deadline = time.monotonic() + loaded.policy.budgets.cycle_minutes * 60
+        return cls(home=home, loaded=loaded, plan=plan, journal=journal, deadline=deadline)
+
+    @property
+    def cycle_id(self) -> str:
+        return self.journal.cycle_id
+
+    @property
+    def config(self) -> ServiceConfig:
+        return self.loaded.config
+
+    @property
+    def live(self) -> Recipe:
+        return self.loaded.live
+
+    @property
+    def files(self) -> CycleFiles:
+        return self.home.cycle_files(self.cycle_id)
+
+    def todo(self) -> list[str]:
+        """The plan's candidates still to be measured (not refused before measurement)."""
+        return [c for c in self.plan.candidates[1:] if c not in self.runs]
+
+    def bench(self) -> Bench:
+        return Bench(
+            plan=self.plan,
+            journal=self.journal,
+            run_start=server_starter(self.home, self.config, self.cycle_id),
+            start_errors=SERVER_START_ERRORS,
+            live_traffic=self.traffic,
+        )
+
+
+Step = Callable[[CycleContext], CycleResult | None]
+"""One state of the cycle: it journals its entry, does its work, and returns the cycle's result
+when the cycle ends there (None: go on to the next step)."""
+
+
+def preflight_step(c: CycleContext) -> CycleResult | None:
+    """The live service must be ours and serving; each candidate must pass preflight and its
+    artifacts their check (a refused candidate is recorded, never measured)."""
+    c.journal(CycleState.PREFLIGHT, "checking candidates and the live service")
+    if stable_port_held_by_stranger(c.home, c.config):
         return CycleResult(
             Outcome.REFUSED,
             None,
-            f"port {config.port} is held by a process "
+            f"port {c.config.port} is held by a process "
             "mcp-infra did not start; refusing to touch it",
         )
-    manifests, facts, live = ctx.manifests, ctx.facts, ctx.live
     try:
-        ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
+        ensure_serving(c.home, c.live, c.config, timeout=c.plan.protocol.ready_timeout_s)
     except ServerUnavailable as exc:
         raise NeedsOperator(f"the live recipe could not be started: {exc}") from exc
-    impact.begin(home, cycle_id)
-    admitted: list[tuple[str, Any, Any]] = []
-    runs: dict[str, CandidateRun] = {}
-    recipes: dict[str, Recipe] = {}
-    for candidate in plan.candidates[1:]:
-        found = find_candidate(manifests, candidate)
+    impact.begin(c.home, c.cycle_id)
+    for candidate in c.plan.candidates[1:]:
+        found = find_candidate(c.loaded.manifests, candidate)
         if found is None:
-            runs[candidate] = CandidateRun(
+            c.runs[candidate] = CandidateRun(
                 candidate=candidate, started=False, start_error="no longer in the registry"
             )
             continue
         manifest, variant = found
-        admitted.append((candidate, manifest, variant))
-        check = preflight(manifest, variant, policy, facts)
+        c.admitted.append(Admitted(candidate, manifest, variant))
+        check = preflight(manifest, variant, c.loaded.policy, c.loaded.facts)
         try:
             recipe = resolve_recipe(
-                manifest, variant, home.models, home.hf_cache, fingerprint=folder_fingerprint
+                manifest, variant, c.home.models, c.home.hf_cache, fingerprint=folder_fingerprint
             )
         except HubError as exc:  # a tampered artifact refuses this candidate, not the cycle
-            recipe = resolve_recipe(manifest, variant, home.models, home.hf_cache)
-            runs[candidate] = _not_started(candidate, recipe, f"artifact check failed: {exc}")
-        recipes[candidate] = recipe
-        if not check.passed and candidate not in runs:
-            runs[candidate] = CandidateRun(
-                candidate=candidate,
-                started=False,
-                candidate_class=recipe.candidate_class,
-                semantics=recipe.semantics,
-                knobs=recipe.knobs,
-                start_error="preflight: " + "; ".join(check.failures()),
+            recipe = resolve_recipe(manifest, variant, c.home.models, c.home.hf_cache)
+            c.runs[candidate] = not_started(candidate, recipe, f"artifact check failed: {exc}")
+        c.recipes[candidate] = recipe
+        if not check.passed and candidate not in c.runs:
+            c.runs[candidate] = not_started(
+                candidate, recipe, "preflight: " + "; ".join(check.failures())
             )
-    journal(
+    return None
+
+
+def prepare_step(c: CycleContext) -> CycleResult | None:
+    """Journal the resolved recipes; a candidate whose artifacts are missing is not measured."""
+    c.journal(
         CycleState.PREPARE,
         "artifacts resolved",
-        recipes={c: r.model_dump(mode="json") for c, r in recipes.items()},
+        recipes={name: r.model_dump(mode="json") for name, r in c.recipes.items()},
     )
-    for candidate, recipe in recipes.items():
+    for candidate, recipe in c.recipes.items():
         missing = [p for p in (recipe.model_path, recipe.draft_path) if p and not Path(p).exists()]
-        if missing and candidate not in runs:
-            runs[candidate] = CandidateRun(
-                candidate=candidate,
-                started=False,
-                candidate_class=recipe.candidate_class,
-                semantics=recipe.semantics,
-                knobs=recipe.knobs,
-                start_error=f"artifact missing: {', '.join(missing)}",
+        if missing and candidate not in c.runs:
+            c.runs[candidate] = not_started(
+                candidate, recipe, f"artifact missing: {', '.join(missing)}"
             )
+    return None
 
-    journal(
+
+def baseline_step(c: CycleContext) -> CycleResult | None:
+    """The live service measured once: a sanity check that it answers, never an input to
+    selection; the environment is fingerprinted beside it."""
+    c.journal(
         CycleState.BASELINE,
         "measuring the live service once (a sanity check; selection "
         "uses fresh starts of its recipe)",
-        recipe=live.candidate_id,
+        recipe=c.live.candidate_id,
     )
-    runs_dir = home.cycle_files(cycle_id).runs
-    record = service_record(home)
-    base_url = backend_url(record) if record else f"http://{config.host}:{config.port}"
-    baseline_started = time.monotonic()
-    live_run = measure_live(base_url, live, plan, record)
-    baseline_s = time.monotonic() - baseline_started
-    write_model(runs_dir / "live--baseline.json", live_run)
+    c.record = service_record(c.home)
+    base_url = backend_url(c.record) if c.record else f"http://{c.config.host}:{c.config.port}"
+    began = c.clock()
+    live_run = measure_live(base_url, c.live, c.plan, c.record)
+    c.baseline_s = c.clock() - began
+    write_model(c.files.runs / "live--baseline.json", live_run)
     broken = [s.error for s in live_run.samples if s.error]
     if broken:
         raise RuntimeError(f"the live service failed while its baseline was measured: {broken[0]}")
-    write_model(
-        home.cycle_files(cycle_id).environment, fingerprint_environment([live, *recipes.values()])
+    write_model(c.files.environment, fingerprint_environment([c.live, *c.recipes.values()]))
+    if live_request_count(c.home) is not None:  # no front: live traffic is unknown
+
+        def count_live() -> int:
+            return live_request_count(c.home) or 0
+
+        c.traffic = count_live
+    return None
+
+
+def maintenance_step(c: CycleContext) -> CycleResult | None:
+    """Decide whether candidates run beside the live backend or alone (exclusive: the front
+    holds requests), say what it costs the service, and hold it if exclusive."""
+    todo = c.todo()
+    admission = impact.plan_admission(
+        c.home, c.loaded.policy, c.record, [a for a in c.admitted if a.candidate in todo]
     )
-
-    todo = [c for c in plan.candidates[1:] if c not in runs]
-
-    def count_live() -> int:
-        """Live requests the front has received so far: each round records its overlap."""
-        return live_request_count(home) or 0
-
-    traffic = count_live if live_request_count(home) is not None else None  # no front: unknown
-
-    admission = impact.plan_admission(home, policy, record, [a for a in admitted if a[0] in todo])
-    exclusive = admission.mode == "exclusive" and bool(todo)
+    c.exclusive = admission.mode == "exclusive" and bool(todo)
+    protocol = c.plan.protocol
     expected = expected_downtime_s(
         admission.mode if todo else "concurrent",
         candidates=len(todo),
-        per_candidate_s=baseline_s,
-        load_s=(record.ready_s if record and record.ready_s else plan.protocol.ready_timeout_s),
+        per_candidate_s=c.baseline_s,
+        load_s=(c.record.ready_s if c.record and c.record.ready_s else protocol.ready_timeout_s),
     )
-    impact.decided(home, cycle_id, admission, expected)
-    journal(
+    impact.decided(c.home, c.cycle_id, admission, expected)
+    c.journal(
         CycleState.MAINTENANCE,
         impact.downtime_words(
-            "exclusive" if exclusive else "concurrent", expected, policy.service.max_hold_s
+            "exclusive" if c.exclusive else "concurrent",
+            expected,
+            c.loaded.policy.service.max_hold_s,
         ),
         mode=admission.mode,
         mode_reason=admission.reason,
         expected_downtime_s=expected,
         configurations=[BASELINE_ID, *todo],
-        min_starts=plan.protocol.min_starts,
-        max_starts=plan.protocol.max_starts,
+        min_starts=protocol.min_starts,
+        max_starts=protocol.max_starts,
     )
-    if exclusive:
-        hold_live(home, config, reason=f"cycle {cycle_id}: candidates run alone (exclusive)")
+    if c.exclusive:
+        hold_live(c.home, c.config, reason=f"cycle {c.cycle_id}: candidates run alone (exclusive)")
+    return None
+
+
+def experiment_step(c: CycleContext) -> CycleResult | None:
+    """Interleaved rounds of fresh starts (``rounds.run_rounds``), written to disk after each
+    round so a killed cycle leaves what it measured; the live recipe serves again after an
+    exclusive experiment."""
+    todo = c.todo()
 
     def keep_runs(base: CandidateRun, measured: list[CandidateRun]) -> None:
-        write_model(
-            home.cycle_files(cycle_id).run(BASELINE_ID),
-            base.model_copy(
-                update={
-                    "knobs": live.knobs,
-                    "semantics": live.semantics,
-                    "cache_note": cache_note(live),
-                }
-            ),
-        )
+        write_model(c.files.run(BASELINE_ID), _as_served(base, c.live))
         for run in measured:
-            write_model(
-                home.cycle_files(cycle_id).run(run.candidate),
-                run.model_copy(update={"cache_note": cache_note(recipes[run.candidate])}),
-            )
+            write_model(c.files.run(run.candidate), _as_served(run, c.recipes[run.candidate]))
 
     baseline, measured = run_rounds(
-        home,
-        config,
-        plan,
-        journal,
-        live,
-        {c: recipes[c] for c in todo},
-        deadline=deadline,
-        live_traffic=traffic,
+        c.bench(),
+        c.live,
+        {name: c.recipes[name] for name in todo},
+        deadline=c.deadline,
         on_round=keep_runs,
     )
-    baseline = baseline.model_copy(
-        update={"knobs": live.knobs, "semantics": live.semantics, "cache_note": cache_note(live)}
+    c.baseline = _as_served(baseline, c.live)
+    for name, run in measured.items():
+        c.runs[name] = _as_served(run, c.recipes[name])
+    if c.exclusive:  # the live recipe serves again before anything else is measured or promoted
+        ensure_serving(c.home, c.live, c.config, timeout=c.plan.protocol.ready_timeout_s)
+    return None
+
+
+def drift_step(c: CycleContext) -> CycleResult | None:
+    """With the policy's drift check on, the baseline once more after the experiments."""
+    if not c.plan.protocol.drift_check or c.baseline is None:
+        return None
+    c.journal(
+        CycleState.SELECT,
+        "re-measuring the baseline for drift in a fresh start",
+        step=JournalStep.DRIFT,
     )
-    for candidate, run in measured.items():
-        runs[candidate] = run.model_copy(update={"cache_note": cache_note(recipes[candidate])})
-    if exclusive:  # the live recipe serves again before anything else is measured or promoted
-        ensure_serving(home, live, config, timeout=plan.protocol.ready_timeout_s)
-    if plan.protocol.drift_check:
-        journal(
-            CycleState.SELECT, "re-measuring the baseline for drift in a fresh start", step="drift"
-        )
-        rounds = max((r.round for r in baseline.rounds), default=-1) + 1
-        baseline = measure_drift(
-            home, config, plan, journal, live, baseline, rounds, live_traffic=traffic
-        )
-    baseline, runs = annotate_cells(baseline, runs, plan.protocol)
-    write_model(home.cycle_files(cycle_id).run(BASELINE_ID), baseline)
-    for candidate, run in runs.items():  # candidates that never started are recorded too
-        write_model(home.cycle_files(cycle_id).run(candidate), run)
-    journal(CycleState.SELECT, "selecting by the frozen thresholds")
-    ordered = [runs[c] for c in plan.candidates[1:] if c in runs]
-    verdict = select(
-        decisive_view(baseline, plan.protocol),
-        [decisive_view(r, plan.protocol) for r in ordered],
-        plan.thresholds,
-        plan.protocol,
-        plan.auto_promote,
-    )
-    write_model(home.cycle_files(cycle_id).verdict, verdict)
-    if verdict.selected is None:
-        reason = verdict.reason + _workload_words(runs, plan)
-        if not is_serving(home, live, config):  # the live server died during the cycle
+    rounds = max((r.round for r in c.baseline.rounds), default=-1) + 1
+    c.baseline = measure_drift(c.bench(), c.live, c.baseline, rounds)
+    return None
+
+
+def select_step(c: CycleContext) -> CycleResult | None:
+    """The selector on every run, by the frozen thresholds; a decisive workload cell the winner
+    loses keeps the baseline."""
+    assert c.baseline is not None, "experiment_step measures the baseline"
+    protocol = c.plan.protocol
+    c.baseline, c.runs = annotate_cells(c.baseline, c.runs, protocol)
+    write_model(c.files.run(BASELINE_ID), c.baseline)
+    for candidate, run in c.runs.items():  # candidates that never started are recorded too
+        write_model(c.files.run(candidate), run)
+    c.journal(CycleState.SELECT, "selecting by the frozen thresholds")
+    c.verdict, losses = decide_cycle(c.baseline, c.runs, c.plan)
+    write_model(c.files.verdict, c.verdict)
+    if c.verdict.selected is None:
+        reason = c.verdict.reason + _workload_words(c.runs, c.plan)
+        if not is_serving(c.home, c.live, c.config):  # the live server died during the cycle
             reason = f"{reason}; the live service stopped answering during the cycle"
-            journal(CycleState.ROLLBACK, "the live service is down; restoring it", step="enter")
-            return CycleResult(restore(home, journal, reason), None, reason)
+            c.journal(
+                CycleState.ROLLBACK,
+                "the live service is down; restoring it",
+                step=JournalStep.ENTER,
+            )
+            return CycleResult(restore(c.home, c.journal, reason), None, reason)
         return CycleResult(Outcome.KEPT_BASELINE, None, reason)
-    winner = recipes[verdict.selected]
-    losses = cell_regressions(runs[verdict.selected].cells, plan.thresholds)
     if losses:
         reason = (
-            f"{verdict.selected} was selected on its speed, but the baseline is kept: "
+            f"{c.verdict.selected} was selected on its speed, but the baseline is kept: "
             + "; ".join(describe_cell(f) for f in losses)
             + ", a decisive condition of this policy's workload"
         )
-        journal(CycleState.SELECT, reason, step="workload", candidate=verdict.selected)
+        c.journal(
+            CycleState.SELECT, reason, step=JournalStep.WORKLOAD, candidate=c.verdict.selected
+        )
         return CycleResult(Outcome.KEPT_BASELINE, None, reason)
-    journal(
+    return None
+
+
+def confirm_step(c: CycleContext) -> CycleResult | None:
+    """The winner and the baseline on held-out prompts, each in a fresh start: the gain must be
+    confirmed there (``rounds.heldout_check``)."""
+    assert c.verdict is not None and c.verdict.selected is not None
+    selected = c.verdict.selected
+    c.journal(
         CycleState.SELECT,
-        f"checking {verdict.selected} on held-out prompts",
-        step="heldout",
-        candidate=verdict.selected,
+        f"checking {selected} on held-out prompts",
+        step=JournalStep.HELDOUT,
+        candidate=selected,
     )
-    held = heldout_check(home, config, plan, journal, live, winner, live_traffic=traffic)
-    write_model(runs_dir / "heldout--baseline.json", held.baseline)
-    write_model(runs_dir / f"heldout--{file_safe(verdict.selected)}.json", held.winner)
-    journal(
+    held = heldout_check(c.bench(), c.live, c.recipes[selected])
+    write_model(c.files.runs / "heldout--baseline.json", held.baseline)
+    write_model(c.files.runs / f"heldout--{file_safe(selected)}.json", held.winner)
+    c.journal(
         CycleState.SELECT,
         held.reason[:1000],
-        step="heldout-passed" if held.passed else "heldout-failed",
-        candidate=verdict.selected,
+        step=JournalStep.HELDOUT_PASSED if held.passed else JournalStep.HELDOUT_FAILED,
+        candidate=selected,
     )
-    if not held.passed:
-        return CycleResult(Outcome.KEPT_BASELINE, None, held.reason)
-    speedup = selected_speedup_pct(verdict, verdict.selected)
-    usage.snapshot_service(home.cycle_dir(cycle_id), home)  # before the port restarts
-    result = promote(
-        home, config, plan, journal, live, winner, runs[verdict.selected], speedup, verdict
+    return None if held.passed else CycleResult(Outcome.KEPT_BASELINE, None, held.reason)
+
+
+def promote_step(c: CycleContext) -> CycleResult | None:
+    """Promote the confirmed winner (``promote``: start, verify, switch, or roll back)."""
+    assert c.verdict is not None and c.verdict.selected is not None
+    selected = c.verdict.selected
+    usage.snapshot_service(c.home.cycle_dir(c.cycle_id), c.home)  # before the port restarts
+    winner = Promotion(
+        c.recipes[selected],
+        c.runs[selected],
+        c.verdict,
+        selected_speedup_pct(c.verdict, selected),
     )
+    result = promote(c.home, c.config, c.plan, c.journal, c.live, winner)
     if result.outcome == Outcome.PROMOTED:
         result = result._replace(
             reason=result.reason
-            + _workload_words({verdict.selected: runs[verdict.selected]}, plan, reported=True)
+            + _workload_words({selected: c.runs[selected]}, c.plan, reported=True)
         )
     return result
+
+
+STEPS: tuple[tuple[str, Step], ...] = (
+    ("preflight", preflight_step),
+    ("prepare", prepare_step),
+    ("baseline", baseline_step),
+    ("maintenance", maintenance_step),
+    ("experiment", experiment_step),
+    ("drift", drift_step),
+    ("select", select_step),
+    ("confirm", confirm_step),
+    ("promote", promote_step),
+)
+"""The cycle, in order. Every step after the experiment checks the time budget first."""
+
+BUDGETED = frozenset({"drift", "select", "confirm", "promote"})
+
+
+def run_steps(c: CycleContext, steps: Sequence[tuple[str, Step]] = STEPS) -> CycleResult:
+    """Run the steps in order until one ends the cycle. A step that would start past the
+    cycle's time budget ends it instead, keeping the baseline and saying where the time ran out
+    (selection is cheap and still runs: a decision the rounds reached is not thrown away)."""
+    for name, step in steps:
+        if name in BUDGETED and name != "select" and c.clock() > c.deadline:
+            reason = (
+                f"the cycle's time budget ({c.loaded.policy.budgets.cycle_minutes:g} min) ran "
+                f"out before the {name} step; the baseline is kept"
+            )
+            c.journal(CycleState.SELECT, reason, step=JournalStep.NOTE)
+            return CycleResult(Outcome.KEPT_BASELINE, None, reason)
+        result = step(c)
+        if result is not None:
+            return result
+    raise AssertionError("the promote step always ends the cycle")
+
+
+def _as_served(run: CandidateRun, recipe: Recipe) -> CandidateRun:
+    """A measured run with the knobs, semantics and cache note of the recipe it served."""
+    return run.model_copy(
+        update={
+            "knobs": recipe.knobs,
+            "semantics": recipe.semantics,
+            "cache_note": cache_note(recipe),
+        }
+    )
 
 
 def _workload_words(runs: dict[str, CandidateRun], plan: FrozenPlan, reported: bool = False) -> str:
@@ -477,7 +625,8 @@ def _workload_words(runs: dict[str, CandidateRun], plan: FrozenPlan, reported: b
     return "".join(f"; {p}" for p in parts)
 
 
-def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
+def not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
+    """A candidate refused before measurement, recorded with its recipe's class and knobs."""
     return CandidateRun(
         candidate=candidate,
         started=False,
@@ -488,22 +637,34 @@ def _not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Promotion (the cycle's last step, and a person's approval)
+# ---------------------------------------------------------------------------------------------
+
+
+class Promotion(NamedTuple):
+    """What is promoted: the winner's recipe, its measured run, the verdict and its gain."""
+
+    recipe: Recipe
+    run: CandidateRun
+    verdict: Verdict
+    speedup_pct: float | None
+
+
 def promote(
     home: Home,
     config: ServiceConfig,
     plan: FrozenPlan,
     journal: Journal,
     live: Recipe,
-    winner: Recipe,
-    run: CandidateRun,
-    speedup: float | None,
-    verdict: Verdict,
+    promotion: Promotion,
 ) -> CycleResult:
     """Start the winner on its own port, verify it there, then switch the front to it and drain
     the old backend; roll back on any failure. If the two do not fit in memory together
     (measured peak of the winner + measured footprint of the live backend against the policy's
     budget), the front holds requests while the old backend stops and the winner loads
     (exclusive). Used by the cycle and by a person's approval."""
+    winner, run = promotion.recipe, promotion.run
     policy = service_policy(home)
     live_record = service_record(home)
     fit = admit(
@@ -520,7 +681,7 @@ def promote(
         CycleState.PROMOTE,
         f"starting {winner.candidate_id} on its own port "
         f"({'exclusive: the front holds requests' if exclusive else 'beside the live one'})",
-        step="enter",
+        step=JournalStep.ENTER,
         recipe=winner.model_dump(mode="json"),
         previous=live.candidate_id,
         mode=fit.mode,
@@ -531,7 +692,7 @@ def promote(
             f"port {config.port} is held by a process mcp-infra did not start; "
             "promotion refused, nothing was touched"
         )
-        journal(CycleState.ROLLBACK, reason, step="enter")
+        journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
         return rolled_back(home, journal, reason)
     try:
         if exclusive:
@@ -546,31 +707,53 @@ def promote(
         )
     except ServerUnavailable as exc:
         reason = f"the winner did not start: {str(exc)[:300]}"
-        journal(CycleState.ROLLBACK, reason, step="enter")
+        journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
         return rolled_back(home, journal, reason)
+    return _verify_and_switch(home, config, plan, journal, live, promotion, new)
+
+
+def _verify_and_switch(
+    home: Home,
+    config: ServiceConfig,
+    plan: FrozenPlan,
+    journal: Journal,
+    live: Recipe,
+    promotion: Promotion,
+    new: ProcessRecord,
+) -> CycleResult:
+    """The started winner checked on its own port, then committed and switched to."""
+    winner = promotion.recipe
     journal(
         CycleState.VERIFY,
         f"checking {winner.candidate_id} on its own port before the switch",
-        step="enter",
+        step=JournalStep.ENTER,
         port=new.port,
     )
-    failure = verify_online(home, config, plan, winner, run, base_url=backend_url(new))
+    failure = verify_online(home, config, plan, winner, promotion.run, base_url=backend_url(new))
     if failure:
-        journal(CycleState.VERIFY, failure, step="failed")
+        journal(CycleState.VERIFY, failure, step=JournalStep.FAILED)
         journal(
             CycleState.ROLLBACK,
             "verification failed; the previous recipe keeps serving",
-            step="enter",
+            step=JournalStep.ENTER,
         )
         return rolled_back(home, journal, failure)
-    journal(CycleState.VERIFY, "the winner reproduces the measured greedy outputs", step="passed")
+    journal(
+        CycleState.VERIFY,
+        "the winner reproduces the measured greedy outputs",
+        step=JournalStep.PASSED,
+    )
     journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe; switching the front")
     commit(home, live, winner)
     switched = adopt(home, new, config, reason=f"promoted {winner.candidate_id}")
     journal(
-        CycleState.COMMIT, f"front switched to {winner.candidate_id} ({switched})", step="switched"
+        CycleState.COMMIT,
+        f"front switched to {winner.candidate_id} ({switched})",
+        step=JournalStep.SWITCHED,
     )
-    return CycleResult(Outcome.PROMOTED, winner.candidate_id, verdict.reason, speedup)
+    return CycleResult(
+        Outcome.PROMOTED, winner.candidate_id, promotion.verdict.reason, promotion.speedup_pct
+    )
 
 
 def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
@@ -580,7 +763,7 @@ def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
 
 def verify_online(
     home: Home,
-    config: Any,
+    config: ServiceConfig,
     plan: FrozenPlan,
     winner: Recipe,
     run: CandidateRun,
@@ -656,13 +839,13 @@ def restore(
         done = ensure_serving(home, recipe, config)
     except ServerUnavailable as exc:
         message = f"restoring {recipe.candidate_id} failed: {str(exc)[:300]}"
-        journal(CycleState.ROLLBACK, message, step="failed", stopped=stopped)
+        journal(CycleState.ROLLBACK, message, step=JournalStep.FAILED, stopped=stopped)
         mark_needs_operator(home, journal.cycle_id, f"{reason}; {message}")
         return Outcome.NEEDS_OPERATOR
     journal(
         CycleState.ROLLBACK,
         f"{recipe.candidate_id} serves again ({done})",
-        step="done",
+        step=JournalStep.DONE,
         stopped=stopped,
     )
     return outcome
@@ -691,7 +874,7 @@ def seal(
     journal(
         CycleState.SEALED,
         f"outcome: {outcome.value}",
-        step="enter",
+        step=JournalStep.ENTER,
         outcome=outcome.value,
         selected=selected,
         reason=reason,
@@ -702,7 +885,9 @@ def seal(
     except Exception as exc:
         with contextlib.suppress(OSError):
             journal(
-                CycleState.SEALED, f"service impact not recorded: {type(exc).__name__}", step="note"
+                CycleState.SEALED,
+                f"service impact not recorded: {type(exc).__name__}",
+                step=JournalStep.NOTE,
             )
     summary = CycleSummary(
         cycle_id=cycle_id,
@@ -718,7 +903,7 @@ def seal(
         recovery=recovery,
     )
     evidence.seal(home, cycle_id, summary, usage.cycle_cost(home, cycle_id, speedup))
-    journal(CycleState.SEALED, "evidence sealed", step="done")
+    journal(CycleState.SEALED, "evidence sealed", step=JournalStep.DONE)
     try:  # recipe memory is derived from the sealed bundle; it never fails a sealed cycle
         memory.record(home, cycle_id)
     except Exception as exc:
@@ -727,7 +912,7 @@ def seal(
                 CycleState.SEALED,
                 f"recipe memory not recorded: {type(exc).__name__}: "
                 f"{str(exc)[:200]} (it is read from the bundle instead)",
-                step="note",
+                step=JournalStep.NOTE,
             )
     return summary
 

@@ -26,6 +26,7 @@ from mcp_infra.contracts import (
     EvidencePredicate,
     FrozenPlan,
     InTotoStatement,
+    JournalStep,
     Manifest,
     Part,
     Policy,
@@ -418,12 +419,12 @@ def _recomputed(b: Bundle) -> Verdict:
 
 
 def check_verdict_recomputed(b: Bundle) -> str:
-    from mcp_infra.core.selector import DECISION_METHOD, METHOD_CHANGES
+    from mcp_infra.core.selector import DECISION_METHOD, METHOD_CHANGES, decides_alike
 
     recorded = b.verdict()
     if recorded is None:
         raise Skipped("no verdict.json")
-    if recorded.method != DECISION_METHOD:
+    if not decides_alike(recorded.method, b.plan().protocol):
         # Another method may reach another verdict on the same samples; the samples, the
         # hashes and the signature are still checked, and this says so by name.
         changed = "; ".join(
@@ -436,7 +437,7 @@ def check_verdict_recomputed(b: Bundle) -> str:
             f"this mcp-infra decides by method {DECISION_METHOD} ({changed or 'unknown'}); "
             "verify with the mcp-infra that sealed it to recompute"
         )
-    again = _recomputed(b)
+    again = _recomputed(b).model_copy(update={"method": recorded.method})
     strip = {"candidates": {"__all__": {"gates"}}}
     if again.model_dump(mode="json", exclude=strip) != recorded.model_dump(
         mode="json", exclude=strip
@@ -468,7 +469,7 @@ def check_gates_recomputed(b: Bundle) -> str:
     verified = [
         e
         for e in b.events()
-        if e.state == CycleState.VERIFY and e.fields.get("step") in ("passed", "failed")
+        if e.state == CycleState.VERIFY and e.step in (JournalStep.PASSED, JournalStep.FAILED)
     ]
     if online is not None:
         run = next((r for r in b.runs() if r.candidate == online.candidate), None)
@@ -477,13 +478,13 @@ def check_gates_recomputed(b: Bundle) -> str:
         else:
             gate = compare_greedy(run.greedy, online.samples)
             count += 1
-            journaled = verified[-1].fields.get("step") if verified else None
-            if journaled == "passed" and not gate.passed:
+            journaled = verified[-1].step if verified else None
+            if journaled == JournalStep.PASSED and not gate.passed:
                 problems.append(
                     f"the journal says online verification passed, but the stored "
                     f"online outputs fail the gate: {gate.detail}"
                 )
-    elif any(e.fields.get("step") == "passed" for e in verified):
+    elif any(e.step == JournalStep.PASSED for e in verified):
         problems.append(
             "the journal says online verification passed, but its samples "
             "(online.json) are not in the bundle"
@@ -576,7 +577,7 @@ def check_summary_agrees(b: Bundle) -> str:
 
 def check_journal_agrees(b: Bundle) -> str:
     events = b.events()
-    final = [e for e in events if e.state == CycleState.SEALED and e.fields.get("step") == "enter"]
+    final = [e for e in events if e.state == CycleState.SEALED and e.step == JournalStep.ENTER]
     if not final:
         raise Failed("the journal has no final SEALED record")
     last = final[-1].fields
@@ -599,7 +600,7 @@ def check_journal_agrees(b: Bundle) -> str:
     promoted = [
         e.fields.get("recipe", {}).get("candidate_id")
         for e in events
-        if e.state == CycleState.PROMOTE and e.fields.get("step") == "enter"
+        if e.state == CycleState.PROMOTE and e.step == JournalStep.ENTER
     ]
     expected, _ = _expected(b, verdict)
     if verdict is not None and promoted and promoted[-1] != expected:

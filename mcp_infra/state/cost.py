@@ -11,7 +11,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mcp_infra.contracts import CycleCost, CycleState, Event, ProcessUsage, ServerCost, UsageStart
+from mcp_infra.contracts import (
+    CycleCost,
+    CycleState,
+    Event,
+    JournalStep,
+    ProcessUsage,
+    ServerCost,
+    UsageStart,
+)
 from mcp_infra.state.store import read_optional
 
 MEASURING = (CycleState.BASELINE, CycleState.EXPERIMENT, CycleState.SELECT)
@@ -39,9 +47,9 @@ def downtime_from_journal(events: list[Event]) -> tuple[float | None, str]:
     for event in events:
         if event.ts < start:
             continue
-        step = event.fields.get("step")
-        if (event.state == CycleState.VERIFY and step == "passed") or (
-            event.state == CycleState.ROLLBACK and step in ("done", "failed")
+        step = event.step
+        if (event.state == CycleState.VERIFY and step == JournalStep.PASSED) or (
+            event.state == CycleState.ROLLBACK and step in (JournalStep.DONE, JournalStep.FAILED)
         ):
             span = (event.ts - start).total_seconds()
             return round(span, 3), (

@@ -1,0 +1,547 @@
+"""Interleaved rounds of fresh starts with early stopping, the drift re-measure and the held-out
+check: the decisions of the measurement protocol, over an injected way to measure one start.
+
+Why a seam: the same loop runs the cycle (``measure.server_starter`` starts a real scratch
+server) and the cost model (``benchmarks/cycle_cost.py`` passes simulated starts and a simulated
+clock), so a projection of what a plan costs is the product's own round loop, not a copy of it.
+
+Every configuration, the baseline recipe included, is measured in at least
+``protocol.min_starts`` fresh processes, one per round, in an order that alternates each round
+(B C1 C2, then C2 C1 B), so start-to-start variance and slow drift land inside the estimate. From
+round ``min_starts`` on, the selector judges all data after each round (``interim``: the drift
+check is the final call's); a candidate it qualifies or rejects stops, and another round runs
+only while a decision is open (``next_round``). A failed gate stops a candidate after any round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import NamedTuple, Protocol
+
+from mcp_infra.contracts import (
+    BASELINE_ID,
+    CandidateRun,
+    CellFigures,
+    CycleState,
+    Decision,
+    FrozenPlan,
+    JournalStep,
+    Recipe,
+    RoundRecord,
+    Sample,
+    Semantics,
+    Verdict,
+    WorkloadCell,
+)
+from mcp_infra.contracts import Protocol as MeasureProtocol
+from mcp_infra.core.selector import failed_gates, select
+from mcp_infra.core.suites import SuitePrompt
+from mcp_infra.core.workload import cell_regressions, decisive_view
+from mcp_infra.flows.measure import StartResult, StartSpec, prompts_by_class
+from mcp_infra.state.catalog import load_suite
+
+# A round is added only if the time left exceeds this many times the last round's duration, so
+# the held-out check, promotion and verification still fit the cycle's budget.
+ROUND_TIME_FACTOR = 2.0
+
+
+class Journal(Protocol):
+    """The cycle's journal (``cycle.Journal``): appends an event, fsynced, before a side effect."""
+
+    cycle_id: str
+
+    def __call__(
+        self, state: CycleState, message: str, step: JournalStep | None = None, **fields: object
+    ) -> None: ...
+
+
+LiveTraffic = Callable[[], int]
+"""Live requests the front has received so far (each round records its overlap)."""
+
+Starter = Callable[[StartSpec, Callable[[int], None]], StartResult]
+"""Measure one fresh start: start a server for ``spec.recipe``, call the second argument with
+its port once it is ready, measure ``spec``, stop it. Raises ``StartFailed`` (or the runtime's
+start errors) when the server did not start."""
+
+
+class StartFailed(RuntimeError):
+    """The configuration's server did not start (a verdict on it, unlike a busy port)."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What measurement needs of a cycle: the frozen plan, its journal, how one start is
+    measured, the clock, and the live-traffic counter (None where no front counts)."""
+
+    plan: FrozenPlan
+    journal: Journal
+    run_start: Starter
+    start_errors: tuple[type[Exception], ...] = (StartFailed,)
+    clock: Callable[[], float] = time.monotonic
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    live_traffic: LiveTraffic | None = None
+
+
+class Slot(NamedTuple):
+    """Where a start stands: its round, its place in the round, and the round's size."""
+
+    round_index: int
+    position: int = 0
+    total: int = 1
+
+
+class Pass(NamedTuple):
+    """What a start is for: selection rounds, the drift re-measure, or the held-out check."""
+
+    phase: str = "measure"
+    quality: bool = True
+    heldout: bool = False
+
+
+SELECTION = Pass()
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure planning
+# ---------------------------------------------------------------------------------------------
+
+
+def round_order(configs: Sequence[str], round_index: int) -> list[str]:
+    """The order configurations are started in: as given in even rounds, reversed in odd ones
+    (B C1 C2, C2 C1 B, B C1 C2, ...), so no configuration always runs first or last."""
+    return list(configs) if round_index % 2 == 0 else list(reversed(configs))
+
+
+def next_round(
+    rounds_done: int,
+    open_candidates: Sequence[str],
+    protocol: MeasureProtocol,
+    seconds_left: float,
+    last_round_s: float,
+) -> tuple[bool, str]:
+    """Whether to run another round, and why (or why not)."""
+    if not open_candidates:
+        return False, "every decision was made"
+    if seconds_left <= 0:
+        return False, "the cycle's time budget ran out"
+    if rounds_done < protocol.min_starts:
+        return True, f"fewer than {protocol.min_starts} starts so far (the protocol's minimum)"
+    if rounds_done >= max(protocol.max_starts, protocol.min_starts):
+        return False, f"the protocol's maximum of {protocol.max_starts} starts was reached"
+    if seconds_left < ROUND_TIME_FACTOR * last_round_s:
+        return False, (
+            f"the cycle's time budget does not allow another round ({seconds_left:.0f}"
+            f" s left, the last round took {last_round_s:.0f} s)"
+        )
+    return True, "a decision is still open"
+
+
+def open_decisions(verdict: Verdict, candidates: Sequence[str]) -> list[str]:
+    decided = {v.candidate: v.decision for v in verdict.candidates}
+    return [c for c in candidates if decided.get(c) == Decision.INCONCLUSIVE]
+
+
+def greedy_passes(recipe: Recipe, *, baseline: bool = False) -> int:
+    """Greedy passes in a configuration's first start: two where a prompt cache can change a
+    candidate's outputs (the second asks every prompt again with its prefix cached, as real
+    traffic does), one where the cache is off, and one for the baseline (the gate compares
+    with the baseline's first answer) and for the held-out check."""
+    return 1 if baseline or recipe.knobs.prompt_cache_size == 0 else 2
+
+
+def needs_quality(recipes: Sequence[Recipe]) -> bool:
+    """The quality suite judges lossy candidates only: without one in the plan it is not run."""
+    return any(r.semantics == Semantics.LOSSY for r in recipes)
+
+
+# ---------------------------------------------------------------------------------------------
+# What has been measured of one configuration
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """What has been measured of one configuration so far."""
+
+    name: str
+    recipe: Recipe
+    samples: list[Sample] = field(default_factory=list)
+    greedy: list[Sample] = field(default_factory=list)
+    quality: list[Sample] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
+    starts: int = 0
+    peak_gb: float | None = None
+    memory_source: str | None = None
+    start_error: str | None = None
+    stopped: str = ""
+
+    def run(self, purpose: str = "selection") -> CandidateRun:
+        return CandidateRun(
+            candidate=self.name,
+            candidate_class=self.recipe.candidate_class,
+            semantics=self.recipe.semantics,
+            knobs=self.recipe.knobs,
+            started=self.start_error is None,
+            start_error=self.start_error,
+            peak_memory_gb=self.peak_gb,
+            memory_source=self.memory_source,
+            samples=self.samples + self.quality,
+            greedy=self.greedy,
+            purpose=purpose,  # type: ignore[arg-type]
+            starts=self.starts,
+            rounds=list(self.rounds),
+            stopped=self.stopped,
+        )
+
+    def keep(self, result: StartResult) -> None:
+        self.starts += 1
+        self.samples.extend(result.samples)
+        self.greedy.extend(result.greedy)
+        self.quality.extend(result.quality)
+        if result.peak_gb is not None:
+            self.peak_gb = max(self.peak_gb or 0.0, result.peak_gb)
+            self.memory_source = result.memory_source
+
+
+def one_start(
+    bench: Bench,
+    item: Tally,
+    prompts: dict[str, list[SuitePrompt]],
+    slot: Slot,
+    kind: Pass = SELECTION,
+) -> StartResult | None:
+    """Start ``item`` fresh, measure it, stop it; record the round. None if it did not start."""
+    plan, journal = bench.plan, bench.journal
+    start = item.starts
+    where = {
+        "candidate": item.name,
+        "round": slot.round_index,
+        "start": start,
+        "index": slot.position + 1,
+        "total": slot.total,
+        "phase": kind.phase,
+    }
+    journal(
+        CycleState.EXPERIMENT,
+        f"round {slot.round_index + 1}: {item.name}, start {start + 1}",
+        step=JournalStep.ENTER,  # the pause seam and recovery read a start like any state entry
+        **where,
+    )
+    began = bench.now()
+    live0 = bench.live_traffic() if bench.live_traffic else None
+
+    def record_round(error: str | None, port: int | None = None) -> None:
+        live1 = bench.live_traffic() if bench.live_traffic and live0 is not None else None
+        item.rounds.append(
+            RoundRecord(
+                config=item.name,
+                start=start,
+                round=slot.round_index,
+                position=slot.position,
+                started_at=began,
+                ended_at=bench.now(),
+                port=port,
+                live_requests=live1 - live0 if live0 is not None and live1 is not None else None,
+                error=error,
+            )
+        )
+
+    def ready(port: int) -> None:
+        journal(
+            CycleState.EXPERIMENT,
+            f"{item.name} is ready on port {port}; measuring",
+            step=JournalStep.MEASURING,
+            port=port,
+            **where,
+        )
+
+    first = start == 0
+    spec = StartSpec(
+        recipe=item.recipe,
+        candidate=item.name,
+        prompts=prompts,
+        protocol=plan.protocol,
+        start=start,
+        round_index=slot.round_index,
+        phase=kind.phase,
+        greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
+        if first
+        else 0,
+        quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
+    )
+    try:
+        result = bench.run_start(spec, ready)
+    except bench.start_errors as exc:
+        item.start_error = (
+            f"server did not start (round {slot.round_index + 1}, start {start + 1}): {exc}"
+        )
+        record_round(item.start_error)
+        return None
+    item.keep(result)
+    record_round(result.died, result.port)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Rounds
+# ---------------------------------------------------------------------------------------------
+
+
+def run_rounds(
+    bench: Bench,
+    baseline: Recipe,
+    candidates: dict[str, Recipe],
+    *,
+    deadline: float,
+    on_round: Callable[[CandidateRun, list[CandidateRun]], None] | None = None,
+) -> tuple[CandidateRun, dict[str, CandidateRun]]:
+    """Measure the baseline recipe and every candidate in interleaved rounds of fresh starts,
+    stopping candidates as the selector decides them. Returns the baseline run and one run per
+    candidate (``purpose="selection"``). ``on_round`` sees the runs after each round (the cycle
+    writes them to disk there, so a killed cycle leaves what it measured)."""
+    plan = bench.plan
+    protocol = plan.protocol
+    prompts = prompts_by_class(load_suite(protocol.suite), "selection")
+    quality = needs_quality(list(candidates.values()))
+    base = Tally(BASELINE_ID, baseline)
+    items = {name: Tally(name, recipe) for name, recipe in candidates.items()}
+    open_ = list(items)
+    rounds_done = 0
+    last_round_s = 0.0
+    while True:
+        go, why = next_round(rounds_done, open_, protocol, deadline - bench.clock(), last_round_s)
+        if not go:
+            for name in open_:
+                left = items[name]
+                left.stopped = f"stopped after {left.starts} start(s): {why}"
+                if left.starts == 0:
+                    left.start_error = "the cycle's time budget ran out before it was measured"
+            break
+        order = round_order([BASELINE_ID, *open_], rounds_done)
+        began = bench.clock()
+        for position, name in enumerate(order):
+            item = base if name == BASELINE_ID else items[name]
+            result = one_start(
+                bench,
+                item,
+                prompts,
+                Slot(rounds_done, position, len(order)),
+                Pass(quality=quality),
+            )
+            if name == BASELINE_ID and (result is None or result.died):
+                raise RuntimeError(
+                    "the baseline recipe failed in a fresh server: "
+                    f"{item.start_error or (result.died if result else '')}"
+                )
+            if name != BASELINE_ID and (result is None or result.died):
+                open_.remove(name)
+                item.stopped = (
+                    f"stopped after {item.starts} start(s): "
+                    f"{'it did not start' if result is None else 'its server died'}"
+                )
+        rounds_done += 1
+        last_round_s = bench.clock() - began
+        base_run = base.run()
+        if on_round:
+            on_round(base_run, [i.run() for i in items.values()])
+        open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
+        if rounds_done >= protocol.min_starts and open_:
+            open_ = _judge_round(bench, base_run, items, open_, rounds_done, last_round_s)
+    base.stopped = f"measured in {base.starts} start(s) alongside the candidates"
+    return base.run(), {name: item.run() for name, item in items.items()}
+
+
+def _drop_failed_gates(
+    bench: Bench, base_run: CandidateRun, items: dict[str, Tally], open_: list[str], rounds: int
+) -> list[str]:
+    """A failed gate (a divergence, memory) needs no more starts."""
+    still = []
+    for name in open_:
+        failed = failed_gates(
+            base_run, items[name].run(), bench.plan.thresholds, bench.plan.protocol
+        )
+        if failed:
+            items[name].stopped = (
+                f"rejected after {items[name].starts} start(s) (round {rounds}): "
+                f"the {failed[0].gate} gate failed"
+            )
+        else:
+            still.append(name)
+    return still
+
+
+def _judge_round(
+    bench: Bench,
+    base_run: CandidateRun,
+    items: dict[str, Tally],
+    open_: list[str],
+    rounds: int,
+    round_s: float,
+) -> list[str]:
+    """The selector on all data so far (an interim look: the drift check is the final call's);
+    decided candidates stop. Returns the candidates still open."""
+    plan = bench.plan
+    verdict = select(
+        decisive_view(base_run, plan.protocol),
+        [decisive_view(items[n].run(), plan.protocol) for n in open_],
+        plan.thresholds,
+        plan.protocol,
+        plan.auto_promote,
+        interim=True,
+    )
+    still = open_decisions(verdict, open_)
+    decided = {
+        v.candidate: v.decision.value for v in verdict.candidates if v.candidate not in still
+    }
+    for name, decision in decided.items():
+        items[name].stopped = f"{decision} after {items[name].starts} start(s) (round {rounds})"
+    bench.journal(
+        CycleState.EXPERIMENT,
+        f"round {rounds} judged: {len(decided)} decided, {len(still)} open",
+        step=JournalStep.JUDGED,
+        round=rounds - 1,
+        decided=decided,
+        open=still,
+        round_s=round(round_s, 1),
+    )
+    return still
+
+
+def decide_cycle(
+    baseline: CandidateRun, runs: dict[str, CandidateRun], plan: FrozenPlan
+) -> tuple[Verdict, list[CellFigures]]:
+    """The cycle's decision on its annotated runs: the selector's verdict on the decisive view,
+    and the decisive workload cells the selected candidate loses (which keep the baseline)."""
+    ordered = [runs[name] for name in plan.candidates[1:] if name in runs]
+    verdict = select(
+        decisive_view(baseline, plan.protocol),
+        [decisive_view(r, plan.protocol) for r in ordered],
+        plan.thresholds,
+        plan.protocol,
+        plan.auto_promote,
+    )
+    losses = (
+        cell_regressions(runs[verdict.selected].cells, plan.thresholds)
+        if verdict.selected is not None
+        else []
+    )
+    return verdict, losses
+
+
+# ---------------------------------------------------------------------------------------------
+# Drift and held-out
+# ---------------------------------------------------------------------------------------------
+
+
+def drift_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
+    """The drift re-measure: the headline cell only (the first decisive cell at concurrency 1,
+    as the selector's headline), without warm-up: a short re-measure, not a whole start."""
+    decisive = [c for c in protocol.workload if c.role == "decisive"]
+    head = next((c for c in decisive if c.concurrency == 1), decisive[0] if decisive else None)
+    cells = [WorkloadCell(request_class=head.request_class, concurrency=1)] if head else []
+    return protocol.model_copy(
+        update={"workload": cells or protocol.workload[:1], "warmup": 0, "quality_suite": None}
+    )
+
+
+def measure_drift(
+    bench: Bench, baseline: Recipe, run: CandidateRun, round_index: int
+) -> CandidateRun:
+    """One more fresh baseline start after the rounds, its timed samples marked ``drift`` (the
+    selector compares them with the baseline's earlier starts). A start that fails adds no
+    drift samples, and the selector treats that as it treats missing drift."""
+    item = Tally(BASELINE_ID, baseline, starts=run.starts, rounds=list(run.rounds))
+    protocol = drift_protocol(bench.plan.protocol)
+    prompts = prompts_by_class(load_suite(protocol.suite), "selection")
+    short = replace(bench, plan=bench.plan.model_copy(update={"protocol": protocol}))
+    result = one_start(short, item, prompts, Slot(round_index), Pass("drift", quality=False))
+    drift = [s for s in (result.samples if result else []) if s.phase == "drift"]
+    return run.model_copy(
+        update={"samples": [*run.samples, *drift], "starts": item.starts, "rounds": item.rounds}
+    )
+
+
+@dataclass
+class HeldOut:
+    passed: bool
+    reason: str
+    baseline: CandidateRun
+    winner: CandidateRun
+    verdict: Verdict | None = None
+
+
+def heldout_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
+    """Held-out prompts at concurrency 1, for the classes the workload decides on."""
+    classes = [
+        c.request_class for c in protocol.workload if c.concurrency == 1 and c.role == "decisive"
+    ] or ["short"]
+    cells = [WorkloadCell(request_class=c, concurrency=1) for c in dict.fromkeys(classes)]
+    # Twice the timed requests per prompt that selection's first rounds gave each prompt (at
+    # least 6): the check runs in one start per side, and each held-out prompt's own interval
+    # must clear the worst-prompt floor.
+    repeats = min(50, max(6, 2 * protocol.repeats * protocol.min_starts))
+    return protocol.model_copy(
+        update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
+    )
+
+
+def as_measured(run: CandidateRun) -> CandidateRun:
+    """A held-out run as the selector reads runs: its timed samples in phase ``measure``."""
+    return run.model_copy(
+        update={
+            "samples": [
+                s.model_copy(update={"phase": "measure"}) if s.phase == "heldout" else s
+                for s in run.samples
+            ],
+            "greedy": [s.model_copy(update={"phase": "measure"}) for s in run.greedy],
+        }
+    )
+
+
+def heldout_check(bench: Bench, baseline: Recipe, winner: Recipe) -> HeldOut:
+    """Measure the baseline and the winner on the held-out prompts, each in a fresh start, and
+    ask the selector: the winner must qualify there too (speed interval above the threshold and,
+    for a lossless winner, greedy token ids equal to the baseline's held-out outputs)."""
+    protocol = heldout_protocol(bench.plan.protocol)
+    prompts = prompts_by_class(load_suite(protocol.suite), "heldout")
+    held = replace(bench, plan=bench.plan.model_copy(update={"protocol": protocol}))
+    runs: dict[str, CandidateRun] = {}
+    pairs = ((BASELINE_ID, baseline), (winner.candidate_id, winner))
+    for position, (name, recipe) in enumerate(pairs):
+        item = Tally(name, recipe)
+        result = one_start(
+            held, item, prompts, Slot(0, position, 2), Pass("heldout", False, heldout=True)
+        )
+        if result is None or result.died:
+            item.start_error = item.start_error or (result.died if result else None)
+        item.stopped = "held-out check"
+        runs[name] = item.run("heldout")
+    base_run, win_run = runs[BASELINE_ID], runs[winner.candidate_id]
+    if not any(prompts.values()):
+        return HeldOut(
+            False, "gain not seen on held-out prompts: the suite has none", base_run, win_run
+        )
+    if base_run.start_error:
+        return HeldOut(
+            False,
+            "gain not seen on held-out prompts: the baseline's held-out "
+            f"measurement failed: {base_run.start_error}",
+            base_run,
+            win_run,
+        )
+    verdict = select(
+        as_measured(base_run),
+        [as_measured(win_run)],
+        bench.plan.thresholds,
+        protocol,
+        bench.plan.auto_promote,
+        confirmation=True,
+    )
+    (judged,) = verdict.candidates
+    words = " ".join(judged.reasons)
+    if judged.decision == Decision.QUALIFIED:
+        return HeldOut(True, "held-out prompts: " + words, base_run, win_run, verdict)
+    return HeldOut(False, "gain not seen on held-out prompts: " + words, base_run, win_run, verdict)

@@ -1,0 +1,119 @@
+"""The round loop (``flows.rounds``) over simulated starts (``flows.projection.SimServer``): the
+cycle's own early stopping, gates and budget, with only the server and the clock simulated, so
+these run in the fast tier. Also the pure pieces the loop and the cost model share."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mcp_infra.contracts import (
+    BASELINE_ID,
+    ConfigTruth,
+    Knobs,
+    LearnedSpread,
+    Recipe,
+    TargetProfile,
+    WorkloadCell,
+)
+from mcp_infra.core.stats import Spread, pooled_variance
+from mcp_infra.flows.projection import NullJournal, SimServer, project, simulated_plan
+from mcp_infra.flows.rounds import (
+    Bench,
+    drift_protocol,
+    greedy_passes,
+    needs_quality,
+    run_rounds,
+)
+from mcp_infra.state.catalog import load_policy
+
+PROFILE = TargetProfile.model_validate(
+    yaml.safe_load(
+        (
+            Path(__file__).resolve().parents[1] / "benchmarks" / "profiles" / "qwen27b-m5pro.yaml"
+        ).read_text()
+    )
+)
+FAST = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
+
+
+def _recipe(name: str, cache: int | None = 0, semantics: str = "lossless") -> Recipe:
+    return Recipe(
+        candidate_id=name,
+        template="mlx_lm_server",
+        model_path="/m",
+        knobs=Knobs(prompt_cache_size=cache),
+        semantics=semantics,  # type: ignore[arg-type]
+        candidate_class="acceleration_plugin",  # type: ignore[arg-type]
+    )
+
+
+def _rounds(policy_name: str, *, drift: bool, learned: bool = True) -> int:
+    policy = load_policy(policy_name)
+    plan = simulated_plan(policy, ["sim:fast"])
+    protocol = plan.protocol.model_copy(
+        update={
+            "drift_check": drift,
+            "learned_spread": LearnedSpread(sd=0.055, df=8) if learned else None,
+        }
+    )
+    plan = plan.model_copy(update={"protocol": protocol})
+    server = SimServer(PROFILE, {"sim:fast": FAST}, seed=3)
+    bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
+    base, runs = run_rounds(
+        bench, _recipe(BASELINE_ID), {"sim:fast": _recipe("sim:fast")}, deadline=1e9
+    )
+    assert "qualified after" in runs["sim:fast"].stopped, runs["sim:fast"].stopped
+    return base.starts
+
+
+def test_a_clear_winner_stops_at_the_minimum_with_the_drift_check_on() -> None:
+    # The per-round look is an interim one: the drift check is the final call's. Judged as a
+    # final call, every qualified candidate would be "inconclusive: no drift samples" and be
+    # measured on to the maximum of 13 starts.
+    assert _rounds("single-user", drift=True) == 2
+    assert _rounds("single-user", drift=False) == 2
+
+
+def test_greedy_passes_are_two_only_where_a_prompt_cache_can_change_outputs() -> None:
+    assert greedy_passes(_recipe("c", cache=None)) == 2
+    assert greedy_passes(_recipe("c", cache=0)) == 1
+    assert greedy_passes(_recipe("c", cache=None), baseline=True) == 1
+
+
+def test_the_quality_suite_runs_only_for_lossy_candidates() -> None:
+    assert not needs_quality([_recipe("a"), _recipe("b")])
+    assert needs_quality([_recipe("a"), _recipe("b", semantics="lossy")])
+
+
+def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:
+    protocol = load_policy("default").protocol
+    short = drift_protocol(protocol)
+    assert short.workload == [WorkloadCell(request_class="short", concurrency=1)]
+    assert short.warmup == 0 and short.quality_suite is None
+
+
+def test_a_learned_spread_is_pooled_only_when_the_cycle_agrees_with_it() -> None:
+    quiet = [0.0, 0.04]  # sd about 0.028
+    var, df, source = pooled_variance(quiet, Spread(0.05, 8))
+    assert df == 9 and source.startswith("learned")
+    assert var == pytest.approx((8 * 0.05**2 + 0.0008) / 9 / 2)
+    wild = [0.0, 0.6]  # far beyond a 5% spread: history does not describe this cycle
+    var, df, source = pooled_variance(wild, Spread(0.05, 8))
+    assert df == 1 and "disagrees" in source
+    assert math.isclose(var, 0.18 / 2)
+    assert pooled_variance(quiet, None)[1] == 1
+
+
+def test_the_projection_is_deterministic_and_a_null_plan_never_qualifies() -> None:
+    policy = load_policy("single-user")
+    truths = {"sim:a": PROFILE.candidates["null-a"], "sim:b": PROFILE.candidates["null-b"]}
+    plan = simulated_plan(policy, list(truths))
+    first = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
+    again = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
+    assert first == again
+    assert first.outcome != "promoted" and first.selected is None
+    assert 0 < first.minutes <= 120 + 15  # the budget, and at most one last step past it
