@@ -471,10 +471,16 @@ class Point:
 
 
 def interval_chart(
-    points: list[Point], title: str, lines: list[tuple[float, str, str]], xlabel: str
+    name: str,
+    points: list[Point],
+    title: str,
+    lines: list[tuple[float, str, str, str]],
+    xlabel: str,
 ) -> str:
-    """Points with intervals on a log axis; ``lines``: (ratio, label, colour) drawn across;
-    each point's A/A floor as a shaded band from 1× to it; rejected points grey and hollow."""
+    """Points with intervals on a log axis; ``lines``: (ratio, label, colour, SVG id) drawn
+    across; each point's A/A floor as a shaded band from 1× to it; rejected points grey and
+    hollow. Artists carry SVG ids (``<name>-point-<i>-<status>``, ``<name>-aa-floor-<i>``,
+    ``<name>-<line id>``) a test can find."""
     from matplotlib.figure import Figure
 
     if not points:
@@ -482,7 +488,7 @@ def interval_chart(
     fig = Figure(figsize=(10, 0.5 * len(points) + 1.9))
     ax = fig.add_subplot()
     values = [1.0] + [v for p in points for v in (p.point, p.low, p.high, p.floor) if v]
-    values += [r for r, _, _ in lines]
+    values += [r for r, _, _, _ in lines]
     floor_drawn = False
     for i, p in enumerate(points):
         y = len(points) - 1 - i
@@ -497,6 +503,7 @@ def interval_chart(
                 linewidth=0,
                 zorder=0,
                 label=None if floor_drawn else "A/A noise floor (the live recipe against itself)",
+                gid=f"{name}-aa-floor-{i}",
             )
             floor_drawn = True
         err = (
@@ -504,7 +511,7 @@ def interval_chart(
             if p.low is not None and p.high is not None
             else None
         )
-        ax.errorbar(
+        drawn = ax.errorbar(
             [p.point],
             [y],
             xerr=err,
@@ -516,14 +523,23 @@ def interval_chart(
             markerfacecolor="white" if grey else color,
             zorder=3,
         )
+        drawn.lines[0].set_gid(f"{name}-point-{i}-{p.status}")
     ax.set_yticks(range(len(points) - 1, -1, -1), labels=[p.label for p in points], fontsize=8)
     for tick, p in zip(ax.get_yticklabels(), points, strict=True):
         tick.set_color("#80868f" if p.status == "rejected" else "#1d2430")
     ax.axvline(1.0, color="#444", linewidth=1)
-    for ratio, label, colour in lines:
-        ax.axvline(ratio, color=colour, linewidth=1.2, linestyle="--", label=label, zorder=2)
+    for ratio, label, colour, gid in lines:
+        ax.axvline(
+            ratio,
+            color=colour,
+            linewidth=1.2,
+            linestyle="--",
+            label=label,
+            zorder=2,
+            gid=f"{name}-{gid}",
+        )
     _log_axis(ax, values)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False, ncol=3)
+    fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False, ncol=3)
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_title(title, fontsize=10)
     ax.set_ylim(-0.6, len(points) - 0.4)
@@ -531,11 +547,12 @@ def interval_chart(
     return _svg(fig)
 
 
-def _threshold_lines(data: Loaded) -> list[tuple[float, str, str]]:
+def _threshold_lines(data: Loaded) -> list[tuple[float, str, str, str]]:
     if data.plan is None:
         return []
     pct = data.plan.thresholds.min_speedup_pct
-    return [(1 + pct / 100, f"required {1 + pct / 100:.3f}× (minimum speedup {pct:g}%)", "#b3261e")]
+    label = f"required {1 + pct / 100:.3f}× (minimum speedup {pct:g}%)"
+    return [(1 + pct / 100, label, "#b3261e", "threshold")]
 
 
 def candidates_chart(data: Loaded) -> str:
@@ -565,18 +582,19 @@ def candidates_chart(data: Loaded) -> str:
             ]
         )
     svg = interval_chart(
+        "candidates",
         points,
         "Decode speedup over the live recipe, headline cell (point and interval)",
         _threshold_lines(data),
         "candidate / live recipe, decode tok/s (log scale)",
     )
     return (
-        f"<figure id='chart-candidates'>{svg}</figure>"
+        f"<div id='chart-candidates'><figure>{svg}</figure>"
         + "<details><summary>the charted figures (from verdict.json)</summary>"
         + _table(
             rows, ["candidate", "speedup", "interval low", "interval high", "A/A floor", "drawn as"]
         )
-        + "</details>"
+        + "</details></div>"
     )
 
 
@@ -610,21 +628,23 @@ def prompts_chart(data: Loaded) -> str:
                 1 - tol / 100,
                 f"worst-prompt floor {1 - tol / 100:.3f}× (no prompt slower)",
                 "#7a6500",
+                "worst-prompt-floor",
             )
         )
     svg = interval_chart(
+        "prompts",
         points,
         "Decode speedup per prompt (point and interval, as the verdict computed them)",
         lines,
         "candidate / live recipe, decode tok/s (log scale)",
     )
     return (
-        f"<figure id='chart-prompts'>{svg}</figure>"
+        f"<div id='chart-prompts'><figure>{svg}</figure>"
         + "<details><summary>the charted figures (from verdict.json)</summary>"
         + _table(
             rows, ["candidate", "prompt", "live tok/s", "candidate tok/s", "speedup", "interval"]
         )
-        + "</details>"
+        + "</details></div>"
     )
 
 
@@ -1191,7 +1211,7 @@ def cost_html(data: Loaded) -> str:
                 f"{src.num(f'{si}/requests_held', 'int')} (longest "
                 f"{src.num(f'{si}/longest_hold_s', 's2')})",
             ],
-            ["answered 503", src.num(f"{si}/rejected_503", "int")],
+            ["answered HTTP 503 (unavailable)", src.num(f"{si}/rejected_503", "int")],
             ["upstream errors", src.num(f"{si}/upstream_errors", "int")],
             ["live requests served during the cycle", src.num(f"{si}/live_requests", "int")],
         ]
