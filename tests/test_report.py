@@ -23,7 +23,7 @@ import pytest
 from mcp_infra.contracts import CandidateRun, FrozenPlan, Verdict
 from mcp_infra.faces import cli, report
 from mcp_infra.state import evidence
-from mcp_infra.state.store import read_model
+from mcp_infra.state.store import Home, read_model
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLE = sorted(p.parent for p in (REPO / "evidence").glob("*/MANIFEST.json"))[0]
@@ -121,6 +121,8 @@ def heldout_again(bundle: Path) -> Any:
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
     verdict = read_model(bundle / "verdict.json", Verdict)
+    if verdict.selected is None:
+        return None
     base = read_model(bundle / "runs" / "heldout--baseline.json", CandidateRun)
     winner = read_model(
         bundle / "runs" / f"heldout--{verdict.selected.replace(':', '__')}.json", CandidateRun
@@ -160,6 +162,11 @@ def test_every_number_on_the_page_is_its_sources(
 ) -> None:
     page, parsed, docs = rendered
     assert len(parsed.bound) > 300  # the page is made of bound figures
+    check_numbers(parsed, docs)
+
+
+def check_numbers(parsed: Page, docs: dict[str, Any]) -> None:
+    """Each bound figure equals its source, formatted; the free text holds no number."""
     for item in parsed.bound:
         ref, shown = item["attrs"]["data-src"], item["text"]
         value = resolve(docs, ref)
@@ -307,6 +314,25 @@ def test_a_forged_bundle_is_flagged_on_the_page(tmp_path: Path) -> None:
     page = report.render(copy, verification)
     assert "Evidence does NOT verify" in page and "Evidence verified" not in page
     assert "file_hashes" in page
+
+
+def test_every_number_of_a_cycle_that_kept_the_live_recipe(home: Home) -> None:
+    """Another shape of bundle: a cheap seal (synthetic timings, tests/synthetic_bundle.py) in
+    which nothing wins, so there is no held-out check and no promotion; verified with the home's
+    own key."""
+    from synthetic_bundle import freeze
+    from test_evidence_proof import cheap_seal
+
+    summary = cheap_seal(home, freeze(home, ["demo-tiny:kv8"]))
+    bundle = home.evidence / summary.cycle_id
+    verification = evidence.verify(bundle, home=home)
+    assert verification.ok and verification.key_trust == "home", verification.problems
+    page = report.render(bundle, verification)
+    parsed = Page()
+    parsed.feed(page)
+    check_numbers(parsed, sources(bundle, verification))
+    assert "this home's own key" in page and "No held-out check in this cycle" in page
+    assert page.index("<table id='summary'>") < page.index("<svg")
 
 
 LAYOUT = {

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from mcp_infra.contracts import DsseEnvelope, DsseSignature, InTotoStatement
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.state.store import Home, _fsync_dir, write_bytes_atomic
+from mcp_infra.state.store import Home, write_bytes_atomic
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PRIVATE_NAME = "evidence-ed25519.key"
@@ -116,7 +116,11 @@ def _create_exclusive(path: Path, data: bytes) -> bool:
                 os.fsync(handle.fileno())
     finally:
         Path(tmp).unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    folder = os.open(path.parent, os.O_RDONLY)  # the new name itself survives a power cut
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
     return True
 
 
