@@ -46,9 +46,18 @@ class Rendered:
     screenshot: bytes = b""
     title: str = ""
     text: str = ""
+    values: dict[str, object] = field(default_factory=dict)
 
 
-def render(page: Path, width: int = 1200, height: int = 1600, timeout: float = 60) -> Rendered:
+def render(
+    page: Path,
+    width: int = 1200,
+    height: int = 1600,
+    timeout: float = 60,
+    expressions: dict[str, str] | None = None,
+) -> Rendered:
+    """Open ``page``, record what it did, screenshot it whole; ``expressions``: JavaScript to
+    evaluate in the loaded page, each result (by value) in ``Rendered.values`` by name."""
     from websockets.sync.client import connect
 
     exe = chromium()
@@ -126,6 +135,10 @@ def render(page: Path, width: int = 1200, height: int = 1600, timeout: float = 6
             )
             value = evaluated.get("result", {}).get("value", "")
             out.title, _, out.text = value.partition("\n")
+            for name, expression in (expressions or {}).items():
+                result = call("Runtime.evaluate", expression=expression, returnByValue=True)
+                assert "exceptionDetails" not in result, (name, result["exceptionDetails"])
+                out.values[name] = result.get("result", {}).get("value")
             full = call(
                 "Runtime.evaluate",
                 expression="document.documentElement.scrollHeight",

@@ -196,3 +196,205 @@ def test_gate_command_judges_a_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("arithmetic: PASS")
     assert cli.main(["gate", "check", "--task", "arithmetic", "--text", "392", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["passed"] is False
+
+
+# -- trust you can anchor: which key verified, and is it the one you meant -------------------
+
+
+def fingerprint_of(key: Path) -> str:
+    from mcp_infra.state import signing
+
+    return signing.fingerprint(signing.load_public(key))
+
+
+def forge_and_resign(bundle: Path, tmp_path: Path) -> Path:
+    """The forgery of issue 21: environment and summary edited, re-hashed, re-signed with a new
+    key, and the public key beside the copy replaced by the forger's. Internally consistent."""
+    from mcp_infra.state import sealing, signing
+    from mcp_infra.state.store import Home
+
+    for name, change in (
+        ("environment.json", lambda d: d | {"cpu": "Apple M4 Max (forged)"}),
+        ("summary.json", lambda d: d | {"reason": d["reason"] + " (and it is wonderful)"}),
+    ):
+        path = bundle / name
+        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    rehash(bundle, "environment.json", "summary.json")
+    forger = Home(tmp_path / "forger")
+    sealing.sign_bundle(forger, bundle, bundle.name)
+    beside = bundle.parent / f"{bundle.name}.pub"
+    shutil.copy2(signing.public_key_path(forger), beside)
+    return beside
+
+
+def test_a_bundle_resigned_with_another_key_fails_the_pinned_fingerprint(
+    bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = fingerprint_of(key_of(SHIPPED[0]))
+    forged_key = forge_and_resign(bundle, tmp_path)
+    home = ["--home", str(tmp_path / "no-home")]
+    verify = [*home, "evidence", "verify", str(bundle)]
+    # with the forger's key beside it, the copy verifies, and the output says whose key it is not
+    assert cli.main([*verify, "--key", str(forged_key)]) == 0
+    out = capsys.readouterr().out
+    assert "VERIFIED" in out and "NOT this home's key and NOT pinned" in out
+    assert fingerprint_of(forged_key) in out
+    assert cli.main([*verify, "--key", str(forged_key), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["key_trust"] == "unpinned" and data["key_fingerprint"] == fingerprint_of(forged_key)
+    # pinned to the real fingerprint: refused, by name, with the key given or the one beside it
+    for extra in (["--key", str(forged_key)], []):
+        assert cli.main([*verify, *extra, "--fingerprint", real]) == 1
+        out = capsys.readouterr().out
+        assert "FAIL signature" in out and f"not the pinned {real}" in out, out
+        assert f"is NOT the pinned key {real}" in out
+    # the real key does not verify the forger's signature either
+    assert cli.main([*verify, "--key", str(key_of(SHIPPED[0]))]) == 1
+    assert "no signature by key" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bundle_dir", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_the_shipped_bundle_verifies_pinned_to_its_fingerprint(
+    bundle_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mcp-infra evidence verify evidence/<id> --fingerprint HEX`: the key beside the bundle is
+    used because it has the pinned fingerprint (never without a pin)."""
+    real = fingerprint_of(key_of(bundle_dir))
+    home = ["--home", str(tmp_path / "no-home")]
+    pasted = "SHA256:" + ":".join(real[i : i + 4] for i in range(0, 64, 4)).upper()
+    assert cli.main([*home, "evidence", "verify", str(bundle_dir), "--fingerprint", pasted]) == 0
+    out = capsys.readouterr().out
+    assert f"{bundle_dir}: VERIFIED" in out and "the pinned fingerprint" in out
+    assert cli.main([*home, "evidence", "verify", str(bundle_dir)]) == 1  # no key, no pin
+    assert "no public key to check with" in capsys.readouterr().out
+    assert cli.main([*home, "evidence", "verify", str(bundle_dir), "--fingerprint", "3a47"]) == 2
+    assert "all 64 hex digits" in capsys.readouterr().err
+
+
+def test_a_bundle_of_the_home_is_verified_with_its_own_key_and_exported_with_its_fingerprint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bundle in a home's evidence folder, signed by that home (the shipped bundle's files,
+    re-signed: a fast stand-in for a sealed cycle, whose signing is `sealing.sign_bundle` too)."""
+    from mcp_infra.state import sealing, signing
+    from mcp_infra.state.store import Home
+
+    home = Home(tmp_path / "home")
+    bundle = home.evidence / SHIPPED[0].name
+    shutil.copytree(SHIPPED[0], bundle)
+    sealing.advance_chain(home, bundle.name, sealing.sign_bundle(home, bundle, bundle.name))
+    own = signing.home_fingerprint(home)
+    assert own is not None
+    args = ["--home", str(home.root), "evidence"]
+    assert cli.main([*args, "verify", bundle.name]) == 0
+    out = capsys.readouterr().out
+    assert "VERIFIED" in out and f"checked with key {own}" in out and "this home's own key" in out
+    assert cli.main([*args, "verify", bundle.name, "--fingerprint", own]) == 0
+    assert "the pinned fingerprint" in capsys.readouterr().out
+    # export: the fingerprint, shortened and in full, and the command that pins it
+    assert cli.main([*args, "export", bundle.name, str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert signing.short_fingerprint(own) in out and own in out
+    copy, key = tmp_path / "out" / bundle.name, tmp_path / "out" / f"{bundle.name}.pub"
+    assert signing.verify_command(str(copy), own, key) in out
+    assert cli.main([*args, "export", bundle.name, str(tmp_path / "out"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fingerprint"] == own and data["ok"] is True
+    assert cli.main(signing.verify_command(str(copy), own, key).split()[1:]) == 0
+    assert "the pinned fingerprint" in capsys.readouterr().out
+
+
+# -- the key pair: created once, whole, and consistent after a crash at any step -------------
+
+
+def test_the_key_pair_is_created_once_with_private_modes(tmp_path: Path) -> None:
+    import stat
+
+    from mcp_infra.state import signing
+    from mcp_infra.state.store import Home
+
+    home = Home(tmp_path / "home")
+    created = signing.create_key_if_missing(home)
+    assert created is not None and created == signing.home_fingerprint(home)
+    assert signing.create_key_if_missing(home) is None  # the second seal creates nothing
+    assert stat.S_IMODE(signing.private_key_path(home).stat().st_mode) == 0o600
+    assert stat.S_IMODE(signing.keys_dir(home).stat().st_mode) == 0o700
+    key = signing.ensure_keypair(home)
+    assert signing.public_key_path(home).read_bytes() == signing.public_pem(key.public_key())
+    assert sorted(p.name for p in signing.keys_dir(home).iterdir()) == [
+        signing.PRIVATE_NAME,
+        signing.PUBLIC_NAME,
+    ]  # no temporary file left
+
+
+def test_a_crash_between_the_two_key_files_leaves_one_consistent_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crash is an exception raised where the process would die (killing a real process
+    between two writes a few microseconds apart cannot be timed); the files checked afterwards
+    are the ones a dead process leaves in place (a killed one may also leave its 0600
+    temporary file, which nothing reads)."""
+    from mcp_infra.state import signing
+    from mcp_infra.state.store import Home
+
+    home = Home(tmp_path / "home")
+
+    class Died(BaseException):
+        """Not an Exception: nothing on the way up may handle it, as nothing runs after a kill."""
+
+    def crash(*_: object, **__: object) -> None:
+        raise Died("the process died here")
+
+    # died after the private key was linked into place, before the public key was written
+    monkeypatch.setattr(signing, "write_bytes_atomic", crash)
+    with pytest.raises(Died, match="died here"):
+        signing.ensure_keypair(home)
+    monkeypatch.undo()
+    assert signing.private_key_path(home).is_file()
+    assert not signing.public_key_path(home).exists()
+    private = signing.load_private(signing.private_key_path(home))
+    expected = signing.fingerprint(private.public_key())
+    assert signing.home_fingerprint(home) == expected  # status can still tell the fingerprint
+    assert signing.create_key_if_missing(home) is None  # the same key, not a new one
+    assert signing.fingerprint(signing.load_public(signing.public_key_path(home))) == expected
+    # a public key that is not the private key's (an older crash, or an edit) is replaced
+    signing.public_key_path(home).write_bytes(
+        signing.public_pem(signing.Ed25519PrivateKey.generate().public_key())
+    )
+    signing.ensure_keypair(home)
+    assert signing.home_fingerprint(home) == expected
+
+    # died while writing the private key: nothing in place, and the next seal starts afresh
+    other = Home(tmp_path / "other")
+    monkeypatch.setattr(signing.os, "link", crash)
+    with pytest.raises(Died, match="died here"):
+        signing.ensure_keypair(other)
+    monkeypatch.undo()
+    assert not signing.private_key_path(other).exists()  # never a half-written key in place
+    assert not signing.public_key_path(other).exists()
+    assert signing.create_key_if_missing(other) is not None
+
+
+def test_first_seals_at_once_end_with_one_key(tmp_path: Path) -> None:
+    import threading
+
+    from mcp_infra.state import signing
+    from mcp_infra.state.store import Home
+
+    home = Home(tmp_path / "home")
+    start = threading.Barrier(6)
+    created: list[str | None] = []
+    keys: list[str] = []
+
+    def first_seal() -> None:
+        start.wait()
+        created.append(signing.create_key_if_missing(home))
+        keys.append(signing.fingerprint(signing.ensure_keypair(home).public_key()))
+
+    threads = [threading.Thread(target=first_seal) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len([c for c in created if c is not None]) == 1
+    assert set(keys) == {signing.home_fingerprint(home)}

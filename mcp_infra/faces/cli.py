@@ -384,6 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
         "for a bundle copied elsewhere",
     )
     ev.add_argument(
+        "--fingerprint",
+        metavar="HEX",
+        help="verify/report: the signing key must have this fingerprint (SHA-256 of the raw "
+        "public key, as `evidence export` and `status` print it)",
+    )
+    ev.add_argument(
         "-o", "--output", help="report: write the HTML here (default: <home>/reports/<id>.html)"
     )
     ev.add_argument(

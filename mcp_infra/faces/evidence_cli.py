@@ -10,7 +10,8 @@ from pathlib import Path
 
 from mcp_infra.contracts import CycleCost
 from mcp_infra.faces import render
-from mcp_infra.state import evidence
+from mcp_infra.state import evidence, signing
+from mcp_infra.state.audit import Verification
 from mcp_infra.state.store import Home, read_optional, write_bytes_atomic
 
 
@@ -29,14 +30,34 @@ def _bundle(home: Home, ref: str) -> Path | None:
         return None
 
 
+def _pin(args: argparse.Namespace) -> str | None:
+    """The ``--fingerprint`` asked for, normalised (ValueError if it is not one)."""
+    given = getattr(args, "fingerprint", None)
+    return signing.parse_fingerprint(given) if given else None
+
+
+def trust_line(result: Verification) -> str:
+    """The line under the checks that says which key verified, and what it is worth."""
+    return f"  key  {result.key_note}"
+
+
 def cmd_verify(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
     if bundle is None:
         return 2
+    try:
+        pin = _pin(args)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     key = Path(args.key) if getattr(args, "key", None) else None
-    result = evidence.verify(bundle, key=key, home=None if key else home)
+    result = evidence.verify(bundle, key=key, home=home, pin=pin)
     data = result.model_dump(mode="json") | {"ok": result.ok}
-    print(json.dumps(data, indent=2) if args.json else render.verification_text(result))
+    print(
+        json.dumps(data, indent=2)
+        if args.json
+        else render.verification_text(result) + "\n" + trust_line(result)
+    )
     return 0 if result.ok else 1
 
 
@@ -45,12 +66,16 @@ def report_path(home: Home, cycle_id: str) -> Path:
 
 
 def write_report(
-    home: Home, bundle: Path, output: Path | None = None, key: Path | None = None
+    home: Home,
+    bundle: Path,
+    output: Path | None = None,
+    key: Path | None = None,
+    pin: str | None = None,
 ) -> Path:
     """Render the bundle's report (with its verification) to ``output`` or the home's reports."""
     from mcp_infra.faces import report
 
-    result = evidence.verify(bundle, key=key, home=None if key else home)
+    result = evidence.verify(bundle, key=key, home=home, pin=pin)
     target = output or report_path(home, bundle.name)
     write_bytes_atomic(target, report.render(bundle, result).encode())
     return target
@@ -60,18 +85,27 @@ def cmd_report(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
     if bundle is None:
         return 2
+    try:
+        pin = _pin(args)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     key = Path(args.key) if getattr(args, "key", None) else None
-    target = write_report(home, bundle, Path(args.output) if args.output else None, key)
+    target = write_report(home, bundle, Path(args.output) if args.output else None, key, pin)
     print(json.dumps({"report": str(target)}) if args.json else str(target))
     return 0
 
 
 def cmd_export(home: Home, ref: str, dest: str, args: argparse.Namespace) -> int:
-    """Copy a bundle and the public key that verifies it (as ``<id>.pub``) into a folder."""
-    from mcp_infra.state import signing
-
+    """Copy a bundle and the public key that verifies it (as ``<id>.pub``) into a folder, and
+    print the key's fingerprint: the public key travels with the copy, so only a fingerprint
+    published apart from it (and pinned with ``--fingerprint``) says whose key it is."""
     bundle = _bundle(home, ref)
     if bundle is None:
+        return 2
+    fingerprint = signing.home_fingerprint(home)
+    if fingerprint is None:
+        print(f"this home has no signing key ({signing.public_key_path(home)})", file=sys.stderr)
         return 2
     folder = Path(dest)
     folder.mkdir(parents=True, exist_ok=True)
@@ -79,18 +113,29 @@ def cmd_export(home: Home, ref: str, dest: str, args: argparse.Namespace) -> int
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(bundle, target)
-    shutil.copy2(signing.public_key_path(home), folder / f"{bundle.name}.pub")
-    result = evidence.verify(target, key=folder / f"{bundle.name}.pub")
+    key = folder / f"{bundle.name}.pub"
+    shutil.copy2(signing.public_key_path(home), key)
+    result = evidence.verify(target, key=key, pin=fingerprint)
+    command = signing.verify_command(str(target), fingerprint, key)
     out = {
         "bundle": str(target),
-        "key": str(folder / f"{bundle.name}.pub"),
+        "key": str(key),
+        "fingerprint": fingerprint,
+        "verify_command": command,
         "ok": result.ok,
         "failed": result.failed,
     }
     print(
         json.dumps(out)
         if args.json
-        else f"{target} (verify: mcp-infra evidence verify {target} --key "
-        f"{folder / (bundle.name + '.pub')}): {'VERIFIED' if result.ok else result.failed}"
+        else "\n".join(
+            [
+                f"{target}: {'VERIFIED' if result.ok else 'FAILED: ' + ', '.join(result.failed)}",
+                f"  key fingerprint {signing.short_fingerprint(fingerprint)} (SHA-256 of the raw "
+                f"Ed25519 public key; in full: {fingerprint})",
+                "  publish the full fingerprint apart from the copy; whoever receives it verifies",
+                f"  with: {command}",
+            ]
+        )
     )
     return 0 if result.ok else 1

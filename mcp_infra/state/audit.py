@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import Field
@@ -56,7 +57,18 @@ class Verification(Part):
     problems: list[str] = Field(default_factory=list)
     checks: list[CheckResult] = Field(default_factory=list)
     failed: list[str] = Field(default_factory=list, description="names of the failed checks")
-    key_fingerprint: str | None = None
+    key_fingerprint: str | None = Field(
+        None, description="SHA-256 (hex) of the raw public key the signature was checked with"
+    )
+    key_path: str | None = Field(None, description="the public key file checked with")
+    key_trust: Literal["home", "pinned", "unpinned"] | None = Field(
+        None,
+        description="home: the verifying home's own key; pinned: the fingerprint the verifier "
+        "gave; unpinned: neither, so the signature shows only that the holder of that key "
+        "sealed the files, not who that is",
+    )
+    pinned_fingerprint: str | None = Field(None, description="the fingerprint asked for, if any")
+    key_note: str = Field("", description="which key, and how far to trust it, in words")
 
     @property
     def ok(self) -> bool:
@@ -184,16 +196,22 @@ def check_file_hashes(b: Bundle) -> str:
     return f"{len(manifest.files)} file(s) match MANIFEST.json"
 
 
-def check_signature(b: Bundle, key_path: Path | None) -> str:
+def check_signature(b: Bundle, key_path: Path | None, pin: str | None = None) -> str:
     if key_path is None:
         raise Failed(
             "no public key to check with: pass --key FILE (the key of the home that sealed it)"
+            + (" whose fingerprint is the pinned one" if pin else "")
         )
     try:
         envelope = b.envelope()
     except FileNotFoundError as exc:
         raise Failed("the bundle is not signed (no SIGNATURE.dsse.json)") from exc
     key = signing.load_public(key_path)
+    if pin is not None and signing.fingerprint(key) != pin:
+        raise Failed(
+            f"the key {key_path} has fingerprint {signing.fingerprint(key)}, not the pinned "
+            f"{pin}: this bundle is not shown to be signed by the pinned key"
+        )
     why = signing.verify_envelope(envelope, key)
     if why:
         raise Failed(why)
@@ -658,16 +676,65 @@ def check_sample_arithmetic(b: Bundle) -> str:
     return f"{checked} timed sample(s) internally consistent"
 
 
-def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> object:
-    """Run every check; the result names each one (see ``Verification``)."""
+def _fingerprint_of(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return signing.fingerprint(signing.load_public(path))
+    except signing.KeyFileError:
+        return None
+
+
+def choose_key(bundle: Path, key: Path | None, home: Home | None, pin: str | None) -> Path | None:
+    """The public key to check with: the one given; else the home's; with a pinned fingerprint
+    and no key given, the home's or the one beside the bundle (``<id>.pub``, as `evidence
+    export` writes it), whichever has the pinned fingerprint. A key beside a bundle is never
+    used unpinned: anyone who can replace the bundle can replace it."""
+    if key is not None:
+        return key
+    own = signing.public_key_path(home) if home is not None else None
+    own = own if own is not None and own.is_file() else None
+    if pin is None:
+        return own
+    beside = bundle.parent / f"{bundle.name}.pub"
+    for path in (own, beside if beside.is_file() else None):
+        if path is not None and _fingerprint_of(path) == pin:
+            return path
+    return own or (beside if beside.is_file() else None)
+
+
+def trust_words(
+    fingerprint: str | None, trust: str | None, key_path: Path | None, pin: str | None
+) -> str:
+    """Which key verified the signature, and what that is worth, in plain words."""
+    if fingerprint is None:
+        return "no public key was read, so nothing says who sealed this bundle"
+    where = f"key {fingerprint} ({key_path})"
+    if pin is not None and fingerprint != pin:
+        return f"{where} is NOT the pinned key {pin}"
+    if trust == "pinned":
+        return f"checked with {where}: the pinned fingerprint"
+    if trust == "home":
+        return f"checked with {where}: this home's own key"
+    return (
+        f"checked with {where}, which is NOT this home's key and NOT pinned: the signature shows "
+        "only that whoever holds that key sealed these files. Compare the fingerprint with one "
+        "the bundle's owner published, and pin it with --fingerprint"
+    )
+
+
+def verify(
+    bundle: Path, key: Path | None = None, home: Home | None = None, pin: str | None = None
+) -> object:
+    """Run every check; the result names each one (see ``Verification``). ``home``: the
+    verifying home (its key is the default, and "the home's own key" is said of it); ``pin``: a
+    fingerprint the signing key must have (``signing.parse_fingerprint``'s form)."""
 
     b = Bundle(bundle)
-    key_path = key
-    if key_path is None and home is not None and signing.public_key_path(home).is_file():
-        key_path = signing.public_key_path(home)
+    key_path = choose_key(bundle, key, home, pin)
     plan: list[tuple[str, Callable[[], str]]] = [
         ("file_hashes", lambda: check_file_hashes(b)),
-        ("signature", lambda: check_signature(b, key_path)),
+        ("signature", lambda: check_signature(b, key_path, pin)),
         ("statement_files", lambda: check_statement_files(b)),
         ("chain", lambda: check_chain(b)),
         ("chain_head", lambda: check_chain_head(b, home)),
@@ -705,12 +772,15 @@ def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> o
             )
     failed = [c.name for c in checks if c.status == "failed"]
     by = {c.name: c for c in checks}
-    fingerprint = None
-    if key_path is not None:
-        try:
-            fingerprint = signing.fingerprint(signing.load_public(key_path))
-        except signing.KeyFileError:
-            fingerprint = None
+    fingerprint = _fingerprint_of(key_path)
+    trust: Literal["home", "pinned", "unpinned"] | None = None
+    if fingerprint is not None:
+        if pin is not None and fingerprint == pin:
+            trust = "pinned"
+        elif home is not None and fingerprint == signing.home_fingerprint(home):
+            trust = "home"
+        else:
+            trust = "unpinned"
     return Verification(
         bundle=str(bundle),
         hashes_ok=by["file_hashes"].status == "ok",
@@ -719,4 +789,8 @@ def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> o
         checks=checks,
         failed=failed,
         key_fingerprint=fingerprint,
+        key_path=str(key_path) if key_path is not None else None,
+        key_trust=trust,
+        pinned_fingerprint=pin,
+        key_note=trust_words(fingerprint, trust, key_path, pin),
     )

@@ -79,13 +79,16 @@ def bundle_path(home: Home, ref: str) -> Path:
     return path
 
 
-def verify(bundle: Path, key: Path | None = None, home: Home | None = None) -> Verification:
+def verify(
+    bundle: Path, key: Path | None = None, home: Home | None = None, pin: str | None = None
+) -> Verification:
     """Every named check of ``state.audit``: hashes, signature and chain, the plan and its
-    inputs, every sample, the verdict, gates, summary and journal recomputed or compared."""
+    inputs, every sample, the verdict, gates, summary and journal recomputed or compared;
+    ``pin``: the fingerprint the signing key must have."""
     if home is None and key is None and bundle.resolve().parent.name == "evidence":
         owner = Home(bundle.resolve().parent.parent)  # a bundle inside a home: that home's key
         home = owner if signing.public_key_path(owner).is_file() else None
-    return audit.verify(bundle, key=key, home=home)
+    return audit.verify(bundle, key=key, home=home, pin=pin)
 
 
 def list_cycles(home: Home) -> list[CycleSummary]:
