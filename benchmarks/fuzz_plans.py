@@ -36,23 +36,8 @@ from mcp_infra.flows.api import freeze_plan
 from mcp_infra.state.context import HomeContext
 
 PLAN_FIELDS = {"hypothesis", "candidates", "acceptance", "notes"}
-NASTY = [
-    "",
-    "baseline",
-    "$(reboot)",
-    "; rm -rf /",
-    "`id`",
-    "../../etc/passwd",
-    "a:b",
-    "demo-tiny:",
-    ":draft-k2",
-    "demo-tiny:draft-k2\n",
-    "\x00",
-    "é:ü",
-    "x" * 200,
-    "--trust-remote-code",
-    "demo-tiny:draft-k2 --port 1",
-]
+# Injection, traversal and control text, alone or grafted onto a real id (see Inputs.nasty).
+HOSTILE = ["$(reboot)", "; rm -rf /", "`id`", "../../etc/passwd", "\x00", "--trust-remote-code"]
 CHARS = string.printable + "éü€漢\u200b\ufeff\x00\x7f"
 ONE_LINE = string.ascii_letters + string.digits + string.punctuation + " éü€漢"
 
@@ -87,18 +72,37 @@ class Inputs:
             return {self.text(10): self.any_json(depth - 1) for _ in range(self.rng.randint(0, 4))}
         return [None, self.rng.choice([True, False]), self.number(), self.text(50), 1.5][pick]
 
+    def nasty(self) -> str:
+        """An id that is almost one of the registry's, or hostile text."""
+        real = self.rng.choice(self.ids)
+        family, _, variant = real.partition(":")
+        return self.rng.choice(
+            [
+                "",
+                "baseline",
+                self.rng.choice(HOSTILE),
+                f"{real} {self.rng.choice(HOSTILE)}",
+                f"{real}\n",
+                real.upper(),
+                f"{family}:",
+                f":{variant}",
+                "x" * 200,
+                "é:ü",
+            ]
+        )
+
     def candidate(self) -> str:
         pick = self.rng.randrange(3)
         if pick == 0:
             return self.rng.choice(self.ids)
-        return self.rng.choice(NASTY) if pick == 1 else self.text(140)
+        return self.nasty() if pick == 1 else self.text(140)
 
     def near_valid(self) -> dict[str, Any]:
         """Well formed but for what is probed: most of these reach sanitization."""
         plan: dict[str, Any] = {
             "hypothesis": self.text(300, ONE_LINE) or "h",
             "candidates": [
-                self.rng.choice(self.ids) if self.rng.random() < 0.7 else self.rng.choice(NASTY)
+                self.rng.choice(self.ids) if self.rng.random() < 0.7 else self.nasty()
                 for _ in range(self.rng.randint(1, 3))
             ],
         }
