@@ -1,76 +1,59 @@
-"""A/A cycles: N real cycles on the demo models whose only candidate is the baseline recipe under
-another registry id. Nothing is faster than itself, so it must never qualify.
+"""A/A cycles: N real cycles on the demo models whose only candidate is the baseline recipe
+under another registry id. Nothing is faster than itself, so it must never qualify.
 
-    .venv/bin/python benchmarks/aa_cycles.py 3 [--home DIR] [--policy demo] [--json]
+What: the candidate is `demo-aa:same`, from a manifest written into the home's own registry
+(tests/demo-aa.yaml): the demo target with mlx_lm.server's default prefill step stated
+explicitly (the same process behaviour; an identical knob set would be removed from the plan as
+"identical to the recipe already serving"). Each cycle runs the product's own protocol (fresh
+starts, interleaved rounds, early stopping) and selector under the policy named (default: the
+demo policy), in this process. One row per cycle: decision, speedup estimate, interval, starts
+and rounds used.
 
-The candidate is `demo-aa:same`, from a manifest written into the home's own registry: the demo
-target with mlx_lm.server's default prefill step stated explicitly (the same process behaviour;
-an identical knob set would be removed from the plan as "identical to the recipe already
-serving"). Each cycle runs the product's own protocol (fresh starts, interleaved rounds, early
-stopping) and selector under the policy named (default: the demo policy). Prints one row per
-cycle: decision, speedup estimate, interval, starts and rounds used.
+Target: no A/A cycle qualifies (exit status 1 if one does). A qualification now and then is what
+the confidence level allows ((1 - confidence) / 2 of cycles at most): count over many cycles.
+Takes: one to two minutes a cycle on 2 cores (default 3 cycles). --smoke: one cycle under the
+lean `test` protocol, about a minute, and no target judged.
+
+    .venv/bin/python benchmarks/aa_cycles.py [N] [--home DIR] [--policy demo] [--json] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _common
 
-import yaml  # noqa: E402
-
-from mcp_infra.contracts import CandidateRun, Recipe, ServiceConfig, Verdict  # noqa: E402
-from mcp_infra.demo.models import build_demo_models  # noqa: E402
+from mcp_infra.contracts import CandidateRun, Verdict
+from mcp_infra.demo.homes import make_home, stop_home
+from mcp_infra.demo.models import build_demo_models
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import supervise  # noqa: E402
-from mcp_infra.procs.runtime import free_port  # noqa: E402
-from mcp_infra.procs.service import ensure_serving, stop_service, stop_stray_candidates
-from mcp_infra.state import evidence  # noqa: E402
-from mcp_infra.state.catalog import policy_dir  # noqa: E402
-from mcp_infra.state.context import load_config  # noqa: E402
-from mcp_infra.state.store import Home, read_model, write_model  # noqa: E402
+from mcp_infra.flows.cycle import supervise
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state import evidence
+from mcp_infra.state.context import load_config
+from mcp_infra.state.store import Home, read_model
 
 CANDIDATE = "demo-aa:same"
-AA_MANIFEST = (Path(__file__).resolve().parent.parent / "tests" / "demo-aa.yaml").read_text()
+AA_MANIFEST = Path(__file__).resolve().parent.parent / "tests" / "demo-aa.yaml"
 
 
-def make_home(root: Path, policy: str) -> Home:
-    """A fresh home serving the demo target, the A/A manifest in its registry."""
-    home = Home(root).ensure()
-    paths = build_demo_models(home.models)
-    data = yaml.safe_load((policy_dir() / f"{policy}.yaml").read_text())
-    data["name"] = "aa"
-    home.user_policy.mkdir(parents=True, exist_ok=True)
-    (home.user_policy / "aa.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+def aa_home(root: Path, models: dict[str, Path], policy: str, smoke: bool) -> Home:
+    """A fresh home serving the demo target under ``policy`` (under the smoke protocol on
+    the lean one with ``smoke``), the A/A manifest in its registry."""
+    shutil.rmtree(root, ignore_errors=True)
+    protocol = _common.SMOKE_PROTOCOL if smoke else {}
+    home = make_home(root, models, base=policy, lean=smoke, **protocol)
     home.user_registry.mkdir(parents=True, exist_ok=True)
-    (home.user_registry / "demo-aa.yaml").write_text(AA_MANIFEST)
-    port = free_port()
-    scratch = free_port()
-    write_model(
-        home.config,
-        ServiceConfig(
-            port=port,
-            scratch_port=scratch if scratch != port else free_port(),
-            policy="aa",
-            baseline=Recipe(
-                candidate_id="demo-tiny:target",
-                template="mlx_lm_server",
-                model_path=str(paths["target"]),
-            ),
-        ),
-    )
+    (home.user_registry / AA_MANIFEST.name).write_text(AA_MANIFEST.read_text())
     return home
 
 
-def one_cycle(home: Home) -> dict:
+def one_cycle(home: Home) -> dict[str, Any]:
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     view = app.propose(
@@ -95,49 +78,50 @@ def one_cycle(home: Home) -> dict:
         "ci_high": judged.ci_high,
         "starts": run.starts,
         "rounds": len({r.round for r in run.rounds}),
-        "seconds": time.monotonic() - began,
+        "seconds": round(time.monotonic() - began),
     }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("n", type=int)
-    parser.add_argument("--home", type=Path, default=None)
-    parser.add_argument("--policy", default="demo")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    root = args.home or Path(tempfile.mkdtemp(prefix="aa-cycles-"))
-    shutil.rmtree(root, ignore_errors=True)
-    home = make_home(root, args.policy)
+    ap = _common.parser(__doc__)
+    ap.add_argument("n", nargs="?", type=int, default=3, help="cycles (default 3)")
+    ap.add_argument("--home", type=Path, default=None, help="the home to (re)create")
+    ap.add_argument("--policy", default="demo", help="the shipped policy to run under")
+    args = ap.parse_args()
+    cycles = 1 if args.smoke else args.n
+    work = Path(tempfile.mkdtemp(prefix="aa-cycles-"))
+    models = build_demo_models(work / "models")
+    home = aa_home(args.home or work / "home", models, args.policy, smoke=args.smoke)
     rows = []
     try:
-        for _ in range(args.n):
+        for i in range(cycles):
             rows.append(one_cycle(home))
-            row = rows[-1]
-            interval = (
-                f"{row['ci_low']:.3f}x to {row['ci_high']:.3f}x"
-                if row["ci_low"] is not None
-                else "-"
-            )
-            speed = f"{row['speedup']:.3f}x" if row["speedup"] is not None else "-"
-            if len(rows) == 1:
-                print(
-                    f"{'cycle':<28} {'decision':<13} {'speedup':>8}  {'interval':<20} "
-                    f"{'starts':>6} {'rounds':>6} {'seconds':>7}"
-                )
-            print(
-                f"{row['cycle']:<28} {row['decision']:<13} {speed:>8}  {interval:<20} "
-                f"{row['starts']:>6} {row['rounds']:>6} {row['seconds']:>7.0f}",
-                flush=True,
-            )
+            print(f"cycle {i + 1}/{cycles}: {rows[-1]['decision']}", file=sys.stderr, flush=True)
     finally:
-        stop_stray_candidates(home, grace=3)
-        stop_service(home, grace=3)
+        stop_home(home)
+        if args.home is None:  # a home asked for keeps its models (a symlink into work)
+            shutil.rmtree(work, ignore_errors=True)
+    for row in rows:
+        row["interval"] = (
+            f"{row['ci_low']:.3f}x to {row['ci_high']:.3f}x" if row["ci_low"] is not None else None
+        )
+        row["estimate"] = f"{row['speedup']:.3f}x" if row["speedup"] is not None else None
+    columns = [
+        ("cycle", "cycle"),
+        ("decision", "decision"),
+        ("estimate", "speedup"),
+        ("interval", "interval"),
+        ("starts", "starts"),
+        ("rounds", "rounds"),
+        ("seconds", "s"),
+    ]
+    print(_common.table(rows, columns))
     qualified = sum(1 for r in rows if r["decision"] == "qualified")
     print(f"{qualified} of {len(rows)} A/A cycles qualified (must be 0)")
-    if args.json:
-        print(json.dumps({"rows": rows, "qualified": qualified}))
-    return 1 if qualified else 0
+    if args.smoke:
+        print("smoke run: one cycle judges nothing")
+    _common.emit({"smoke": args.smoke, "rows": rows, "qualified": qualified}, args.json)
+    return 1 if qualified and not args.smoke else 0
 
 
 if __name__ == "__main__":

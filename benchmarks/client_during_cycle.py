@@ -1,29 +1,35 @@
 """A client on the stable port during cycles: does any request fail; what does the front cost?
 
-    .venv/bin/python benchmarks/client_during_cycle.py [--streams 1,4] [--json]
-        [--scenarios promote,exclusive,rollback]
+What: for each scenario and each client concurrency (streams sending streamed chat requests back
+to back, 120 s client timeout), a fresh home with the demo models and a live mlx_lm.server
+behind the front, and one real cycle (plan: demo-tiny:draft-k4) run by a supervisor process:
 
-For each scenario and each client concurrency (streams sending streamed chat requests back to
-back, 120 s client timeout), a fresh home with the demo models and a live mlx_lm.server behind
-the front, and one real cycle (plan: demo-tiny:draft-k4) run by the supervisor:
-
-- promote: a policy that promotes any measured gain (tests/conftest.PROMOTE_ANY_GAIN: whether the
-  drafter wins on a loaded 2-core machine is not what this measures) runs the whole cycle: fresh
-  starts beside the live backend, selection, held-out check, the winner started on its own port,
-  verified there, the front switched, the old backend drained and stopped (concurrent mode).
+- promote: a policy that promotes any measured gain (mcp_infra.demo.homes.PROMOTE_ANY_GAIN:
+  whether the drafter wins on a loaded 2-core machine is not what this measures) runs the whole
+  cycle: fresh starts beside the live backend, selection, held-out check, the winner started on
+  its own port, verified there, the front switched, the old backend drained and stopped
+  (concurrent mode).
 - exclusive: the same cycle under a memory budget no two servers fit: the live backend is
   stopped while candidates run and the front holds requests.
 - rollback: the promote cycle, with the winner's server SIGKILLed the moment the journal says
   VERIFY (a real failure, not an edited check): the previous backend keeps serving.
 
 Then the front's own cost, side by side in one run on an idle service: interleaved identical
-requests to the front and to the backend's own port (latency p50 of 8-token answers; decode tok/s
-of 64-token streams). Timings on this shared 2-core machine are taken under contention.
+requests to the front and to the backend's own port (latency p50 of 8-token answers; decode
+tok/s of 64-token streams). Timings on this shared 2-core machine are taken under contention.
+
+Target: no client request fails in any scenario (exit status 1 if one does); the front adds
+little latency and costs no decode speed (printed, not judged).
+Takes: six cycles at least (three scenarios x two concurrencies, up to --attempts each), a few
+minutes each on 2 cores. --smoke: the promote scenario, one stream, one attempt, under the
+smoke protocol, and 2 overhead pairs.
+
+    .venv/bin/python benchmarks/client_during_cycle.py [--streams 1,4] [--json] [--smoke]
+        [--scenarios promote,exclusive,rollback] [--pairs 40] [--overhead-only PAIRS]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -36,22 +42,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-os.environ["HF_HUB_OFFLINE"] = "1"
+import _common
+import httpx2 as httpx
+import yaml
 
-import httpx2 as httpx  # noqa: E402
-import yaml  # noqa: E402
-from conftest import PROMOTE_ANY_GAIN, _kill_leftovers, make_home  # noqa: E402
-from faultkit import candidate_records, queue_plan, run_supervisor  # noqa: E402
-
-from mcp_infra.contracts import CycleState, ServiceImpact  # noqa: E402
-from mcp_infra.demo.models import build_demo_models  # noqa: E402
+from mcp_infra.contracts import CycleState, ServiceImpact
+from mcp_infra.demo.faults import candidate_records, queue_plan, run_supervisor
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
+from mcp_infra.demo.models import build_demo_models
 from mcp_infra.procs import bench
 from mcp_infra.procs.service import backend_url, ensure_serving
-from mcp_infra.state import evidence  # noqa: E402
+from mcp_infra.state import evidence
 from mcp_infra.state.context import load_config, service_record
-from mcp_infra.state.store import Home  # noqa: E402
+from mcp_infra.state.store import Home
 
 DRAFT = "demo-tiny:draft-k4"
 INTENDED = {"promote": "promoted", "exclusive": "promoted", "rollback": "rolled_back"}
@@ -133,9 +136,11 @@ def _kill_at_verify(home: Home, stop: threading.Event) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def scenario(name: str, streams: int, models: dict[str, Path]) -> dict[str, Any]:
+def scenario(
+    name: str, streams: int, models: dict[str, Path], pairs: int, protocol: dict[str, object]
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mcp-infra-client-") as tmp:
-        home = make_home(Path(tmp) / "home", models, thresholds=PROMOTE_ANY_GAIN)
+        home = make_home(Path(tmp) / "home", models, thresholds=PROMOTE_ANY_GAIN, **protocol)
         try:
             if name == "exclusive":
                 _policy(home, memory_budget_fraction=0.001, max_hold_s=120.0)
@@ -174,10 +179,10 @@ def scenario(name: str, streams: int, models: dict[str, Path]) -> dict[str, Any]
                 "failures": sorted({r.error or f"HTTP {r.status}" for r in failed})[:3],
             }
             if name == "promote" and streams == 1:
-                row["overhead"] = overhead(home)
+                row["overhead"] = overhead(home, pairs)
             return row
         finally:
-            _kill_leftovers(home)
+            stop_home(home)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -210,7 +215,7 @@ def overhead(home: Home, pairs: int = 40) -> dict[str, Any]:
                 status = http.get(f"{url}/v1/no-such-route").status_code  # the backend's 404
                 hop[name].append(time.perf_counter() - start)
                 assert status == 404, status
-    for i in range(max(6, pairs // 2)):
+    for i in range(max(1, pairs // 2)):
         order = [("front", front), ("direct", direct)]
         for name, url in order if i % 2 == 0 else order[::-1]:
             sample = bench.stream_chat(
@@ -242,11 +247,11 @@ def overhead(home: Home, pairs: int = 40) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--streams", default="1,4")
+    parser = _common.parser(__doc__)
+    parser.add_argument("--streams", default="1,4", help="client concurrencies, comma-separated")
     parser.add_argument("--scenarios", default="promote,exclusive,rollback")
-    parser.add_argument("--json", action="store_true")
     parser.add_argument("--attempts", type=int, default=3, help="runs of a scenario at most")
+    parser.add_argument("--pairs", type=int, default=40, help="interleaved pairs of the overhead")
     parser.add_argument(
         "--overhead-only",
         type=int,
@@ -254,6 +259,9 @@ def main() -> int:
         help="only the front's cost on an idle service, over this many interleaved pairs",
     )
     args = parser.parse_args()
+    protocol = _common.SMOKE_PROTOCOL if args.smoke else {}
+    if args.smoke:
+        args.scenarios, args.streams, args.attempts, args.pairs = "promote", "1", 1, 2
     models = build_demo_models(Path(tempfile.gettempdir()) / "mcp-infra-client-models")
     if args.overhead_only:
         with tempfile.TemporaryDirectory(prefix="mcp-infra-client-") as tmp:
@@ -263,7 +271,7 @@ def main() -> int:
                 ensure_serving(home, config.baseline, config)
                 print(json.dumps(overhead(home, pairs=args.overhead_only)))
             finally:
-                _kill_leftovers(home)
+                stop_home(home)
         return 0
     rows = []
     for name in args.scenarios.split(","):
@@ -273,7 +281,7 @@ def main() -> int:
             # every attempt's requests count (a failure in any attempt is a failure).
             tries = []
             for _ in range(args.attempts):
-                tries.append(scenario(name, streams, models))
+                tries.append(scenario(name, streams, models, args.pairs, protocol))
                 print(json.dumps(tries[-1]), file=sys.stderr, flush=True)
                 if tries[-1]["outcome"] == INTENDED[name]:
                     break
@@ -311,9 +319,8 @@ def main() -> int:
                 f"tok/s front {o['decode_tps_front']} vs direct {o['decode_tps_direct']} "
                 f"(median of pairwise ratios {o['decode_tps_change_pct']:+.2f}%)"
             )
-    if args.json:
-        print(json.dumps({"rows": rows}))
-    return 0
+    _common.emit({"smoke": args.smoke, "rows": rows}, args.json)
+    return 1 if any(r["failed"] for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -21,20 +21,27 @@ final interval covered the truth (the geometric mean of the true per-prompt rati
 starts and the mean requests (baseline + candidate) used. With ``--json`` the last line is one
 JSON object ``{"rows": [...]}``; ``fixed_*`` keys are the fixed protocol's figures.
 
+Target: at a true speedup at or below the threshold the candidate qualifies in at most
+(1 - confidence) / 2 of cycles, and the intervals cover the truth at about the confidence level;
+above it, early stopping qualifies about as often as the fixed protocol, in fewer requests
+(printed, not judged: no exit status says it).
+Takes: a few minutes with the defaults on 2 cores (--jobs 2). --smoke: 5 seeds of two true
+speedups, 100 resamples, one process: a few seconds.
+
     python benchmarks/decision_quality.py --true-speedups 1.00,1.03,1.10,1.30 --threshold-pct 5 \\
-        --start-noise 0.03 --repeat-noise 0.05 --prompts 8 --seeds 300 [--json]
+        --start-noise 0.03 --repeat-noise 0.05 --prompts 8 --seeds 300 [--json] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import multiprocessing
 import random
 import sys
 import time
 from dataclasses import dataclass
+
+import _common
 
 from mcp_infra.contracts import (
     CandidateClass,
@@ -182,7 +189,7 @@ def _rates(outcomes: list[Outcome]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = _common.parser(__doc__)
     ap.add_argument("--true-speedups", default="1.00,1.03,1.10,1.30")
     ap.add_argument("--threshold-pct", type=float, default=5.0)
     ap.add_argument("--start-noise", type=float, default=0.03)
@@ -205,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         help="one prompt at this true ratio while the others gain",
     )
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.true_speedups, args.seeds, args.resamples, args.jobs = "1.00,1.10", 5, 100, 1
 
     setup = Setup(
         args.threshold_pct,
@@ -258,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
             f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
         )
-    if args.json:
-        print(json.dumps({"rows": rows}))
+    _common.emit({"smoke": args.smoke, "rows": rows}, args.json)
     return 0
 
 

@@ -1,11 +1,18 @@
 """Inject real faults into real cycles and print what a person finds afterwards.
 
-    .venv/bin/python benchmarks/faults.py [WORD]     # WORD: only the faults whose name has it
-
-Each row: a fresh home with the demo models, a live `mlx_lm.server`, a queued plan, one fault,
+What: each row is a fresh home with the demo models, a live `mlx_lm.server` behind the front, a
+queued plan, one fault (a SIGKILLed supervisor at a journal state, a candidate or the front
+killed, a stranger on the stable port, a full disk while sealing, a server that ignores SIGTERM),
 then a fresh supervisor (or `recover`). Columns: the sealed outcome, whether the live service
 serves a verified recipe again, project servers left over besides it, and records lost (journal
-lines unreadable + cycles never sealed). Takes a few minutes on 2 cores.
+lines unreadable + cycles never sealed).
+
+Target: after every fault the service is restored, with no orphan and no record lost (exit
+status 1 otherwise).
+Takes: twelve faults, about a cycle each: a quarter of an hour or more on 2 cores. --smoke: the
+first fault only (SIGKILL at BASELINE, then recovery) under the smoke protocol.
+
+    .venv/bin/python benchmarks/faults.py [WORD] [--json] [--smoke]   # WORD: faults named so
 """
 
 from __future__ import annotations
@@ -21,14 +28,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-os.environ["HF_HUB_OFFLINE"] = "1"
+import _common
+import httpx2 as httpx
+import yaml
 
-import httpx2 as httpx  # noqa: E402
-import yaml  # noqa: E402
-from conftest import _kill_leftovers, make_home  # noqa: E402
-from faultkit import (  # noqa: E402
+from mcp_infra.contracts import Recipe
+from mcp_infra.demo.faults import (
     candidate_records,
     inspect,
     pause_and_kill,
@@ -39,14 +44,13 @@ from faultkit import (  # noqa: E402
     supervisor,
     wait_for,
 )
-
-from mcp_infra.contracts import Recipe  # noqa: E402
-from mcp_infra.demo.models import build_demo_models  # noqa: E402
-from mcp_infra.flows.cycle import SealFailed, supervise  # noqa: E402
-from mcp_infra.procs.front import front_record, read_route  # noqa: E402
-from mcp_infra.procs.runtime import free_port, is_running, start_server, stop_server  # noqa: E402
-from mcp_infra.state.context import load_config, service_record  # noqa: E402
-from mcp_infra.state.store import Home  # noqa: E402
+from mcp_infra.demo.homes import make_home, stop_home
+from mcp_infra.demo.models import build_demo_models
+from mcp_infra.flows.cycle import SealFailed, supervise
+from mcp_infra.procs.front import front_record, read_route
+from mcp_infra.procs.runtime import free_port, is_running, start_server, stop_server
+from mcp_infra.state.context import load_config, service_record
+from mcp_infra.state.store import Home
 
 PROTOCOL = {"repeats": 3, "warmup": 1, "max_tokens": 40}
 
@@ -220,12 +224,17 @@ SCENARIOS: list[tuple[str, Callable[[Home], str]]] = [
 
 
 def main() -> int:
+    ap = _common.parser(__doc__)
+    ap.add_argument("word", nargs="?", default="", help="only the faults whose name has it")
+    args = ap.parse_args()
+    only = args.word.lower()
+    chosen = [s for s in SCENARIOS if only in s[0].lower()][: 1 if args.smoke else None]
+    protocol = _common.SMOKE_PROTOCOL if args.smoke else PROTOCOL
     work = Path(tempfile.mkdtemp(prefix="mcp-infra-faults-"))
     models = build_demo_models(work / "models")
-    rows: list[tuple[str, ...]] = []
-    only = sys.argv[1].lower() if len(sys.argv) > 1 else ""
-    for name, scenario in [s for s in SCENARIOS if only in s[0].lower()]:
-        home = make_home(work / f"home-{len(rows)}", models, **PROTOCOL)
+    rows: list[dict[str, str]] = []
+    for name, scenario in chosen:
+        home = make_home(work / f"home-{len(rows)}", models, **protocol)
         started = time.monotonic()
         try:
             start_live(home)
@@ -233,28 +242,35 @@ def main() -> int:
             note = scenario(home)
             after = inspect(home)
             lost = len(after.journal_problems) + (0 if after.sealed else 1)
-            rows.append(
-                (
-                    name,
-                    after.outcome or "-",
-                    "yes" if after.healthy else "NO",
-                    str(len(after.orphans)),
-                    str(lost),
-                    note,
-                    f"{time.monotonic() - started:.0f}s",
-                )
-            )
+            row = {
+                "fault": name,
+                "outcome": after.outcome or "-",
+                "restored": "yes" if after.healthy else "NO",
+                "orphans": str(len(after.orphans)),
+                "lost": str(lost),
+                "note": note,
+            }
         except Exception as exc:  # a benchmark reports a broken scenario instead of dying
-            rows.append((name, "ERROR", "?", "?", "?", f"{type(exc).__name__}: {exc}"[:60], "-"))
+            row = {"fault": name, "outcome": "ERROR", "restored": "?", "orphans": "?"}
+            row |= {"lost": "?", "note": f"{type(exc).__name__}: {exc}"[:60]}
         finally:
-            _kill_leftovers(home)
+            stop_home(home)
+        rows.append({**row, "seconds": f"{time.monotonic() - started:.0f}"})
         print(f"done: {name}", file=sys.stderr, flush=True)
-    header = ("fault", "outcome", "service restored", "orphans", "records lost", "note", "time")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+    columns = [
+        ("fault", "fault"),
+        ("outcome", "outcome"),
+        ("restored", "service restored"),
+        ("orphans", "orphans"),
+        ("lost", "records lost"),
+        ("note", "note"),
+        ("seconds", "s"),
+    ]
+    print(_common.table(rows, columns))
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(r[2] == "yes" and r[3] == "0" and r[4] == "0" for r in rows) else 1
+    ok = all(r["restored"] == "yes" and r["orphans"] == "0" and r["lost"] == "0" for r in rows)
+    _common.emit({"smoke": args.smoke, "rows": rows, "all_restored": ok}, args.json)
+    return 0 if ok and rows else 1
 
 
 if __name__ == "__main__":

@@ -30,14 +30,15 @@ from typing import Any
 
 import psutil
 import pytest
-import yaml
 
-from mcp_infra.contracts import Recipe, ServiceConfig
+# Served homes are the package's (the benchmarks build the same); the tests import them from here.
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN as PROMOTE_ANY_GAIN
+from mcp_infra.demo.homes import PROMOTING_PROTOCOL as PROMOTING_PROTOCOL
+from mcp_infra.demo.homes import make_home
+from mcp_infra.demo.homes import stop_home as _kill_leftovers
+from mcp_infra.demo.homes import write_test_policy as write_test_policy
 from mcp_infra.demo.models import build_demo_models
-from mcp_infra.procs.runtime import free_port
-from mcp_infra.procs.service import stop_service, stop_stray_candidates
-from mcp_infra.state.catalog import policy_dir
-from mcp_infra.state.store import CorruptFile, Home, write_model
+from mcp_infra.state.store import Home
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -351,93 +352,6 @@ def spawn() -> Iterator[Spawn]:
     spawner = Spawn()
     yield spawner
     spawner.close()
-
-
-# Thresholds that let a measured gain promote whatever its size (a promotion by policy, not
-# by this machine's speed): any estimate above 1.000x with an interval above 0.5x, and no
-# per-prompt floor. Identical measurements still never qualify (selector.judge: "No gain").
-PROMOTE_ANY_GAIN = {
-    "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
-    "worst_prompt_tolerance_pct": 100.0,
-}
-# Tests that need a winner get it by policy, not by this machine's speed: any gain qualifies,
-# judged over three starts at 60% confidence (two starts give a t interval with one degree of
-# freedom, far too wide to decide anything on a loaded 2-core machine), one request per prompt per
-# start (the starts carry the spread; it keeps the held-out check and the CI run short).
-PROMOTING_PROTOCOL = {"min_starts": 3, "max_starts": 3, "confidence": 0.6, "repeats": 1}
-
-
-def write_test_policy(
-    home: Home,
-    thresholds: dict[str, object] | None = None,
-    budgets: dict[str, object] | None = None,
-    **protocol: object,
-) -> None:
-    """The demo policy, with a smaller protocol, saved as the home's own `test` policy."""
-    data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
-    data["name"] = "test"
-    # Lean on purpose (a 2-core CI machine): two starts per configuration and one request at a
-    # time; tests of the workload cells and of more starts set their own protocol.
-    data["protocol"].update(
-        {
-            "repeats": 2,
-            "warmup": 1,
-            "max_tokens": 24,
-            "bootstrap_resamples": 500,
-            "ready_timeout_s": 120,
-            "request_timeout_s": 60,
-            "min_starts": 2,
-            "max_starts": 2,
-            "workload": [{"request_class": "short", "concurrency": 1, "role": "decisive"}],
-            **protocol,
-            **(PROMOTING_PROTOCOL if thresholds == PROMOTE_ANY_GAIN else {}),
-        }
-    )
-    data["thresholds"].update(thresholds or {})
-    data["budgets"].update(budgets or {})
-    home.user_policy.mkdir(parents=True, exist_ok=True)
-    (home.user_policy / "test.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-
-
-def make_home(
-    root: Path,
-    models: dict[str, Path],
-    thresholds: dict[str, object] | None = None,
-    budgets: dict[str, object] | None = None,
-    **protocol: object,
-) -> Home:
-    home = Home(root).ensure()
-    home.models.rmdir()
-    home.models.symlink_to(models["target"].parent, target_is_directory=True)
-    write_test_policy(home, thresholds, budgets, **protocol)
-    port = free_port()
-    scratch = free_port()
-    while scratch == port:
-        scratch = free_port()
-    write_model(
-        home.config,
-        ServiceConfig(
-            port=port,
-            scratch_port=scratch,
-            policy="test",
-            baseline=Recipe(
-                candidate_id="demo-tiny:target",
-                template="mlx_lm_server",
-                model_path=str(home.models / "target"),
-            ),
-        ),
-    )
-    return home
-
-
-def _kill_leftovers(home: Home) -> None:
-    """Stop what this home's records name (the run-wide sweep in `_tier_guard` then stops any
-    other process the test started, group leader or not)."""
-    for stop in (stop_stray_candidates, stop_service):
-        try:
-            stop(home, grace=3)
-        except CorruptFile:
-            continue  # a test corrupted the record on purpose; the sweep still runs
 
 
 @pytest.fixture

@@ -1,0 +1,142 @@
+"""Served homes on the demo models, for the benchmarks and the tests.
+
+`mcp-infra demo` prepares one home on fixed ports under the demo policy (`demo.run.prepare`).
+The benchmarks and the test suite need many at once, each on free ports, and cycles short enough
+for a 2-core machine: the `test` policy written here is the demo policy with fewer repeats and
+tokens. It is real configuration that the code loads like any user's own policy. This lives in
+the package (not in tests/) so a benchmark runs from a plain `pip install`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mcp_infra.contracts import Recipe, ServiceConfig
+from mcp_infra.procs.runtime import free_port
+from mcp_infra.procs.service import stop_service, stop_stray_candidates
+from mcp_infra.state.catalog import policy_dir
+from mcp_infra.state.store import CorruptFile, Home, write_model
+
+TEST_POLICY = "test"
+
+# Lean on purpose (a 2-core machine): two starts per configuration and one request at a time;
+# whoever measures the workload cells or more starts sets their own protocol.
+LEAN_PROTOCOL: dict[str, object] = {
+    "repeats": 2,
+    "warmup": 1,
+    "max_tokens": 24,
+    "bootstrap_resamples": 500,
+    "ready_timeout_s": 120,
+    "request_timeout_s": 60,
+    "min_starts": 2,
+    "max_starts": 2,
+    "workload": [{"request_class": "short", "concurrency": 1, "role": "decisive"}],
+}
+
+# Thresholds that let a measured gain promote whatever its size (a promotion by policy, not
+# by this machine's speed): any estimate above 1.000x with an interval above 0.5x, and no
+# per-prompt floor. Identical measurements still never qualify (selector.judge: "No gain").
+PROMOTE_ANY_GAIN: dict[str, object] = {
+    "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
+    "worst_prompt_tolerance_pct": 100.0,
+}
+# Who needs a winner gets it by policy, not by this machine's speed: any gain qualifies, judged
+# over three starts at 60% confidence (two starts give a t interval with one degree of freedom,
+# far too wide to decide anything on a loaded 2-core machine), one request per prompt per start
+# (the starts carry the spread; it keeps the held-out check short).
+PROMOTING_PROTOCOL: dict[str, object] = {
+    "min_starts": 3,
+    "max_starts": 3,
+    "confidence": 0.6,
+    "repeats": 1,
+}
+
+
+def write_test_policy(
+    home: Home,
+    thresholds: dict[str, object] | None = None,
+    budgets: dict[str, object] | None = None,
+    *,
+    base: str = "demo",
+    lean: bool = True,
+    **protocol: object,
+) -> None:
+    """The shipped ``base`` policy (with `LEAN_PROTOCOL` unless ``lean`` is false, then
+    ``protocol`` on top) saved as the home's own `test` policy."""
+    data = yaml.safe_load((policy_dir() / f"{base}.yaml").read_text())
+    data["name"] = TEST_POLICY
+    data["protocol"].update(
+        {
+            **(LEAN_PROTOCOL if lean else {}),
+            **protocol,
+            **(PROMOTING_PROTOCOL if thresholds == PROMOTE_ANY_GAIN else {}),
+        }
+    )
+    data["thresholds"].update(thresholds or {})
+    data["budgets"].update(budgets or {})
+    home.user_policy.mkdir(parents=True, exist_ok=True)
+    (home.user_policy / f"{TEST_POLICY}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def two_free_ports() -> tuple[int, int]:
+    """The stable port and the scratch port: free now, and not the same one."""
+    port = free_port()
+    scratch = free_port()
+    while scratch == port:
+        scratch = free_port()
+    return port, scratch
+
+
+def make_home(
+    root: Path,
+    models: dict[str, Path],
+    thresholds: dict[str, object] | None = None,
+    budgets: dict[str, object] | None = None,
+    *,
+    base: str = "demo",
+    lean: bool = True,
+    **protocol: object,
+) -> Home:
+    """A home at ``root`` whose models are ``models`` (built by `build_demo_models`, shared by
+    a symlink), serving the plain target on free ports under the `test` policy. Nothing is
+    started: `procs.service.ensure_serving` does that."""
+    home = Home(root).ensure()
+    home.models.rmdir()
+    home.models.symlink_to(models["target"].parent, target_is_directory=True)
+    write_test_policy(home, thresholds, budgets, base=base, lean=lean, **protocol)
+    port, scratch = two_free_ports()
+    write_model(
+        home.config,
+        ServiceConfig(
+            port=port,
+            scratch_port=scratch,
+            policy=TEST_POLICY,
+            baseline=Recipe(
+                candidate_id="demo-tiny:target",
+                template="mlx_lm_server",
+                model_path=str(home.models / "target"),
+            ),
+        ),
+    )
+    return home
+
+
+def stop_home(home: Home) -> None:
+    """Stop what this home's records name: its scratch servers, then the front and the live
+    backend. A record corrupted on purpose is passed over (whoever corrupted it sweeps)."""
+    for stop in (stop_stray_candidates, stop_service):
+        try:
+            stop(home, grace=3)
+        except CorruptFile:
+            continue
+
+
+def use_test_policy(home: Home, config: ServiceConfig, **protocol: object) -> ServiceConfig:
+    """Switch a prepared demo home (`demo.run.prepare`) to the `test` policy: the same demo,
+    in a cycle a few times shorter."""
+    write_test_policy(home, **protocol)
+    config = config.model_copy(update={"policy": TEST_POLICY})
+    write_model(home.config, config)
+    return config
