@@ -346,9 +346,7 @@ def test_a_request_that_reached_the_backend_is_not_sent_again(front_port: int) -
     Recorder.seen.clear()
     answer = raw(front_port, post(b"/v1/chat/completions", b'{"die-before-answer": 1}', AUTH))
     assert status_of(answer) == 502
-    assert [s["path"] for s in Recorder.seen if s["path"] != "/health"] == [
-        "/v1/chat/completions"
-    ]
+    assert [s["path"] for s in Recorder.seen if s["path"] != "/health"] == ["/v1/chat/completions"]
 
 
 def test_a_slow_client_is_closed_after_the_header_time(front_port: int) -> None:
