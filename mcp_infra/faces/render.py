@@ -45,6 +45,8 @@ def status_text(view: app.StatusView) -> str:
             f"{checked}; "
             f"active recipe {s.active_recipe} ({app.knobs_text(s.knobs)}){since}."
         )
+        if s.healing:
+            lines.append(f"Self-healing: {s.healing}.")
     if view.cycle:
         c = view.cycle
         lines.append(

@@ -7,6 +7,7 @@ touches the service itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -39,7 +40,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.preflight import Check, manifest_hash, preflight
 from mcp_infra.core.sanitize import PlanRefused, parse_plan, sanitize
-from mcp_infra.procs.front import front_record, front_status, status_age_s
+from mcp_infra.procs.front import front_record, front_status, read_route, status_age_s
 from mcp_infra.procs.runtime import is_running, port_owner_is
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
@@ -83,11 +84,18 @@ class ServiceView(View):
     since: datetime | None = None
     health_check: str = Field("", description="how `healthy` was decided")
     front_pid: int | None = None
-    front_status_age_s: float | None = Field(None, description="age of the front's last status")
+    front_status_age_s: float | None = Field(
+        None, description="seconds since the front's status last changed"
+    )
     backend_url: str | None = None
     backend_healthy: bool | None = None
     backend_health_age_s: float | None = Field(
-        None, description="age of the front's last probe of the live backend (GET /health)"
+        None,
+        description="seconds since the front's probe of the live backend (GET /health, every "
+        "2 s) last saw its health change",
+    )
+    healing: str | None = Field(
+        None, description="what the front did about a live backend that died, if it ever did"
     )
     route_mode: str | None = Field(None, description="serve, or hold while backends swap")
     requests_in_flight: int | None = None
@@ -182,13 +190,24 @@ def status(home: Home) -> StatusView:
         if probed and probed.checked_at
         else None
     )
+    route = None
+    with contextlib.suppress(CorruptFile):
+        route = read_route(home)
+    adopted = fstat is not None and route is not None and fstat.generation == route.generation
     healthy = bool(
-        front_alive and alive and fstat and fstat.mode == "serve" and probed and probed.healthy
+        front_alive
+        and alive
+        and fstat
+        and adopted
+        and fstat.mode == "serve"
+        and probed
+        and probed.healthy
     )
     how = (
         "front on the stable port, live backend "
         + (
-            f"answered {probed.detail.split(':')[0]} {probe_age:.0f} s ago"
+            f"healthy ({probed.detail.split(':')[0]}, probed every 2 s; no change for "
+            f"{probe_age:.0f} s)"
             if probed and probed.healthy and probe_age is not None
             else "not seen healthy yet"
             if alive
@@ -199,6 +218,17 @@ def status(home: Home) -> StatusView:
     )
     if fstat and fstat.mode == "hold":
         how += "; the front is holding requests while backends swap"
+    if fstat and route and not adopted:
+        how += (
+            f"; the front has not confirmed route {route.generation} (it serves {fstat.generation})"
+        )
+    healing = fstat.healing if fstat else None
+    for name, task in (fstat.tasks if fstat else {}).items():
+        if task.failures:
+            problems.append(
+                f"front task {name} failed {task.failures} time(s) and was restarted "
+                f"(last: {task.last_error})"
+            )
     service = ServiceView(
         endpoint=endpoint,
         healthy=healthy,
@@ -215,6 +245,7 @@ def status(home: Home) -> StatusView:
         route_mode=fstat.mode if fstat else None,
         requests_in_flight=fstat.in_flight if fstat else None,
         requests_held_now=fstat.held_now if fstat else None,
+        healing=healing.note if healing and (healing.deaths or healing.state != "ok") else None,
     )
     sup = None
     try:

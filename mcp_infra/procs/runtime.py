@@ -9,6 +9,7 @@ again and never mistake a stranger that reused the pid for one of ours.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -16,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import httpx2 as httpx
 import psutil
@@ -24,7 +27,7 @@ import psutil
 from mcp_infra.contracts import ProcessRecord, Recipe
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.bench import served_model
-from mcp_infra.state.store import utcnow
+from mcp_infra.state.store import Home, utcnow
 
 LOOPBACK = "127.0.0.1"
 
@@ -35,6 +38,10 @@ class ServerStartError(ServerUnavailable):
 
 class PortBusy(ServerUnavailable):
     """A process the project did not start holds the port: refused, never killed."""
+
+
+class ServiceBusy(ServerUnavailable):
+    """Another process is switching or restarting the service (it holds the service lock)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,11 +139,23 @@ def build_argv(
 # ---------------------------------------------------------------------------------------------
 
 
+LOOPBACK6 = "::1"
+
+
 def port_open(port: int, host: str = LOOPBACK) -> bool:
-    """True if something accepts connections on the port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """True if something accepts connections on the port (``host`` 127.0.0.1 or ::1)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:  # no IPv6 on this machine: nobody can listen there either
+        return False
+    with sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def backend_url(record: ProcessRecord) -> str:
+    return f"http://{record.host}:{record.port}"
 
 
 def free_port() -> int:
@@ -422,3 +441,84 @@ def vm_hwm(pid: int) -> int:
     except OSError:
         return 0
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The service lock
+# ---------------------------------------------------------------------------------------------
+
+
+class _Held:
+    def __init__(self, handle: IO[str]) -> None:
+        self.handle = handle
+        self.depth = 0
+
+
+_service_mutex = threading.RLock()
+_service_held: dict[str, _Held] = {}  # by lock path
+
+
+def service_lock_path(home: Home) -> Path:
+    return home.state / "service.lock"
+
+
+def _flock_until(handle: IO[str], deadline: float, path: Path) -> None:
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ServiceBusy(
+                    f"another process is switching or restarting the service ({path})"
+                ) from None
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def service_lock(home: Home, wait_s: float = 150.0) -> Iterator[None]:
+    """Held while the live service is switched, held or restarted (by a cycle, ``recover`` or
+    the front's restart process), so that a restart never races a switch. An flock: it dies
+    with its holder. Re-entrant within a process (a switch calls a switch). Raises
+    ``ServiceBusy`` after ``wait_s``."""
+    path = service_lock_path(home)
+    deadline = time.monotonic() + wait_s
+    got = _service_mutex.acquire(timeout=wait_s) if wait_s > 0 else _service_mutex.acquire(False)
+    if not got:
+        raise ServiceBusy("another thread of this process is switching the service")
+    try:
+        held = _service_held.get(str(path))
+        if held is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = path.open("a+")
+            try:
+                _flock_until(handle, deadline, path)
+            except BaseException:
+                handle.close()
+                raise
+            held = _service_held[str(path)] = _Held(handle)
+        held.depth += 1
+        try:
+            yield
+        finally:
+            held.depth -= 1
+            if held.depth == 0:
+                fcntl.flock(held.handle.fileno(), fcntl.LOCK_UN)
+                held.handle.close()
+                del _service_held[str(path)]
+    finally:
+        _service_mutex.release()
+
+
+def service_lock_held(home: Home) -> bool:
+    """Does some process hold the service lock now? (A look, never a wait.)"""
+    path = service_lock_path(home)
+    if not path.exists():
+        return False
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return False

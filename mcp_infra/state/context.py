@@ -12,13 +12,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from functools import cached_property
 
-from mcp_infra.contracts import Manifest, Policy, ProcessRecord, Recipe, ServiceConfig, Variant
+from mcp_infra.contracts import (
+    Manifest,
+    NeedsOperatorRecord,
+    Policy,
+    ProcessRecord,
+    Recipe,
+    ServiceConfig,
+    Variant,
+)
 from mcp_infra.core.preflight import HostFacts, Preflight, find_candidate, preflight, registry_hash
 from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.core.schedule import WindowState, check
 from mcp_infra.state.catalog import load_policy, load_registry
 from mcp_infra.state.hostfacts import host_facts
-from mcp_infra.state.store import Home, read_model, read_optional
+from mcp_infra.state.store import Home, read_model, read_optional, utcnow, write_model
 
 DEFAULT_POLICY = "default"
 
@@ -35,6 +43,14 @@ def active_recipe(home: Home) -> Recipe:
 
 def service_record(home: Home) -> ProcessRecord | None:
     return read_optional(home.service_file, ProcessRecord)
+
+
+def mark_needs_operator(home: Home, cycle_id: str, reason: str) -> None:
+    """The service could not be restored (by a cycle, ``recover`` or the front's restarts): no
+    cycle runs, and no restart is tried, until a person runs ``mcp-infra recover``."""
+    write_model(
+        home.needs_operator_file, NeedsOperatorRecord(cycle_id=cycle_id, reason=reason, ts=utcnow())
+    )
 
 
 class HomeContext:

@@ -1,0 +1,163 @@
+"""Clients for the front's tests and benchmarks/faults.py: streamed chat clients in bulk, raw
+HTTP over a socket (for what an HTTP library would refuse to send), slow and hostile clients.
+
+Everything goes to 127.0.0.1 or ::1 only, bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+
+import httpx2 as httpx
+
+CHAT = "/v1/chat/completions"
+
+
+@dataclass
+class StreamResult:
+    status: int | None = None
+    done: bool = False  # saw `data: [DONE]`
+    error_event: str | None = None  # the `error` of a `data: {"error": ...}` event
+    error: str | None = None  # transport failure: reset, refused, closed without an answer
+    seconds: float = 0.0
+    ttft_s: float | None = None
+    retry_after: str | None = None
+
+
+def chat_body(max_tokens: int, stream: bool, content: str = "Tell me about harbours.") -> dict:
+    return {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": stream,
+    }
+
+
+async def _one(client: httpx.AsyncClient, url: str, body: dict, timeout: float) -> StreamResult:
+    result = StreamResult()
+    start = time.monotonic()
+    try:
+        async with client.stream("POST", url, json=body, timeout=timeout) as resp:
+            result.status = resp.status_code
+            result.retry_after = resp.headers.get("retry-after")
+            async for line in resp.aiter_lines():
+                if result.ttft_s is None and line.startswith("data: "):
+                    result.ttft_s = time.monotonic() - start
+                if line.strip() == "data: [DONE]":
+                    result.done = True
+                elif line.startswith("data: {") and '"error"' in line[:20]:
+                    result.error_event = str(json.loads(line[6:]).get("error"))[:200]
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"[:200]
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def streamed_clients(
+    base: str, n: int, *, max_tokens: int = 4, timeout: float = 300.0
+) -> list[StreamResult]:
+    """``n`` streamed chat requests sent at once to ``base`` (http://127.0.0.1:PORT), each on
+    its own connection; what each one saw."""
+
+    async def run() -> list[StreamResult]:
+        limits = httpx.Limits(max_connections=n + 8, max_keepalive_connections=0)
+        async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+            body = chat_body(max_tokens, True)
+            return list(
+                await asyncio.gather(*(_one(client, base + CHAT, body, timeout) for _ in range(n)))
+            )
+
+    return asyncio.run(run())
+
+
+def one_stream(base: str, *, max_tokens: int = 4, timeout: float = 120.0) -> StreamResult:
+    return streamed_clients(base, 1, max_tokens=max_tokens, timeout=timeout)[0]
+
+
+def summary(results: list[StreamResult]) -> dict[str, float | int | None]:
+    """Counts and latency percentiles (nearest rank) of a load run."""
+    took = sorted(r.seconds for r in results)
+
+    def pct(p: float) -> float | None:
+        return round(took[min(len(took) - 1, int(p * len(took)))], 2) if took else None
+
+    return {
+        "clients": len(results),
+        "complete": sum(r.status == 200 and r.done for r in results),
+        "resets": sum(r.error is not None for r in results),
+        "http_502": sum(r.status == 502 for r in results),
+        "http_503": sum(r.status == 503 for r in results),
+        "other_status": sum(r.status not in {None, 200, 502, 503} for r in results),
+        "error_events": sum(r.error_event is not None for r in results),
+        "p50_s": pct(0.50),
+        "p99_s": pct(0.99),
+        "max_s": round(took[-1], 2) if took else None,
+        "mean_s": round(statistics.fmean(took), 2) if took else None,
+    }
+
+
+def raw(port: int, data: bytes, *, host: str = "127.0.0.1", timeout: float = 10.0) -> bytes:
+    """Send bytes as they are, read until the front closes or ``timeout``; what came back."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect((host, port))
+        sock.sendall(data)
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        except (TimeoutError, ConnectionResetError):
+            pass
+        return b"".join(chunks)
+
+
+def status_of(answer: bytes) -> int | None:
+    """The status code of the first answer in ``answer`` (raw bytes), if there is one."""
+    line = answer.split(b"\r\n", 1)[0].split()
+    return int(line[1]) if len(line) >= 2 and line[0].startswith(b"HTTP/") else None
+
+
+def get(path: bytes, extra: bytes = b"") -> bytes:
+    return b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n" + extra + b"Connection: close\r\n\r\n"
+
+
+def post(path: bytes, body: bytes, extra: bytes = b"") -> bytes:
+    return (
+        b"POST "
+        + path
+        + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n\r\n"
+        + body
+    )
+
+
+def slow_clients(port: int, n: int) -> list[socket.socket]:
+    """``n`` connections that send half a request line and then nothing (a slowloris)."""
+    socks = []
+    for _ in range(n):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        socks.append(sock)
+    return socks
+
+
+def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
+    """Did the other side close ``sock`` within ``timeout``?"""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if not sock.recv(4096):
+                return True
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
