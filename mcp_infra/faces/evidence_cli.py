@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from mcp_infra.contracts import CycleCost
+from mcp_infra.errors import UsageError
 from mcp_infra.faces import render
 from mcp_infra.state import evidence
 from mcp_infra.state.store import Home, read_optional, write_bytes_atomic
@@ -18,21 +18,16 @@ def show_cost(bundle: Path) -> str:
     return render.cost_text(read_optional(bundle / "cost.json", CycleCost))
 
 
-def _bundle(home: Home, ref: str) -> Path | None:
-    if ref == "latest":
-        cycles = evidence.list_cycles(home)
-        ref = cycles[0].cycle_id if cycles else ref
+def _bundle(home: Home, ref: str) -> Path:
+    """The bundle a reference names; an unknown one is a usage error naming the nearest ids."""
     try:
         return evidence.bundle_path(home, ref)
     except FileNotFoundError as exc:
-        print(str(exc), file=sys.stderr)
-        return None
+        raise UsageError(str(exc)) from exc
 
 
 def cmd_verify(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
-    if bundle is None:
-        return 2
     key = Path(args.key) if getattr(args, "key", None) else None
     result = evidence.verify(bundle, key=key, home=None if key else home)
     data = result.model_dump(mode="json") | {"ok": result.ok}
@@ -58,8 +53,6 @@ def write_report(
 
 def cmd_report(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
-    if bundle is None:
-        return 2
     key = Path(args.key) if getattr(args, "key", None) else None
     target = write_report(home, bundle, Path(args.output) if args.output else None, key)
     print(json.dumps({"report": str(target)}) if args.json else str(target))
@@ -71,8 +64,6 @@ def cmd_export(home: Home, ref: str, dest: str, args: argparse.Namespace) -> int
     from mcp_infra.state import signing
 
     bundle = _bundle(home, ref)
-    if bundle is None:
-        return 2
     folder = Path(dest)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / bundle.name
