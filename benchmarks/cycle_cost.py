@@ -7,28 +7,29 @@ Profiles: ``qwen27b-m5pro`` (``benchmarks/profiles/qwen27b-m5pro.yaml``, every a
 file) or a path to a profile YAML. Plans: ``drafters`` (two drafters, one truly 1.9x and one
 1.4x at one request, both serial at four) and ``null`` (two candidates truly 1.0x).
 
-Targets (issue "Decisions that real use can afford"), on ``qwen27b-m5pro``: the ``single-user``
-policy with the drafters promotes in >= 95% of seeds, median <= 12 min; the ``default`` policy
-decides (promotes, or rejects naming the concurrency-4 loss) in >= 95%, median <= 30 min; the
-null plan qualifies in 0% of seeds, median <= 30 min.
+Target: on ``qwen27b-m5pro`` the ``single-user`` policy with the drafters promotes in >= 95% of
+seeds, median <= 12 min; the ``default`` policy decides (promotes, or rejects naming the
+concurrency-4 loss) in >= 95%, median <= 30 min; the null plan qualifies in 0% of seeds,
+median <= 30 min.
+
+Takes: about 2 s per seed and row on a 2-core machine (40 seeds x 4 rows: 5 minutes);
+``--smoke`` runs 2 seeds of one row.
 
 Prints one row per (policy, plan): median and p90 minutes, decided %, qualified %, unserved
-minutes (the stable port held while candidates run alone). ``--json``: a list of rows
-``{profile, policy, plan, truth, seeds, median_minutes, p90_minutes, decided_pct,
-qualified_pct, unserved_minutes}``. About 1 s per seed and row on a 2-core machine;
-``--smoke`` runs 2 seeds of one row.
+minutes (the stable port held while candidates run alone). ``--json``: last line
+``{"rows": [{profile, policy, plan, truth, seeds, median_minutes, p90_minutes, decided_pct,
+qualified_pct, unserved_minutes, ...}]}``.
 
     python benchmarks/cycle_cost.py --profile qwen27b-m5pro --seeds 40 [--json]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
+import _common
 import yaml
 
 from mcp_infra.contracts import ConfigTruth, TargetProfile
@@ -101,23 +102,19 @@ def row(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="qwen27b-m5pro", help="a profile name or YAML path")
-    parser.add_argument("--policies", default="single-user,default")
-    parser.add_argument("--plans", default="drafters,null")
-    parser.add_argument("--seeds", type=int, default=40)
-    parser.add_argument(
+    ap = _common.parser(__doc__)
+    ap.add_argument("--profile", default="qwen27b-m5pro", help="a profile name or YAML path")
+    ap.add_argument("--policies", default="single-user,default")
+    ap.add_argument("--plans", default="drafters,null")
+    ap.add_argument("--seeds", type=int, default=40)
+    ap.add_argument(
         "--history-df",
         type=int,
         default=8,
         help="degrees of freedom of the home's learned start spread (0: no history)",
     )
-    parser.add_argument(
-        "--spread-error", type=float, default=1.0, help="learned spread / true spread"
-    )
-    parser.add_argument("--json", action="store_true", help="print the rows as one JSON list")
-    parser.add_argument("--smoke", action="store_true", help="2 seeds, one policy and plan")
-    args = parser.parse_args(argv)
+    ap.add_argument("--spread-error", type=float, default=1.0, help="learned spread / true spread")
+    args = ap.parse_args(argv)
     profile = load_profile(args.profile)
     policies, plans, seeds = args.policies.split(","), args.plans.split(","), args.seeds
     if args.smoke:
@@ -127,9 +124,6 @@ def main(argv: list[str] | None = None) -> int:
         for p in policies
         for plan in plans
     ]
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
     head = ("policy", "plan", "truth", "median min", "p90 min", "decided", "qualified", "unserved")
     print(
         f"profile {profile.name}, history {args.history_df} df x{args.spread_error:g}, "
@@ -143,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['unserved_minutes']} min  (rounds {r['median_rounds']}, "
             f"requests {r['median_requests']}, {r['outcomes']})"
         )
+    _common.emit({"rows": rows}, args.json)
     return 0
 
 

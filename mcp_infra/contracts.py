@@ -466,13 +466,14 @@ def _finite(value: float | None) -> float | None:
 
 # Characters refused in free text that people and models read later: C0 controls (a multi-line
 # field keeps \n and \t), DEL, C1 controls (NEL included), bidi embeddings, overrides, isolates
-# and marks, and the Unicode line and paragraph separators.
-_UNSAFE_ONE_LINE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+# and marks, the Unicode line and paragraph separators, zero-width and invisible formatting
+# characters (they hide text from a reader), interlinear annotations and tag characters.
+_INVISIBLE = (
+    "\u061c\u180e\u200b-\u200f\u202a-\u202e\u2028\u2029\u2060-\u206f\ufeff\ufff9-\ufffb"
+    "\U000e0000-\U000e007f"
 )
-_UNSAFE_MULTI_LINE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
-)
+_UNSAFE_ONE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_INVISIBLE}]")
+_UNSAFE_MULTI_LINE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_INVISIBLE}]")
 
 
 def text_problem(value: str, *, multiline: bool = False) -> str | None:
@@ -480,8 +481,8 @@ def text_problem(value: str, *, multiline: bool = False) -> str | None:
     it is fine."""
     if (_UNSAFE_MULTI_LINE if multiline else _UNSAFE_ONE_LINE).search(value):
         return (
-            "must be plain text: control, bidi-override and line-separator characters are "
-            "not allowed" + ("" if multiline else " (one line)")
+            "must be plain text: control, bidi, zero-width, tag and line-separator characters "
+            "are not allowed" + ("" if multiline else " (one line)")
         )
     return None
 
@@ -512,6 +513,18 @@ class Plan(Part):
     ] = Field(min_length=1, max_length=3)
     acceptance: Acceptance | None = None
     notes: str = Field("", max_length=2000)
+
+    @field_validator("candidates")
+    @classmethod
+    def _plain_ids(cls, value: list[str]) -> list[str]:
+        """An id with a control, bidi or invisible character is refused here, before sanitize
+        could keep it (as proposed text) in the frozen plan, the queue or the cycle's files."""
+        for index, item in enumerate(value):
+            if text_problem(item):
+                raise ValueError(
+                    f"candidate #{index + 1} " + str(text_problem(item)).replace(" (one line)", "")
+                )
+        return value
 
     @field_validator("hypothesis")
     @classmethod

@@ -159,7 +159,7 @@ def test_verify_and_show_of_something_that_is_not_a_bundle(
     assert "no sealed evidence for cycle c-20000101-000000-abcdef" in capsys.readouterr().err
     assert cli.main(["--home", home, "evidence", "show", "c-20000101-000000-abcdef"]) == 2
     assert cli.main(["--home", home, "evidence", "verify"]) == 2
-    assert "needs a cycle id or a bundle path" in capsys.readouterr().err
+    assert "needs a cycle id (or latest) or a bundle path" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bundle_dir", SHIPPED, ids=[p.name for p in SHIPPED])

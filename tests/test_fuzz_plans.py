@@ -24,7 +24,7 @@ from mcp_infra.core.preflight import (
     preflight,
     registry_hash,
 )
-from mcp_infra.core.sanitize import PlanRefused, parse_plan, policy_hash, sanitize
+from mcp_infra.core.sanitize import PlanRefused, parse_plan, policy_hash, sanitize, shown_name
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy, load_registry
 
@@ -161,11 +161,13 @@ def test_any_input_freezes_validly_or_is_refused(raw: object) -> None:
     except PlanRefused as exc:
         message = str(exc)
         assert message.startswith("plan refused") and len(message) < 2000
-        if isinstance(raw, dict):  # no key the sender invented is reflected back
+        if isinstance(raw, dict):  # an invented key is named only if it is a plain word
             invented = [
                 k
                 for k in raw
-                if k not in {"hypothesis", "candidates", "acceptance", "notes"} and len(k) > 3
+                if k not in {"hypothesis", "candidates", "acceptance", "notes"}
+                and len(k) > 3
+                and shown_name(k) != k
             ]
             # A key may only appear where the same refusal for unnamed keys says it anyway
             # (a key "miss" is inside "required field is missing").

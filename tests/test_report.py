@@ -117,7 +117,7 @@ def sources(bundle: Path, verification: Any) -> dict[str, Any]:
 def heldout_again(bundle: Path) -> Any:
     """The held-out check as the cycle reaches it (flows.measure.heldout_check's last step)."""
     from mcp_infra.core.selector import select
-    from mcp_infra.flows.measure import as_measured, heldout_protocol
+    from mcp_infra.flows.rounds import as_measured, heldout_protocol
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
     verdict = read_model(bundle / "verdict.json", Verdict)

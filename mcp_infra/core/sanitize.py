@@ -7,6 +7,7 @@ made to the proposal is recorded with its reason; nothing in the plan ever reach
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -57,41 +58,127 @@ def policy_hash(policy: Policy) -> str:
     return sha256_bytes(canonical_json(policy.model_dump(mode="json"), LATER_OPTIONAL_FIELDS))
 
 
+def shown_name(key: object) -> str:
+    """A field or argument name shown back only if it looks like one (names are untrusted text:
+    anything else is named by its kind)."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,39}", key):
+        return key
+    return "<a field whose name is not a plain word>"
+
+
+def _limit_text(kind: str, ctx: dict[str, Any]) -> str | None:
+    """The limit a value broke, in plain words ("at most 3 items, got 10")."""
+    got = ctx.get("actual_length")
+    tail = f", got {got}" if got is not None else ""
+    if kind == "too_long":
+        return f"at most {ctx.get('max_length')} items{tail}"
+    if kind == "too_short":
+        return f"at least {ctx.get('min_length')} item(s){tail}"
+    if kind == "string_too_long":
+        return f"text is too long (at most {ctx.get('max_length')} characters)"
+    if kind == "string_too_short":
+        return "text is empty (at least 1 character)"
+    return None
+
+
 def _describe_errors(exc: ValidationError) -> list[str]:
-    """Validation problems by location and kind only: the offending values are not repeated."""
-    known = {
-        "hypothesis",
-        "candidates",
-        "acceptance",
-        "notes",
-        "min_speedup_pct",
-        "max_peak_memory_gb",
-    }
+    """Validation problems by field name, kind and limit; values are never repeated."""
     problems = []
     for err in exc.errors()[:10]:
-        parts = [
-            str(p) if isinstance(p, int) or p in known else "<unknown field>" for p in err["loc"]
-        ]  # field names are untrusted text too: never echo them
-        loc = ".".join(parts) or "(plan)"
+        loc = ".".join(str(p) if isinstance(p, int) else shown_name(p) for p in err["loc"])
         kind = err["type"]
-        message = {
-            "extra_forbidden": "unknown field (not allowed)",
+        ctx = err.get("ctx") or {}
+        message = _limit_text(kind, ctx) or {
+            "extra_forbidden": "unknown field (allowed: "
+            + ", ".join(_ALLOWED.get(_parent(err["loc"]), ()))
+            + ")",
             "missing": "required field is missing",
-            "string_too_long": "text is too long",
-            "string_too_short": "text is empty",
-            "too_long": "too many items",
-            "too_short": "too few items",
             "finite_number": "must be a finite number",
             "float_type": "must be a number (not text, not true/false)",
+            "string_type": "must be a string",
+            "list_type": "must be a list of candidate ids",
+            "dict_type": "must be a JSON object",
+            "model_type": "must be a JSON object",
         }.get(kind)
         if message is None:
-            ctx = err.get("ctx") or {}
             bound = {k: v for k, v in ctx.items() if k in {"ge", "le", "gt", "lt", "max_length"}}
             message = f"invalid value ({kind}{', ' + str(bound) if bound else ''})"
             if kind == "value_error":
-                message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")[:120]
-        problems.append(f"{loc}: {message}")
+                message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")[:160]
+        problems.append(f"{loc or '(plan)'}: {message}")
     return problems
+
+
+_ALLOWED: dict[str, tuple[str, ...]] = {
+    "": ("hypothesis", "candidates", "acceptance", "notes"),
+    "acceptance": ("min_speedup_pct", "max_peak_memory_gb"),
+}
+
+
+def _parent(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc[:-1])
+
+
+MAX_PLAN_DEPTH = 8  # a plan nests two levels (acceptance, candidates); a margin, never more
+
+
+def nesting_depth(raw: Any, stop: int = MAX_PLAN_DEPTH + 1) -> int:
+    """How deeply a JSON text or a JSON-like value nests (objects and lists), counted without
+    recursion and without parsing, up to ``stop`` (a string of 8,000 ``[`` must not reach a
+    recursive parser)."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    if isinstance(raw, str):
+        depth = deepest = 0
+        in_string = escaped = False
+        for char in raw:
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+                if deepest >= stop:
+                    return deepest
+            elif char in "]}":
+                depth -= 1
+        return deepest
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(raw, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, Mapping):
+            children: Any = value.values()
+        elif isinstance(value, list | tuple):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest >= stop:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_shape(raw: Any) -> None:
+    """Size and nesting of an untrusted plan, checked before anything parses or walks it."""
+    if isinstance(raw, str | bytes) and len(raw) > MAX_PLAN_BYTES:
+        raise PlanRefused(
+            f"plan refused: larger than 16 KiB (at most {MAX_PLAN_BYTES} bytes)",
+            [f"(plan): at most {MAX_PLAN_BYTES} bytes"],
+        )
+    if nesting_depth(raw) > MAX_PLAN_DEPTH:
+        raise PlanRefused(
+            f"plan refused: nested too deeply (at most {MAX_PLAN_DEPTH} levels of objects and "
+            "lists; a plan needs 2)",
+            [f"(plan): nested more than {MAX_PLAN_DEPTH} levels"],
+        )
 
 
 def has_non_finite(value: Any, depth: int = 0) -> bool:
@@ -112,17 +199,26 @@ def parse_plan(raw: Any) -> Plan:
     """Validate untrusted input (an object, or a JSON string of one) into a ``Plan``."""
     if isinstance(raw, BaseModel):
         raw = raw.model_dump()
+    check_shape(raw)
     if isinstance(raw, str | bytes):
-        if len(raw) > MAX_PLAN_BYTES:
-            raise PlanRefused("plan refused: larger than 16 KiB")
         try:
             raw = json.loads(raw)
         except ValueError as exc:
-            raise PlanRefused("plan refused: not valid JSON") from exc
+            where = (
+                f" (line {exc.lineno} column {exc.colno}: {exc.msg})"
+                if isinstance(exc, json.JSONDecodeError)
+                else ""
+            )
+            raise PlanRefused(
+                f"plan refused: not valid JSON{where}", [f"(plan): not valid JSON{where}"]
+            ) from exc
     if not isinstance(raw, dict):
         raise PlanRefused("plan refused: a plan is a JSON object with hypothesis and candidates")
     if len(canonical_json(raw)) > MAX_PLAN_BYTES:
-        raise PlanRefused("plan refused: larger than 16 KiB")
+        raise PlanRefused(
+            f"plan refused: larger than 16 KiB (at most {MAX_PLAN_BYTES} bytes)",
+            [f"(plan): at most {MAX_PLAN_BYTES} bytes"],
+        )
     if has_non_finite(raw):
         raise PlanRefused("plan refused: numbers must be finite", ["(plan): NaN or infinity"])
     try:
@@ -130,6 +226,17 @@ def parse_plan(raw: Any) -> Plan:
     except ValidationError as exc:
         problems = _describe_errors(exc)
         raise PlanRefused("plan refused: " + "; ".join(problems), problems) from exc
+
+
+def nearest(word: str, choices: list[str], n: int = 3) -> list[str]:
+    """The valid ids closest to a mistyped one (difflib's ratio), best first."""
+    return difflib.get_close_matches(word, choices, n=n, cutoff=0.5)
+
+
+def nearest_text(word: str, choices: list[str]) -> str:
+    """`` (nearest: a, b)`` for a message, or nothing when no id is close."""
+    close = nearest(word, choices)
+    return f" (nearest: {', '.join(close)})" if close else ""
 
 
 def _display_id(candidate: str, index: int) -> str:
@@ -185,7 +292,9 @@ def sanitize(
             continue
         found = find_candidate(manifests, candidate)
         if found is None:
-            refused.append(RefusedCandidate(id=shown, reason="not a candidate of the registry"))
+            ids = [f"{m.id}:{v.id}" for m in manifests.values() for v in m.variants]
+            why = "not a candidate of the registry" + nearest_text(candidate, ids)
+            refused.append(RefusedCandidate(id=shown, reason=why))
             continue
         check = preflights.get(candidate)
         if check is None or not check.passed:
@@ -213,10 +322,14 @@ def sanitize(
             continue
         kept.append(candidate)
     if not kept:
+        problems = [f"{r.id}: {r.reason}" for r in refused]
+        problems += [
+            f"{c.value}: {c.reason}"
+            for c in changes
+            if c.action == "removed" and all(r.id != c.value for r in refused)
+        ]
         raise PlanRefused(
-            "plan refused: no runnable candidate remains",
-            [f"{r.id}: {r.reason}" for r in refused],
-            refused,
+            "plan refused: no runnable candidate remains: " + "; ".join(problems), problems, refused
         )
     changes.insert(
         0,

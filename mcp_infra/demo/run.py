@@ -152,11 +152,7 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
 
     started = time.monotonic()
     log(f"home: {home.root}")
-    try:
-        config = prepare(home)
-    except DemoRefused as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = prepare(home)  # DemoRefused: the command line's usage error (exit 2)
     log(f"demo models built in {home.models}")
     log(
         f"starting the front on 127.0.0.1:{config.port} (clients' endpoint) and the live "

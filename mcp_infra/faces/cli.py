@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
+from mcp_infra import __version__
 from mcp_infra.contracts import Outcome
-from mcp_infra.errors import ExitCode, McpInfraError
+from mcp_infra.errors import (
+    ExitCode,
+    Interrupted,
+    McpInfraError,
+    ServerUnavailable,
+    UsageError,
+)
 from mcp_infra.faces import evidence_cli, render
 from mcp_infra.flows import api as app
 from mcp_infra.state.context import active_recipe, load_config, window_state
@@ -27,9 +36,28 @@ def _print(data: Any, as_json: bool, text: str | None = None) -> None:
         print(text if text is not None else data)
 
 
-def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> int:
-    print(message, file=sys.stderr)
-    return code
+class Failed(McpInfraError):
+    """A command's own refusal, with the exit code it maps to."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    raise Failed(message, code)
+
+
+def report_error(message: str, code: int, as_json: bool) -> int:
+    """One line on stderr (`mcp-infra: error: ...`), or with --json one JSON object on stdout:
+    ``{"error": {"code": 2, "name": "USAGE", "message": ...}}``."""
+    line = " ".join(str(message).split())
+    name = ExitCode(code).name if code in ExitCode._value2member_map_ else "INTERRUPTED"
+    if as_json:
+        print(json.dumps({"error": {"code": int(code), "name": name, "message": line}}))
+    else:
+        print(f"mcp-infra: error: {line}", file=sys.stderr)
+    return int(code)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,7 +77,7 @@ def cmd_serve(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.faces.mcp_server import serve
 
     if args.auth == "none" and args.transport != "http":
-        return _fail("mcp-infra serve: --auth applies to --transport http only")
+        _fail("serve: --auth applies to --transport http only")
     mode = args.mode or ("read-only" if args.auth == "none" else "propose")
     return serve(
         home,
@@ -79,8 +107,10 @@ def cmd_status(home: Home, args: argparse.Namespace) -> int:
 
 def cmd_registry(home: Home, args: argparse.Namespace) -> int:
     view = app.registry_view(home, args.candidate)
+    if args.candidate and not view.candidates:
+        _fail(app.unknown_candidate(home, args.candidate))
     _print(view, args.json, render.registry_text(view))
-    return ExitCode.OK if view.candidates else ExitCode.USAGE
+    return ExitCode.OK
 
 
 def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
@@ -95,7 +125,7 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
         _print(view, args.json, render.cycles_text(view))
         return ExitCode.OK
     if not words:
-        return _fail("evidence show|verify|report|export needs a cycle id or a bundle path")
+        _fail("evidence show|verify|report|export needs a cycle id (or latest) or a bundle path")
     ref = words[0]
     if action == "verify":
         return evidence_cli.cmd_verify(home, ref, args)
@@ -103,18 +133,23 @@ def cmd_evidence(home: Home, args: argparse.Namespace) -> int:
         return evidence_cli.cmd_report(home, ref, args)
     if action == "export":
         if len(words) < 2:
-            return _fail("evidence export needs a cycle id and a folder")
+            _fail("evidence export needs a cycle id and a folder")
         return evidence_cli.cmd_export(home, ref, words[1], args)
     try:
         view = app.evidence_view(home, ref, args.section)
     except FileNotFoundError as exc:
-        return _fail(str(exc))
+        _fail(str(exc))
     _print(view, args.json, render.evidence_text(view))
     return ExitCode.OK
 
 
 def cmd_propose(home: Home, args: argparse.Namespace) -> int:
-    raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        raw = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except FileNotFoundError:
+        _fail(f"propose: no such file: {args.file} (give a JSON plan file, or - for stdin)")
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        _fail(f"propose: cannot read {args.file} as a text file: {type(exc).__name__}")
     view = app.propose(
         home, raw, proposed_by="cli", dry_run=args.dry_run, start_supervisor=not args.no_supervisor
     )
@@ -129,13 +164,63 @@ def cmd_gate(home: Home, args: argparse.Namespace) -> int:
         tasks = gates.list_tasks()
         _print([t.model_dump() for t in tasks], args.json, render.tasks_text(tasks))
         return ExitCode.OK
+    known = [t.id for t in gates.list_tasks()]
+    if args.task not in known:
+        from mcp_infra.core.sanitize import nearest_text
+
+        _fail(
+            f"gate check: unknown task {args.task}{nearest_text(args.task, known)}; "
+            f"tasks: {', '.join(known)}"
+        )
     text = args.text if args.text is not None else sys.stdin.read()
     result = gates.check_task(args.task, text)
     _print(result.model_dump(), args.json, render.task_check_text(result))
     return ExitCode.OK if result.passed else ExitCode.NO
 
 
+@contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise ``Interrupted`` in the main thread (once; later signals are
+    ignored while the command puts things back)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    before = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)
+
+
+def stop_cleanly(home: Home) -> list[str]:
+    """After a signal: seal the interrupted cycle and restore the live recipe the way recovery
+    after a crash does (``recover``), and stop every candidate server left behind."""
+    from mcp_infra.flows.cycle import recover, supervising
+    from mcp_infra.procs.service import stop_stray_candidates
+
+    with supervising(home):
+        notes = recover(home)
+        notes += [f"stopped candidate server {s}" for s in stop_stray_candidates(home)]
+    return notes
+
+
 def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
+    try:
+        with stopping_on_signals():
+            return _supervise(home, args)
+    except Interrupted as exc:
+        print(f"mcp-infra supervise: stopping on signal {exc.signum}", file=sys.stderr, flush=True)
+        for note in stop_cleanly(home):
+            print(note, flush=True)
+        print("stopped: the live recipe serves; no candidate server is left", flush=True)
+        return 128 + exc.signum
+
+
+def _supervise(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.flows.cycle import supervise
 
     if args.watch:
@@ -177,7 +262,7 @@ def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
             progress=not args.json,
         )
     except HubError as exc:
-        return _fail(f"prepare: {exc}")
+        _fail(f"prepare: {exc}")
     text = render.prepared_text(result)
     if args.init_service:
         text += "\n" + app.init_service(home, args.candidate, args.port)
@@ -191,7 +276,7 @@ def cmd_approve(home: Home, args: argparse.Namespace) -> int:
     try:
         summary = approve(home, args.cycle, args.candidate)
     except ApprovalRefused as exc:
-        return _fail(f"approve: refused: {exc}")
+        _fail(f"approve: refused: {exc}")
     _print(summary, args.json, render.summary_line(summary))
     return ExitCode.OK if summary.outcome == Outcome.PROMOTED else ExitCode.NO
 
@@ -224,7 +309,8 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mcp-infra", description=__doc__)
+    parser = Parser(prog="mcp-infra", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"mcp-infra {__version__}")
     parser.add_argument(
         "--home",
         help=f"home directory (default: ${ENV_HOME} or the per-user "
@@ -437,24 +523,64 @@ def _global_options_anywhere(parsers: list[argparse.ArgumentParser]) -> None:
         )
 
 
+def exit_code_for(exc: BaseException) -> ExitCode | None:
+    """The documented exit code of an error mcp-infra raises on purpose (docs/cli.md); None for
+    anything else (a bug: its traceback is shown)."""
+    from mcp_infra.state.catalog import RegistryError
+
+    if isinstance(exc, Failed):
+        return exc.code
+    if isinstance(exc, CorruptFile | RegistryError):
+        return ExitCode.CORRUPT_STATE
+    if isinstance(exc, LockHeld):
+        return ExitCode.LOCKED
+    if isinstance(exc, ServerUnavailable):
+        return ExitCode.UNAVAILABLE
+    if type(exc).__name__ == "SealFailed":  # flows.cycle (not imported: `status` starts fast)
+        return ExitCode.SEAL_FAILED
+    if isinstance(exc, McpInfraError):  # a refusal: approval, preparation, demo home, HTTP setup
+        return ExitCode.USAGE
+    if isinstance(exc, OSError):
+        return ExitCode.SYSTEM
+    return None
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, LockHeld):
+        return f"another supervisor is running ({exc}); it owns the service, so this one exits"
+    if isinstance(exc, OSError) and not isinstance(exc, McpInfraError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or type(exc).__name__}{where}"
+    return str(exc)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing its usage: `main` reports the error in one
+    line (or as JSON) with exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("mcp-infra").strip()
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        return report_error(str(exc), ExitCode.USAGE, as_json)
+    as_json = bool(getattr(args, "json", False))
     home = Home(args.home)
     try:
         return int(COMMANDS[args.command](home, args))
-    except CorruptFile as exc:
-        return _fail(f"error: {exc}", ExitCode.CORRUPT_STATE)
-    except LockHeld as exc:
-        return _fail(
-            f"another supervisor is running ({exc}); it owns the service, so this one exits",
-            ExitCode.LOCKED,
-        )
-    except McpInfraError as exc:
-        from mcp_infra.flows.cycle import SealFailed  # not at the top: `serve` starts without it
-
-        if not isinstance(exc, SealFailed):
+    except KeyboardInterrupt:
+        return report_error("interrupted", ExitCode.INTERRUPTED, as_json)
+    except Exception as exc:
+        code = exit_code_for(exc)
+        if code is None:
             raise
-        return _fail(f"error: {exc}", ExitCode.SEAL_FAILED)
+        return report_error(_message(exc), code, as_json)
 
 
 if __name__ == "__main__":

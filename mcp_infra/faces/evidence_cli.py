@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from mcp_infra.contracts import CycleCost
+from mcp_infra.errors import UsageError
 from mcp_infra.faces import render
 from mcp_infra.state import evidence, signing
 from mcp_infra.state.audit import Verification
@@ -19,15 +19,12 @@ def show_cost(bundle: Path) -> str:
     return render.cost_text(read_optional(bundle / "cost.json", CycleCost))
 
 
-def _bundle(home: Home, ref: str) -> Path | None:
-    if ref == "latest":
-        cycles = evidence.list_cycles(home)
-        ref = cycles[0].cycle_id if cycles else ref
+def _bundle(home: Home, ref: str) -> Path:
+    """The bundle a reference names; an unknown one is a usage error naming the nearest ids."""
     try:
         return evidence.bundle_path(home, ref)
     except FileNotFoundError as exc:
-        print(str(exc), file=sys.stderr)
-        return None
+        raise UsageError(str(exc)) from exc
 
 
 def _pin(args: argparse.Namespace) -> str | None:
@@ -43,13 +40,10 @@ def trust_line(result: Verification) -> str:
 
 def cmd_verify(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
-    if bundle is None:
-        return 2
     try:
         pin = _pin(args)
     except ValueError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
     key = Path(args.key) if getattr(args, "key", None) else None
     result = evidence.verify(bundle, key=key, home=home, pin=pin)
     data = result.model_dump(mode="json") | {"ok": result.ok}
@@ -83,13 +77,10 @@ def write_report(
 
 def cmd_report(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
-    if bundle is None:
-        return 2
     try:
         pin = _pin(args)
     except ValueError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
     key = Path(args.key) if getattr(args, "key", None) else None
     target = write_report(home, bundle, Path(args.output) if args.output else None, key, pin)
     print(json.dumps({"report": str(target)}) if args.json else str(target))
@@ -101,12 +92,9 @@ def cmd_export(home: Home, ref: str, dest: str, args: argparse.Namespace) -> int
     print the key's fingerprint: the public key travels with the copy, so only a fingerprint
     published apart from it (and pinned with ``--fingerprint``) says whose key it is."""
     bundle = _bundle(home, ref)
-    if bundle is None:
-        return 2
     fingerprint = signing.home_fingerprint(home)
     if fingerprint is None:
-        print(f"this home has no signing key ({signing.public_key_path(home)})", file=sys.stderr)
-        return 2
+        raise UsageError(f"this home has no signing key ({signing.public_key_path(home)})")
     folder = Path(dest)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / bundle.name

@@ -26,6 +26,7 @@ import ipaddress
 import os
 import re
 import secrets
+import socket
 import stat
 import sys
 from collections.abc import Sequence
@@ -243,6 +244,7 @@ def serve_http(server: MCPServer, plan: HttpPlan, mode: str) -> None:
     """Run the server over streamable HTTP until interrupted (uvicorn, no access log)."""
     import uvicorn
 
+    sock = bind(plan.host, plan.port)  # before any message: a taken port is one clear error
     app = plan.app(server)
     if plan.auth == "none":
         print(
@@ -267,7 +269,27 @@ def serve_http(server: MCPServer, plan: HttpPlan, mode: str) -> None:
         lifespan="on",
         server_header=False,
     )
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; a port held by another process raises ``PortBusy``."""
+    from mcp_infra.procs.runtime import PortBusy
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise PortBusy(
+            f"serve: cannot listen on {host}:{port}: {exc.strerror or exc} (another process "
+            "holds the port? choose one with --port)"
+        ) from exc
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
 
 
 def client(url: str, token: str, **kwargs: Any) -> Any:

@@ -34,7 +34,14 @@ from mcp_infra import __version__
 from mcp_infra.contracts import AuditRecord, text_problem
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import manifest_hash
-from mcp_infra.core.sanitize import MAX_PLAN_BYTES, has_non_finite, policy_hash
+from mcp_infra.core.sanitize import (
+    MAX_PLAN_BYTES,
+    PlanRefused,
+    check_shape,
+    has_non_finite,
+    policy_hash,
+    shown_name,
+)
 from mcp_infra.faces import render
 from mcp_infra.faces.live_status import STATUS_URI, StatusNotifier
 from mcp_infra.faces.read_cache import ReadCache, registry_inputs
@@ -135,23 +142,28 @@ ARGUMENTS: dict[str, type[_Args]] = {
 
 _KINDS = {
     "missing": "required",
-    "string_too_long": "text is too long",
     "string_too_short": "text is empty",
     "string_pattern_mismatch": "not a well-formed id",
     "string_type": "must be a string",
     "bool_type": "must be true or false",
     "int_type": "must be an integer",
-    "literal_error": "not one of the allowed values",
-    "greater_than_equal": "too small",
-    "less_than_equal": "too large",
     "dict_type": "must be a JSON object",
     "finite_number": "must be a finite number",
 }
 
 
-def _name(key: object) -> str:
-    """An argument name shown back only if it looks like one."""
-    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_]{1,40}", key) else "<name>"
+def _kind(err: Any) -> str:
+    """One validation error in our words, with the limit it broke."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "string_too_long":
+        return f"text is too long (at most {ctx.get('max_length')} characters)"
+    if kind == "less_than_equal":
+        return f"at most {ctx.get('le')}"
+    if kind == "greater_than_equal":
+        return f"at least {ctx.get('ge')}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', 'the allowed values')}"
+    return _KINDS.get(kind, f"invalid ({kind})")
 
 
 def argument_problems(tool: str, arguments: Any) -> list[str]:
@@ -164,7 +176,7 @@ def argument_problems(tool: str, arguments: Any) -> list[str]:
     allowed = set(model.model_fields)
     unknown = [k for k in arguments if k not in allowed]
     if unknown:
-        shown = ", ".join(sorted({_name(k) for k in unknown})[:5])
+        shown = ", ".join(sorted({shown_name(k) for k in unknown})[:5])
         return [f"unknown argument(s): {shown}; allowed: {', '.join(sorted(allowed)) or 'none'}"]
     if has_non_finite({k: v for k, v in arguments.items() if k != "plan"}):
         return ["numbers must be finite"]
@@ -173,8 +185,9 @@ def argument_problems(tool: str, arguments: Any) -> list[str]:
     except ValidationError as exc:
         problems = []
         for err in exc.errors()[:5]:
-            where = ".".join(_name(p) if isinstance(p, str) else str(p) for p in err["loc"][:1])
-            kind = _KINDS.get(err["type"], f"invalid ({err['type']})")
+            first = err["loc"][:1]
+            where = ".".join(shown_name(p) if isinstance(p, str) else str(p) for p in first)
+            kind = _kind(err)
             if where == "plan" and err["type"] in ("dict_type", "string_type"):
                 kind = "must be a JSON object (or a JSON string of one)"
             problems.append(f"{where or '(arguments)'}: {kind}")
@@ -208,7 +221,10 @@ class ArgumentGuard:
     def _audit_refusal(
         self, ctx: ServerRequestContext[Any, Any], arguments: Any, text: str
     ) -> None:
-        raw = canonical_json(arguments)[: MAX_PLAN_BYTES * 4] if arguments is not None else b""
+        try:
+            raw = canonical_json(arguments)[: MAX_PLAN_BYTES * 4] if arguments is not None else b""
+        except (ValueError, TypeError, RecursionError):  # hashed by what it is, not walked
+            raw = b"unhashable arguments: " + text.encode()
         self.home.append_audit(
             AuditRecord(
                 ts=utcnow(),
@@ -241,12 +257,19 @@ class ArgumentGuard:
             if name == "propose_plan":
                 self._audit_refusal(ctx, None, "refused: arguments must be a JSON object")
             raise protocol_error("tools/call arguments must be a JSON object")
+        if name == "propose_plan" and isinstance(arguments, Mapping):
+            try:  # before the SDK parses a plan string (a recursive parser) or walks the object
+                check_shape(arguments.get("plan"))
+            except PlanRefused as exc:
+                self._audit_refusal(ctx, None, str(exc))
+                return refused_plan(str(exc), exc.problems, arguments.get("dry_run") is True)
         problems = argument_problems(name, arguments)
         if not problems:
             return await call_next(ctx)
         text = f"refused: invalid arguments for {name}: " + "; ".join(problems)
         if name == "propose_plan":
             self._audit_refusal(ctx, arguments, text)
+            return refused_plan(text, problems, (arguments or {}).get("dry_run") is True)
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
     async def _prompt(
@@ -270,6 +293,22 @@ class ArgumentGuard:
             raise
         except Exception as exc:  # the SDK would answer code 0 and log a traceback per request
             raise protocol_error(f"prompt refused: {type(exc).__name__}") from None
+
+
+def refused_plan(message: str, problems: list[str], dry_run: bool) -> CallToolResult:
+    """The one shape of every invalid plan, wrong arguments included: a tool error
+    (``isError: true``) whose structured content is the proposal view with ``accepted: false``
+    and the problems, so a model sees an error and a program reads the same fields."""
+    view = app.ProposalView(accepted=False, dry_run=dry_run, message=message, problems=problems)
+    return _refusal(view)
+
+
+def _refusal(view: app.ProposalView) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=render.proposal_text(view))],
+        structured_content=view.model_dump(mode="json"),
+        is_error=True,
+    )
 
 
 def protocol_error(message: str) -> MCPError:
@@ -392,7 +431,7 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         except BROKEN as exc:
             raise _broken(exc) from exc
         if candidate_id and not view.candidates:
-            raise ToolError("no such candidate; call registry without arguments to list them")
+            raise ToolError(app.unknown_candidate(home, candidate_id))
         return _result(view, render.registry_text(view))
 
     @tool(title="Cycle evidence", annotations=READ_ONLY)
@@ -403,7 +442,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
                 min_length=1,
                 max_length=80,
                 pattern=CYCLE_ID,
-                description="a cycle id (c-...); omit to list sealed cycles, newest first",
+                description="a cycle id (c-...) or latest (the newest sealed cycle); omit to "
+                "list sealed cycles, newest first",
             ),
         ] = None,
         section: Annotated[
@@ -428,10 +468,7 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             if cycle_id and section in (None, "summary"):
                 view = _with_verification(home, view)
         except FileNotFoundError as exc:
-            raise ToolError(
-                "no sealed evidence for that cycle id; call evidence without "
-                "arguments to list cycles"
-            ) from exc
+            raise ToolError(f"{exc}; call evidence without arguments to list cycles") from exc
         except BROKEN as exc:
             raise _broken(exc) from exc
         return _result(view, render.evidence_text(view))
@@ -456,7 +493,10 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             with its reason, refused candidates, queue position, when it may run (the policy's
             maintenance window) and how to follow it. The cycle runs in a background supervisor
             that does not depend on this connection. dry_run=true explains without queuing.
-            A refused plan is an answer (accepted=false), not an error."""
+            Every invalid or refused plan, wrong arguments included, is a tool error
+            (isError: true) with the same structured content: accepted=false, message, and
+            problems naming each field and limit (and the nearest valid ids); nothing is
+            queued. Fix what the problems name and call again."""
             session = ctx.request_context.session if ctx is not None else None
             try:
                 view = app.propose(
@@ -468,7 +508,9 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
                 )
             except BROKEN as exc:
                 raise _broken(exc) from exc
-            if mode == "autonomous" and start_supervisor and view.accepted and not dry_run:
+            if not view.accepted:
+                return _refusal(view)
+            if mode == "autonomous" and start_supervisor and not dry_run:
                 app.ensure_watcher(home)  # restarted if it died; the plan itself runs now
             return _result(view, render.proposal_text(view))
 
@@ -654,21 +696,16 @@ def _add_resources(server: MCPServer, home: Home) -> None:
         try:
             bundle = bundle_path(home, cycle_id)
         except FileNotFoundError as exc:
-            raise ResourceNotFoundError("no sealed evidence for that cycle id") from exc
+            raise ResourceNotFoundError(str(exc)) from exc
         return evidence_cli.write_report(home, bundle).read_text(encoding="utf-8")
 
     def _evidence_summary(cycle_id: str) -> str:
-        if cycle_id == "latest":
-            cycles = app.evidence_view(home).cycles or []
-            if not cycles:
-                raise ResourceNotFoundError("no sealed cycle yet")
-            cycle_id = cycles[0].cycle_id
         if not re.fullmatch(CYCLE_ID, cycle_id):
             raise ResourceNotFoundError("not a cycle id")
         try:
             view = app.evidence_view(home, cycle_id, "summary")
         except FileNotFoundError as exc:
-            raise ResourceNotFoundError("no sealed evidence for that cycle id") from exc
+            raise ResourceNotFoundError(str(exc)) from exc
         return _json(view.model_dump(mode="json", exclude_none=True))
 
 
@@ -686,28 +723,27 @@ def serve(
     auth: str = "token",
 ) -> int:
     """`mcp-infra serve`: stdio (stdout is the wire: nothing else is printed there) or HTTP."""
-    import sys
 
     server = build_server(home, mode, start_supervisor=start_supervisor)
     if mode == "autonomous" and start_supervisor:
         app.ensure_watcher(home)
     if transport == "stdio":
-        server.run()
-        return 0
-    from mcp_infra.faces.http_transport import HttpConfigError, HttpPlan, serve_http
+        import anyio
 
-    try:
-        plan = HttpPlan(
-            home,
-            host=host,
-            port=port,
-            token_file=token_file,
-            allowed_hosts=allowed_hosts,
-            allowed_origins=allowed_origins,
-            auth=auth,
-        )
-        serve_http(server, plan, mode)
-    except HttpConfigError as exc:
-        print(f"mcp-infra serve: {exc}", file=sys.stderr)
-        return 2
+        from mcp_infra.faces.stdio_drain import run_stdio
+
+        anyio.run(run_stdio, server)  # every request read is answered before it exits
+        return 0
+    from mcp_infra.faces.http_transport import HttpPlan, serve_http
+
+    plan = HttpPlan(  # HttpConfigError: a usage error of the command line (exit 2)
+        home,
+        host=host,
+        port=port,
+        token_file=token_file,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+        auth=auth,
+    )
+    serve_http(server, plan, mode)  # PortBusy: exit 6
     return 0

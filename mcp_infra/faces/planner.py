@@ -21,6 +21,7 @@ from typing import Any
 
 from mcp_infra import __version__
 from mcp_infra.core.extraction import extract_plan
+from mcp_infra.errors import UsageError
 from mcp_infra.faces.render import local_plan_text, planning_prompt
 from mcp_infra.flows.planning import (
     CLIENT_NAME,
@@ -187,8 +188,7 @@ __all__ = ["ask_model", "cli_plan", "plan_local", "prompt_for", "server_command"
 def cli_plan(home: Home, args: Any) -> int:
     """`mcp-infra plan [--local] …`: print the prompt, or plan with the served model."""
     if args.goal is not None and (len(args.goal) > MAX_GOAL or "\n" in args.goal):
-        print(f"--goal must be one line of at most {MAX_GOAL} characters", file=sys.stderr)
-        return 2
+        raise UsageError(f"plan: --goal must be one line of at most {MAX_GOAL} characters")
     if not args.local:
         text = prompt_for(home, args.goal)
         print(json.dumps({"prompt": text}) if args.json else text)

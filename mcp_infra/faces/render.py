@@ -185,25 +185,27 @@ def evidence_text(view: app.EvidenceView) -> str:
 
 def proposal_text(view: app.ProposalView) -> str:
     head = "DRY RUN — " if view.dry_run else ""
-    if not view.accepted:
-        lines = [f"{head}REFUSED: {view.message}"]
-        lines += [f"- {p}" for p in view.problems]
-        lines += [f"- refused {r.id}: {r.reason}" for r in view.refused]
-        lines.append(
-            "Nothing was queued. Fix the plan (see `registry` for candidate ids) and "
-            "call propose_plan again."
-        )
-        return _bounded(lines)
+    if not view.accepted:  # one line: the message already names every problem
+        said = view.message
+        extra = [p for p in view.problems if p not in said]
+        extra += [f"{r.id}: {r.reason}" for r in view.refused if f"{r.id}: {r.reason}" not in said]
+        return (
+            f"{head}REFUSED (nothing queued): {'; '.join([said, *extra])}. Fix what is named "
+            "(candidate ids: `registry`; the schema: mcp-infra://plan-schema) and call "
+            "propose_plan again."
+        )[:MAX_TEXT]
     lines = [
         f"{head}ACCEPTED plan {view.plan_id}: {view.message}.",
         f"Candidates, in order: {', '.join(view.candidates)}.",
         "Thresholds: " + ", ".join(f"{k}={v}" for k, v in (view.thresholds or {}).items()) + ".",
     ]
+    refused = {(r.id, r.reason) for r in view.refused}
     lines += [
         f"- change {c.field} {c.action}"
         + (f" ({_short(c.value)})" if c.value is not None else "")
         + f": {c.reason}"
         for c in view.changes
+        if (c.value, c.reason) not in refused  # a refusal is stated once, below
     ]
     lines += [f"- refused {r.id}: {r.reason}" for r in view.refused]
     if view.window:

@@ -242,10 +242,10 @@ def heldout_check(data: Loaded) -> HeldOut | None:
     if data.plan is None or data.verdict is None:
         held.why_not = "the bundle has no plan or verdict to re-derive it from"
         return held
-    from mcp_infra.core.selector import DECISION_METHOD, select
-    from mcp_infra.flows.measure import as_measured, heldout_protocol
+    from mcp_infra.core.selector import decides_alike, select
+    from mcp_infra.flows.rounds import as_measured, heldout_protocol
 
-    if data.verdict.method != DECISION_METHOD:
+    if not decides_alike(data.verdict.method, data.plan.protocol):
         held.why_not = "the verdict was reached by another decision method than this mcp-infra's"
         return held
     base, win = data.heldout.get("baseline"), data.heldout.get(candidate)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra.contracts import (
     BASELINE_ID,
+    CANDIDATE_ID_PATTERN,
     AuditRecord,
     CheckResult,
     CurrentCycle,
@@ -39,7 +41,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.preflight import Check, manifest_hash, preflight
-from mcp_infra.core.sanitize import PlanRefused, parse_plan, sanitize
+from mcp_infra.core.sanitize import PlanRefused, nearest_text, parse_plan, sanitize
 from mcp_infra.procs.front import front_record, front_status, read_route, status_age_s
 from mcp_infra.procs.runtime import is_running, port_owner_is
 from mcp_infra.state import artifacts as hub
@@ -60,6 +62,7 @@ from mcp_infra.state.store import (
     CycleFiles,
     Home,
     M,
+    open_append,
     read_optional,
     utcnow,
     write_model,
@@ -489,6 +492,17 @@ def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
     return RegistryView(candidates=views, live_recipe=live)
 
 
+def unknown_candidate(home: Home, candidate_id: str) -> str:
+    """One line: the id is not a candidate, the nearest ids, how to list them (the id is shown
+    only if it is well-formed)."""
+    ids = [f"{m.id}:{v.id}" for m in HomeContext(home).manifests.values() for v in m.variants]
+    shown = candidate_id if re.fullmatch(CANDIDATE_ID_PATTERN, candidate_id) else "that id"
+    return (
+        f"{shown} is not a candidate of the registry{nearest_text(candidate_id, ids)}; "
+        "list them with `registry` (no arguments)"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # propose
 # ---------------------------------------------------------------------------------------------
@@ -526,11 +540,7 @@ def propose(
 ) -> ProposalView:
     """Validate, sanitize, freeze and queue a plan. Refusals are answers, not exceptions."""
     home.ensure()
-    raw_hash = sha256_bytes(
-        json.dumps(raw, sort_keys=True, default=str).encode()
-        if not isinstance(raw, str)
-        else raw.encode()
-    )
+    raw_hash = _raw_hash(raw)
     ctx = HomeContext(home)
     try:
         plan = parse_plan(raw)
@@ -601,6 +611,17 @@ def propose(
     return view
 
 
+def _raw_hash(raw: Any) -> str:
+    """The audit's hash of what was sent, whatever it is (a value too deep to walk is hashed
+    by its kind: it is refused before anything parses it)."""
+    if isinstance(raw, str | bytes):
+        return sha256_bytes(raw.encode() if isinstance(raw, str) else raw)
+    try:
+        return sha256_bytes(json.dumps(raw, sort_keys=True, default=str).encode())
+    except (RecursionError, ValueError, TypeError):
+        return sha256_bytes(f"unhashable {type(raw).__name__}".encode())
+
+
 def _mode_preview(ctx: HomeContext, candidates: list[str]) -> dict[str, Any]:
     from mcp_infra.flows.impact import preview
 
@@ -609,10 +630,6 @@ def _mode_preview(ctx: HomeContext, candidates: list[str]) -> dict[str, Any]:
     except Exception:  # a preview never refuses a plan
         return {}
     return found.model_dump() if found else {}
-
-    """Whether a queued plan may start now under the policy's window, and why (or when)."""
-    state = ctx.window()
-    return ("may start now: " if state.may_start else "waits: ") + state.reason
 
 
 def _window_text(ctx: HomeContext) -> str:
@@ -669,8 +686,7 @@ def ensure_supervisor(home: Home) -> int | None:
     if home.lock_is_held():
         return None
     log = home.logs / "supervisor.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as handle:
+    with open_append(log) as handle:
         proc = subprocess.Popen(  # argv list, no shell; its own session outlives the caller
             [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise"],
             stdin=subprocess.DEVNULL,
@@ -714,7 +730,7 @@ def ensure_watcher(home: Home) -> int | None:
         return None
     home.ensure()
     log = home.logs / "supervisor.log"
-    with log.open("ab") as handle:
+    with open_append(log) as handle:
         proc = subprocess.Popen(  # argv list, no shell; its own session outlives the caller
             [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise", "--watch"],
             stdin=subprocess.DEVNULL,

@@ -27,7 +27,7 @@ import psutil
 from mcp_infra.contracts import ProcessRecord, Recipe
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.bench import served_model
-from mcp_infra.state.store import Home, utcnow
+from mcp_infra.state.store import Home, open_append, utcnow
 
 LOOPBACK = "127.0.0.1"
 
@@ -222,8 +222,7 @@ def start_server(
     if port_open(port):
         raise PortBusy(f"port {port} is already in use by a process mcp-infra did not start here")
     command = argv or build_argv(recipe, port, python=python)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
+    with open_append(log_path) as log:
         proc = subprocess.Popen(  # argv list, never a shell
             command,
             stdin=subprocess.DEVNULL,

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from mcp_infra.contracts import CycleCost, CycleSummary, EvidenceManifest
+from mcp_infra.core.sanitize import nearest_text
 from mcp_infra.state import audit, sealing, signing
 from mcp_infra.state.audit import Verification, load_runs, recompute
 from mcp_infra.state.store import (
@@ -66,17 +67,36 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary, cost: CycleCost | Non
     return final
 
 
+LATEST = "latest"
+
+
 def bundle_path(home: Home, ref: str) -> Path:
-    """A cycle id (in the home's evidence folder) or a path to a bundle."""
+    """A cycle id (in the home's evidence folder), ``latest`` (the newest sealed cycle) or a
+    path to a bundle. The error names the nearest sealed cycle ids."""
     candidate = Path(ref)
-    if candidate.is_dir() and (CycleFiles(candidate).manifest).exists():
+    if ref != LATEST and candidate.is_dir() and (CycleFiles(candidate).manifest).exists():
         return candidate
     if "/" in ref or ref.startswith("."):
         raise FileNotFoundError(f"no evidence bundle at {ref}")
+    if ref == LATEST:
+        cycles = list_cycles(home)
+        if not cycles:
+            raise FileNotFoundError("no sealed cycle yet: `latest` names none")
+        ref = cycles[0].cycle_id
     path = home.evidence / ref
     if not (CycleFiles(path).manifest).exists():
-        raise FileNotFoundError(f"no sealed evidence for cycle {ref}")
+        raise FileNotFoundError(f"no sealed evidence for cycle {ref}" + _nearest_cycles(home, ref))
     return path
+
+
+def _nearest_cycles(home: Home, ref: str) -> str:
+    try:
+        names = [p.name for p in home.evidence.iterdir() if (p / CycleFiles.MANIFEST).exists()]
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    return nearest_text(ref, names) or " (`latest` names the newest)"
 
 
 def verify(

@@ -7,10 +7,12 @@ service. Readers never trust a file blindly: a corrupt one raises ``CorruptFile`
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,9 +74,35 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+PRIVATE_FILE = 0o600  # home files: plans, the audit log and logs are the user's alone
+PRIVATE_DIR = 0o700
+
+
+def private_dir(path: Path) -> Path:
+    """``mkdir -p`` whose every created folder is 0700 (whatever the umask)."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            continue
+        os.chmod(folder, PRIVATE_DIR)
+    return path
+
+
+def open_append(path: Path) -> IO[bytes]:
+    """Open a log or journal for appending, created 0600 (its folder 0700) if it is new."""
+    private_dir(path.parent)
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE), "ab")
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -301,6 +329,11 @@ class Home:
         return self.cycle_files(cycle_id).journal
 
     def ensure(self) -> Home:
+        """Create the layout; the home folder and every folder made here are 0700."""
+        private_dir(self.root)
+        with contextlib.suppress(OSError):  # a home made before, or by hand: made private too
+            if stat.S_IMODE(self.root.stat().st_mode) & 0o077:
+                os.chmod(self.root, PRIVATE_DIR)
         for path in (
             self.plans,
             self.queue,
@@ -312,7 +345,7 @@ class Home:
             self.memory,
             self.hf_cache,
         ):
-            path.mkdir(parents=True, exist_ok=True)
+            private_dir(path)
         return self
 
     # plans and queue ------------------------------------------------------------------------
@@ -330,8 +363,7 @@ class Home:
 
     def retire(self, entry: Path) -> None:
         """Move a queue entry to ``plans/done``: its plan ran (or was interrupted and sealed)."""
-        done = self.plans / "done"
-        done.mkdir(parents=True, exist_ok=True)
+        done = private_dir(self.plans / "done")
         entry.replace(done / entry.name)
 
     def queued(self) -> list[Path]:
@@ -343,10 +375,9 @@ class Home:
     def append_event(self, event: Event) -> None:
         """Append one line and fsync it before the caller performs the side effect it announces."""
         path = self.journal(event.cycle_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
         line = event.model_dump_json() + "\n"
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(line)
+        with open_append(path) as handle:
+            handle.write(line.encode())
             handle.flush()
             os.fsync(handle.fileno())
 
@@ -355,9 +386,8 @@ class Home:
         return read_journal_file(self.journal(cycle_id))
 
     def append_audit(self, record: AuditRecord) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with self.audit_log.open("a", encoding="utf-8") as handle:
-            handle.write(record.model_dump_json() + "\n")
+        with open_append(self.audit_log) as handle:
+            handle.write((record.model_dump_json() + "\n").encode())
             handle.flush()
             os.fsync(handle.fileno())
 
