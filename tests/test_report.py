@@ -32,7 +32,6 @@ KEY = BUNDLE.parent / f"{BUNDLE.name}.pub"
 # The page's formats, written out again here: a figure shown in another form fails.
 FORMATS = {
     "x3": lambda v: f"{v:.3f}×",
-    "x2": lambda v: f"{v:.2f}×",
     "pct2": lambda v: f"{v:+.2f}%",
     "pct1": lambda v: f"{v:.1f}%",
     "level": lambda v: f"{v * 100:.1f}%",

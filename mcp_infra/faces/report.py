@@ -57,7 +57,6 @@ NONE = "–"  # a figure the source holds as null
 
 FORMATS: dict[str, Callable[[Any], str]] = {
     "x3": lambda v: f"{v:.3f}×",
-    "x2": lambda v: f"{v:.2f}×",
     "pct2": lambda v: f"{v:+.2f}%",  # a percent change already in percent (summary.json)
     "pct1": lambda v: f"{v:.1f}%",
     "level": lambda v: f"{v * 100:.1f}%",  # a confidence, 0.955 → 95.5%

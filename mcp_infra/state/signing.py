@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -186,8 +187,8 @@ def parse_fingerprint(text: str) -> str:
 def verify_command(ref: str, full: str, key: Path | str | None = None) -> str:
     """The command that verifies a bundle against this fingerprint (``key``: for a copy away
     from the home that sealed it, the public key file beside it)."""
-    with_key = f" --key {key}" if key is not None else ""
-    return f"mcp-infra evidence verify {ref}{with_key} --fingerprint {full}"
+    with_key = f" --key {shlex.quote(str(key))}" if key is not None else ""
+    return f"mcp-infra evidence verify {shlex.quote(ref)}{with_key} --fingerprint {full}"
 
 
 def home_fingerprint(home: Home) -> str | None:
