@@ -74,11 +74,19 @@ def cmd_demo(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_serve(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.faces.mcp_server import serve
 
     if args.auth == "none" and args.transport != "http":
         _fail("serve: --auth applies to --transport http only")
     mode = args.mode or ("read-only" if args.auth == "none" else "propose")
+    try:
+        return _serve(home, args, mode)
+    except KeyboardInterrupt:  # Ctrl-C in the terminal of its client (the demo): a quiet stop
+        return ExitCode.INTERRUPTED
+
+
+def _serve(home: Home, args: argparse.Namespace, mode: str) -> int:
+    from mcp_infra.faces.mcp_server import serve
+
     return serve(
         home,
         mode=mode,
