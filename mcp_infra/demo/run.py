@@ -215,6 +215,8 @@ def _interrupted(home: Home, keep_serving: bool, log: Any) -> None:
     from mcp_infra.flows.api import status
     from mcp_infra.state.evidence import list_cycles
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log("\ninterrupted: stopping the cycle (the supervisor restores the live recipe)")
     log(stop_supervisor(home))
     cycles = list_cycles(home)
@@ -229,6 +231,11 @@ def _interrupted(home: Home, keep_serving: bool, log: Any) -> None:
     if not keep_serving:
         stop_service(home)
         log("service stopped (the demo's service runs only while the demo does)")
+
+
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup is not interrupted
+    raise KeyboardInterrupt
 
 
 def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = False) -> int:
@@ -251,6 +258,7 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
         f"{clock.stamp()} starting the front on 127.0.0.1:{config.port} (clients' endpoint) and "
         "the live backend (baseline: plain target) on a port of its own"
     )
+    signal.signal(signal.SIGTERM, _as_ctrl_c)  # `kill` stops the demo as Ctrl-C does
     try:
         ensure_serving(home, config.baseline, config)
         evidence = anyio.run(drive, home, DEMO_CANDIDATES, log, clock)
