@@ -362,6 +362,28 @@ def home(tmp_path: Path, demo_models: dict[str, Path]) -> Iterator[Home]:
 
 
 @pytest.fixture
+def bare_home(tmp_path: Path) -> Home:
+    """A configured home whose models were never built (fast tier): every tool and command
+    answers, every candidate fails preflight, nothing serves."""
+    home = Home(tmp_path / "home").ensure()
+    write_test_policy(home)
+    write_model(
+        home.config,
+        ServiceConfig(
+            port=59998,
+            scratch_port=59999,
+            policy="test",
+            baseline=Recipe(
+                candidate_id="demo-tiny:target",
+                template="mlx_lm_server",
+                model_path=str(tmp_path / "models" / "target"),
+            ),
+        ),
+    )
+    return home
+
+
+@pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 

@@ -39,8 +39,9 @@ def test_propose_command(home: Home, spawn: Spawn, tmp_path: Path) -> None:
     bad.write_text(json.dumps({"hypothesis": "h", "candidates": ["demo-tiny:warp-drive"]}))
     refused = spawn.mcp_infra(home, "propose", str(bad))
     assert refused.returncode == 1
-    assert refused.stdout.startswith("REFUSED:")
+    assert refused.stdout.startswith("REFUSED (nothing queued):")
     assert "demo-tiny:warp-drive: not a candidate of the registry" in refused.stdout
+    assert refused.stdout.count("\n") == 1, "one line"
 
     queued = spawn.mcp_infra(home, "propose", "-", "--no-supervisor", input=json.dumps(PLAN))
     assert queued.returncode == 0, queued.stderr

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_test_policy
 from mcp import Client
 from mcp_clients import PLAN, audit
 
@@ -25,7 +24,6 @@ from mcp_infra.contracts import (
     Event,
     FrozenPlan,
     Recipe,
-    ServiceConfig,
     text_problem,
 )
 from mcp_infra.core.sanitize import PlanRefused, nesting_depth, parse_plan
@@ -36,27 +34,6 @@ pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "auto"]
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p.parent for p in (REPO / "evidence").glob("*/MANIFEST.json"))
-
-
-@pytest.fixture
-def bare_home(tmp_path: Path) -> Home:
-    """A configured home whose models were never built: every tool answers, nothing serves."""
-    home = Home(tmp_path / "home").ensure()
-    write_test_policy(home)
-    write_model(
-        home.config,
-        ServiceConfig(
-            port=59998,
-            scratch_port=59999,
-            policy="test",
-            baseline=Recipe(
-                candidate_id="demo-tiny:target",
-                template="mlx_lm_server",
-                model_path=str(tmp_path / "models" / "target"),
-            ),
-        ),
-    )
-    return home
 
 
 def text(result: Any) -> str:

@@ -13,23 +13,34 @@ import pytest
 from mcp import Client, MCPError
 from mcp_clients import stdio_client
 
-from mcp_infra.contracts import CycleState, Event
+from mcp_infra.contracts import CycleState
 from mcp_infra.faces.live_status import STATUS_URI, fingerprint
 from mcp_infra.faces.mcp_server import build_server
-from mcp_infra.state.store import Home, utcnow
+from mcp_infra.state.store import Home
 
 pytestmark = pytest.mark.anyio
 
 
 def journal_event(home: Home, state: CycleState) -> None:
-    home.append_event(
-        Event(
-            ts=utcnow(),
-            cycle_id="c-20990101-000000-live",
-            state=state,
-            message=f"now {state.value}",
-        )
-    )
+    """A state change as the supervisor makes it: the journal line and state/current.json, by
+    the cycle's own ``Journal``, while the supervisor lock is held (status shows a cycle only
+    then). The lock is held for the rest of the test (released when the handle is collected)."""
+    from mcp_infra.flows.cycle import Journal
+
+    if not home.lock_is_held():
+        _held.append(home.supervisor_lock())
+        _held[-1].__enter__()
+    Journal(home, "c-20990101-000000-live")(state, f"now {state.value}")
+
+
+_held: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _release_lock() -> Any:
+    yield
+    while _held:
+        _held.pop().__exit__(None, None, None)
 
 
 def test_fingerprint_moves_with_the_journal(home: Home) -> None:
@@ -134,3 +145,47 @@ async def test_subscriber_follows_a_real_cycle(home: Home, anyio_backend: str) -
                 if status.get("last_cycle") and not status.get("cycle"):
                     break
     assert len(updates) >= 3 and len(states) >= 2, (len(updates), states)
+
+
+async def test_an_idle_subscriber_beside_a_real_front_is_told_nothing(
+    home: Home, anyio_backend: str
+) -> None:
+    """The front rewrites its status file on every health probe; over 30 s of that, an idle
+    subscriber hears nothing. A real state change is then told once."""
+    from mcp_infra.flows import api as app
+    from mcp_infra.procs.service import ensure_serving
+    from mcp_infra.state.context import load_config
+
+    config = load_config(home)
+    ensure_serving(home, config.baseline, config)
+
+    def healthy() -> bool:
+        service = app.status(home).service
+        return bool(service and service.healthy)
+
+    with anyio.fail_after(60):  # the first probe that finds the backend healthy is news
+        while not healthy():
+            await anyio.sleep(0.2)
+    told: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        uri = getattr(getattr(getattr(message, "root", message), "params", None), "uri", None)
+        if uri is not None:
+            told.append(str(uri))
+
+    probe = home.state / "front_status.json"
+    server = build_server(home, "read-only", start_supervisor=False)
+    async with Client(server, mode="legacy", message_handler=on_message) as client:
+        await _subscribe(client)
+        rewritten = {probe.stat().st_mtime_ns}
+        for _ in range(30):
+            await anyio.sleep(1.0)
+            rewritten.add(probe.stat().st_mtime_ns)
+        assert len(rewritten) >= 5, "the front kept rewriting its status file"
+        assert told == [], f"{len(told)} notification(s) while nothing changed"
+        journal_event(home, CycleState.BASELINE)
+        with anyio.fail_after(10):
+            while not told:
+                await anyio.sleep(0.05)
+        await anyio.sleep(1.5)
+        assert told == [STATUS_URI]

@@ -96,7 +96,7 @@ def test_unknown_and_malformed_ids_are_refused_without_echoing_them() -> None:
     )
     assert frozen.candidates == [BASELINE_ID, "demo-tiny:draft-k2"]
     refused = {r.id: r.reason for r in frozen.refused}
-    assert refused["demo-tiny:nope"].startswith("not a candidate of the registry (nearest: ")
+    assert refused["demo-tiny:nope"] == "not a candidate of the registry"
     assert "<candidate #3: not a well-formed id>" in refused
     assert "rm -rf" not in json.dumps(frozen.model_dump(mode="json")["refused"])
 

@@ -140,10 +140,12 @@ async def test_untrusted_input_is_refused_in_our_words(
         assert weird.is_error and "$(reboot)" not in text(weird)
         typed = await call(client, "propose_plan", {"plan": PLAN, "dry_run": "yes"})
         assert typed.is_error and "dry_run: must be true or false" in text(typed)
+        assert extra.structured_content["accepted"] is False, "the same shape as a bad plan"
         nested = await call(client, "propose_plan", {"plan": {**PLAN, "run_as": "root"}})
-        assert nested.structured_content["accepted"] is False
-        assert "unknown field" in nested.structured_content["message"]
-        assert "run_as" not in nested.structured_content["message"]
+        assert nested.is_error and nested.structured_content["accepted"] is False
+        assert "run_as: unknown field (allowed: " in nested.structured_content["message"]
+        odd = await call(client, "propose_plan", {"plan": {**PLAN, "$(id)": "root"}})
+        assert "unknown field" in text(odd) and "$(id)" not in text(odd)
 
         unknown = await call(
             client,
@@ -152,7 +154,7 @@ async def test_untrusted_input_is_refused_in_our_words(
         )
         u = unknown.structured_content
         assert u["accepted"] is False and u["plan_id"] is None
-        assert "demo-tiny:warp-drive: not a candidate of the registry" in u["problems"]
+        assert u["problems"] == ["demo-tiny:warp-drive: not a candidate of the registry"]
 
         shell = "demo-tiny:draft-k2; rm -rf ~ #"
         injected = await call(
@@ -198,7 +200,7 @@ async def test_untrusted_input_is_refused_in_our_words(
             "propose_plan",
             {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"] * 4}},
         )
-        assert "candidates: too many items" in text(many)
+        assert "candidates: at most 3 items, got 4" in text(many)
         huge = await call(
             client, "propose_plan", {"plan": json.dumps({**PLAN, "notes": "n" * 20_000})}
         )
@@ -221,9 +223,9 @@ async def test_untrusted_input_is_refused_in_our_words(
     assert files_under(home.plans) == before, "no refusal wrote a plan"
     assert not home.queued()
     records = audit(home)
-    assert len(records) == 11, "every propose_plan call is audited, refused ones included"
+    assert len(records) == 12, "every propose_plan call is audited, refused ones included"
     refused = [r for r in records if not r.accepted]
-    assert len(refused) == 9
+    assert len(refused) == 10
     assert all(len(r.detail) <= 300 and "rm -rf" not in r.detail for r in refused)
     assert not marker.exists()
 

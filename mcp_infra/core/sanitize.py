@@ -230,7 +230,7 @@ def parse_plan(raw: Any) -> Plan:
 
 def nearest(word: str, choices: list[str], n: int = 3) -> list[str]:
     """The valid ids closest to a mistyped one (difflib's ratio), best first."""
-    return difflib.get_close_matches(word, choices, n=n, cutoff=0.5)
+    return difflib.get_close_matches(word, choices, n=n, cutoff=0.75)
 
 
 def nearest_text(word: str, choices: list[str]) -> str:

@@ -13,24 +13,26 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_types import Implementation
 
 from mcp_infra import __version__
-from mcp_infra.contracts import Recipe, ServiceConfig
+from mcp_infra.contracts import Recipe, ServiceConfig, SupervisorRecord
 from mcp_infra.demo.models import build_demo_models
-from mcp_infra.errors import McpInfraError
+from mcp_infra.errors import ExitCode, McpInfraError
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.procs.service import ensure_serving, stop_service
 from mcp_infra.state.context import load_config
-from mcp_infra.state.store import Home, default_home, write_model
+from mcp_infra.state.store import CorruptFile, Home, default_home, read_optional, write_model
 
 DEMO_CANDIDATES = ["demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:draft-k4-cache"]
 DEMO_HYPOTHESIS = "A same-tokenizer drafter speeds up greedy decoding without changing outputs."
@@ -94,8 +96,46 @@ def _server_params(home: Home) -> StdioServerParameters:
     )
 
 
-async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
+class Clock:
+    """Elapsed time since the demo began, as ``[m:ss]`` at the head of each line."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def stamp(self) -> str:
+        elapsed = int(time.monotonic() - self.started)
+        return f"[{elapsed // 60:2d}:{elapsed % 60:02d}]"
+
+
+HEARTBEAT_S = 10.0  # the longest the demo stays silent while a cycle runs
+
+
+def progress_line(status: dict[str, Any]) -> tuple[str, str]:
+    """What changed (to decide whether to print) and the line to print: the cycle's step,
+    round and start, and its time left, as `status` computed them."""
+    cycle = status.get("cycle") or {}
+    if not cycle:
+        queue = status.get("queue") or []
+        return ("waiting", f"waiting for the supervisor ({len(queue)} plan(s) queued)")
+    measuring = cycle.get("measuring") or {}
+    key = "|".join(
+        str(x)
+        for x in (
+            cycle.get("state"),
+            cycle.get("candidate"),
+            measuring.get("round"),
+            measuring.get("start_in_round"),
+            measuring.get("phase"),
+        )
+    )
+    return key, f"cycle {cycle.get('cycle_id')}: {cycle.get('progress') or cycle.get('state')}"
+
+
+async def drive(
+    home: Home, candidates: list[str], log: Any, clock: Clock | None = None
+) -> dict[str, Any]:
     """Talk to `mcp-infra serve` over stdio like any MCP client; return the sealed evidence."""
+    clock = clock or Clock()
     info = Implementation(name="mcp-infra-demo", version=__version__)
     async with Client(_server_params(home), client_info=info) as client:
         registry = await client.call_tool("registry", {})
@@ -115,14 +155,14 @@ async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
             raise RuntimeError(f"plan refused: {proposal.get('message') if proposal else text}")
         log(f"plan {proposal['plan_id']} queued: {', '.join(proposal['candidates'])}")
         deadline = time.monotonic() + FOLLOW_TIMEOUT_S
-        last = ""
+        last, last_printed = "", 0.0
         while time.monotonic() < deadline:
             status = (await client.call_tool("status", {})).structured_content
-            cycle = status.get("cycle") or {}
-            line = f"{cycle.get('state', '')} {cycle.get('candidate') or ''}".strip()
-            if line and line != last:
-                log(f"  cycle {cycle.get('cycle_id')}: {line}")
-                last = line
+            key, line = progress_line(status)
+            now = time.monotonic()
+            if key != last or now - last_printed >= HEARTBEAT_S:
+                log(f"{clock.stamp()} {line}")
+                last, last_printed = key, now
             sealed = status.get("last_cycle") or {}
             if (
                 sealed.get("plan_id") == proposal["plan_id"]
@@ -138,6 +178,66 @@ async def drive(home: Home, candidates: list[str], log: Any) -> dict[str, Any]:
         return ev.structured_content
 
 
+def stop_supervisor(home: Home, timeout: float = 300.0) -> str:
+    """Ask the home's supervisor to stop (SIGTERM: it seals the interrupted cycle and restores
+    the live recipe, then exits) and wait for it; say what happened. A supervisor the demo's
+    MCP server was just starting is waited for briefly, and a plan still queued is retired, so
+    nothing runs on after the demo has gone."""
+    deadline = time.monotonic() + 5.0
+    record = None
+    while time.monotonic() < deadline:
+        try:
+            record = read_optional(home.supervisor_file, SupervisorRecord)
+        except CorruptFile:
+            record = None
+        if record is not None or not home.queued():
+            break
+        time.sleep(0.2)
+    stopped = "no supervisor was running"
+    if record is not None:
+        try:
+            proc = psutil.Process(record.pid)
+            if abs(proc.create_time() - record.create_time) < 1.0:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=timeout)
+                stopped = "the supervisor stopped the cycle"
+        except psutil.TimeoutExpired:
+            stopped = f"the supervisor did not stop within {timeout:.0f} s"
+        except psutil.Error:
+            stopped = "the supervisor had already exited"
+    for entry in home.queued():
+        home.retire(entry)
+    return stopped
+
+
+def _interrupted(home: Home, keep_serving: bool, log: Any) -> None:
+    """Ctrl-C: stop the cycle cleanly, check the service was restored, and say so."""
+    from mcp_infra.flows.api import status
+    from mcp_infra.state.evidence import list_cycles
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log("\ninterrupted: stopping the cycle (the supervisor restores the live recipe)")
+    log(stop_supervisor(home))
+    cycles = list_cycles(home)
+    if cycles and cycles[0].interrupted:
+        c = cycles[0]
+        log(f"cycle {c.cycle_id} sealed as interrupted: {c.outcome.value} — {c.reason}")
+    view = status(home)
+    service = view.service
+    if service is not None:
+        serving = "serves" if service.pid else "does NOT serve"
+        log(f"the live recipe {service.active_recipe} {serving} on {service.endpoint}")
+    if not keep_serving:
+        stop_service(home)
+        log("service stopped (the demo's service runs only while the demo does)")
+
+
+def _as_ctrl_c(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup is not interrupted
+    raise KeyboardInterrupt
+
+
 def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = False) -> int:
     from mcp_infra.faces.render import verdict_table
     from mcp_infra.flows.api import EvidenceView
@@ -146,24 +246,31 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
     for name in ("httpx", "httpx2", "mcp"):  # the demo prints its own account of each request
         logging.getLogger(name).setLevel(logging.WARNING)
     home = demo_home(root)
+    clock = Clock()
 
     def log(message: str) -> None:
         print(message, file=sys.stderr if as_json else sys.stdout, flush=True)
 
-    started = time.monotonic()
     log(f"home: {home.root}")
     config = prepare(home)  # DemoRefused: the command line's usage error (exit 2)
-    log(f"demo models built in {home.models}")
+    log(f"{clock.stamp()} demo models built in {home.models}")
     log(
-        f"starting the front on 127.0.0.1:{config.port} (clients' endpoint) and the live "
-        "backend (baseline: plain target) on a port of its own"
+        f"{clock.stamp()} starting the front on 127.0.0.1:{config.port} (clients' endpoint) and "
+        "the live backend (baseline: plain target) on a port of its own"
     )
-    ensure_serving(home, config.baseline, config)
+    signal.signal(signal.SIGTERM, _as_ctrl_c)  # `kill` stops the demo as Ctrl-C does
     try:
-        evidence = anyio.run(drive, home, DEMO_CANDIDATES, log)
-    finally:
+        ensure_serving(home, config.baseline, config)
+        evidence = anyio.run(drive, home, DEMO_CANDIDATES, log, clock)
+    except KeyboardInterrupt:
+        _interrupted(home, keep_serving, log)
+        return ExitCode.INTERRUPTED
+    except BaseException:
         if not keep_serving:
             stop_service(home)
+        raise
+    if not keep_serving:
+        stop_service(home)
     view = EvidenceView.model_validate(evidence)
     log("")
     log(verdict_table(view))
@@ -174,13 +281,15 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
         f"{summary.cycle_id})"
     )
     log(
-        f"demo took {time.monotonic() - started:.0f} s"
+        f"demo took {time.monotonic() - clock.started:.0f} s"
         + (
             f"; still serving {summary.active_recipe} on 127.0.0.1:{config.port}"
             if keep_serving
             else "; service stopped"
         )
     )
+    if view.report_path:
+        log(f"report: {view.report_path}  (open it in a browser)")
     if as_json:
         print(
             json.dumps(
@@ -190,6 +299,7 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
                     "selected": summary.selected,
                     "speedup_pct": summary.speedup_pct,
                     "evidence_path": view.path,
+                    "report_path": view.report_path,
                     "home": str(home.root),
                 }
             )

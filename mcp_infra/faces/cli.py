@@ -74,11 +74,19 @@ def cmd_demo(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_serve(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.faces.mcp_server import serve
 
     if args.auth == "none" and args.transport != "http":
         _fail("serve: --auth applies to --transport http only")
     mode = args.mode or ("read-only" if args.auth == "none" else "propose")
+    try:
+        return _serve(home, args, mode)
+    except KeyboardInterrupt:  # Ctrl-C in the terminal of its client (the demo): a quiet stop
+        return ExitCode.INTERRUPTED
+
+
+def _serve(home: Home, args: argparse.Namespace, mode: str) -> int:
+    from mcp_infra.faces.mcp_server import serve
+
     return serve(
         home,
         mode=mode,
@@ -233,20 +241,21 @@ def _supervise(home: Home, args: argparse.Namespace) -> int:
             ignore_window=args.ignore_window,
         )
         return ExitCode.OK
-    for summary in supervise(home, ignore_window=args.ignore_window):
-        print(render.summary_line(summary))
+    summaries = supervise(home, ignore_window=args.ignore_window)
+    lines = [render.summary_line(summary) for summary in summaries]
     if home.queued() and not args.ignore_window:
         state = window_state(home)
         if not state.may_start:
-            print(f"{len(home.queued())} plan(s) wait in the queue: {state.reason}")
+            lines.append(f"{len(home.queued())} plan(s) wait in the queue: {state.reason}")
+    _print([s.model_dump(mode="json") for s in summaries], args.json, "\n".join(lines))
     return ExitCode.OK
 
 
 def cmd_recover(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.flows.cycle import operator_recover
 
-    for note in operator_recover(home):
-        print(note)
+    notes = operator_recover(home)
+    _print({"notes": notes}, args.json, "\n".join(notes))
     return ExitCode.OK
 
 
@@ -285,9 +294,10 @@ def cmd_service(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.procs.service import ensure_serving, stop_service
 
     if args.action == "start":
-        print(ensure_serving(home, active_recipe(home), load_config(home)))
+        said = ensure_serving(home, active_recipe(home), load_config(home))
     else:
-        print(stop_service(home))
+        said = stop_service(home)
+    _print({"service": said}, args.json, said)
     return ExitCode.OK
 
 
@@ -414,12 +424,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="--watch: seconds between looks (default: the policy's watch.interval_s)",
     )
     sup.add_argument("--max-cycles", type=int, help="--watch: stop after this many cycles")
+    sup.add_argument("--json", action="store_true", help="the sealed cycles' summaries as JSON")
     sup.add_argument(
         "--ignore-window",
         action="store_true",
         help="an operator's override: start queued plans now, outside the window",
     )
-    sub.add_parser("recover", help="finish or undo an interrupted cycle; clear needs-operator")
+    rec = sub.add_parser(
+        "recover", help="finish or undo an interrupted cycle; clear needs-operator"
+    )
+    rec.add_argument("--json", action="store_true")
 
     prep = sub.add_parser(
         "prepare",
@@ -499,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stable port and the live backend behind it)",
     )
     svc.add_argument("action", choices=["start", "stop"])
+    svc.add_argument("--json", action="store_true")
 
     gate = sub.add_parser("gate", help="see how the quality checkers judge a text")
     gsub = gate.add_subparsers(dest="gate_action", required=True)

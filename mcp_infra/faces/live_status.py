@@ -1,10 +1,13 @@
 """Live status for IDE agents: `mcp-infra://status` with `resources/subscribe`.
 
-A subscribed client gets `notifications/resources/updated` when a cycle changes state or
-finishes, the queue changes, or the live recipe changes. Changes are detected from the home's
-files only (state records, the queue, the newest cycle's journal, the evidence folder): a daemon
-thread compares their sizes and modification times every ``interval`` seconds. It never sends a
-request to the managed service, and costs a handful of ``stat`` calls per look.
+A subscribed client gets `notifications/resources/updated` when what `status` says changes: a
+cycle changes state, round or server start, or finishes; the queue changes; the live recipe or
+the service's health changes; a person is needed. Nothing else: the front rewrites its status
+file on every health probe and ages tick every second, so a daemon thread first compares the
+sizes and modification times of the home's files (state records, the queue, the newest cycle's
+journal, the evidence folder) every ``interval`` seconds, a handful of ``stat`` calls, and only
+when one moved renders the status and compares its digest (``change_digest``, the view without
+its clocks) with the last one sent. It never sends a request to the managed service.
 
 Both protocol eras are served: 2025-11-25 clients subscribe with `resources/subscribe` and get
 the notification on their session; 2026-07-28 clients listen with `subscriptions/listen` and the
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +31,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types import INVALID_PARAMS, EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
+from pydantic import BaseModel
 
+from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.state.store import Home
 
 STATUS_URI = "mcp-infra://status"
@@ -61,13 +67,45 @@ def fingerprint(home: Home) -> Fingerprint:
     return tuple(f for f in found if f is not None)
 
 
+# Fields that move with the clock or with traffic, not with what the status says
+VOLATILE = {
+    "service": {
+        "front_status_age_s",
+        "backend_health_age_s",
+        "health_check",
+        "requests_in_flight",
+        "requests_held_now",
+    },
+    "cycle": {"elapsed_s", "progress", "measuring", "message"},
+    "window_now": True,
+}
+
+
+def change_digest(view: BaseModel) -> str:
+    """sha256 of the status view without its clocks: equal digests, nothing to tell."""
+    data = view.model_dump(mode="json", exclude=VOLATILE)  # type: ignore[arg-type]
+    cycle = getattr(view, "cycle", None)
+    measuring = getattr(cycle, "measuring", None)
+    if measuring is not None:  # a new round or server start is news; its time left is not
+        data["at"] = [measuring.phase, measuring.round, measuring.start_in_round]
+    return sha256_bytes(canonical_json(data))
+
+
 class StatusNotifier:
     """Keeps who subscribed to the status resource and tells them when the home changes."""
 
-    def __init__(self, server: MCPServer, home: Home, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        server: MCPServer,
+        home: Home,
+        render: Callable[[], BaseModel],
+        interval: float = 0.5,
+    ) -> None:
         self.server = server
         self.home = home
+        self.render = render
         self.interval = interval
+        self.sent = 0  # notifications sent (to every subscriber at once)
         self.sessions: list[Any] = []  # legacy-era sessions subscribed to STATUS_URI
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -116,13 +154,25 @@ class StatusNotifier:
         )
         self._thread.start()
 
+    def _digest(self) -> str | None:
+        try:
+            return change_digest(self.render())
+        except Exception:  # a file caught mid-write or unreadable: look again next time
+            logger.debug("status not rendered for a change check", exc_info=True)
+            return None
+
     def _watch(self) -> None:
         last = fingerprint(self.home)
+        said = self._digest()
         while not self._stop.wait(self.interval):
             now = fingerprint(self.home)
             if now == last:
                 continue
             last = now
+            digest = self._digest()
+            if digest is None or digest == said:
+                continue
+            said = digest
             try:
                 anyio.from_thread.run(self.notify, token=self._token)
             except RuntimeError:  # the event loop is gone: the server stopped
@@ -130,6 +180,7 @@ class StatusNotifier:
 
     async def notify(self) -> None:
         """Tell every subscriber that the status resource changed."""
+        self.sent += 1
         await self.server._subscriptions.publish(ResourceUpdated(uri=STATUS_URI))
         with self._lock:
             sessions = list(self.sessions)

@@ -526,10 +526,13 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         "the queue changes or the live recipe changes.",
     )
     def status_resource() -> str:
-        view = app.status(home).model_copy(update={"server_mode": mode})
-        return _json(view.model_dump(mode="json"))
+        return _json(status_view().model_dump(mode="json"))
 
-    StatusNotifier(server, home).install()
+    def status_view() -> app.StatusView:
+        return app.status(home).model_copy(update={"server_mode": mode})
+
+    server.status_notifier = StatusNotifier(server, home, status_view)  # type: ignore[attr-defined]
+    server.status_notifier.install()  # type: ignore[attr-defined]
     for name in tools:  # extra arguments are refused (ArgumentGuard): say so in the schema
         server._tool_manager.get_tool(name).parameters["additionalProperties"] = False
 

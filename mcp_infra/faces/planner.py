@@ -161,7 +161,7 @@ async def plan_local(
         result = await client.call_tool(
             "propose_plan", {"plan": extraction.plan, "dry_run": dry_run}
         )
-        proposal = result.structured_content if not result.is_error else None
+        proposal = result.structured_content  # a refused plan: isError, accepted=false
         text = result.content[0].text if result.content else ""
         accepted = bool(proposal and proposal.get("accepted"))
         message = (proposal or {}).get("message") or text

@@ -12,6 +12,7 @@ from typing import Any
 
 from mcp_infra.contracts import CycleCost, CycleSummary
 from mcp_infra.core.gates import TaskCheck, TaskSpec
+from mcp_infra.core.progress import duration_text
 from mcp_infra.core.units import fmt_pct
 from mcp_infra.flows import api as app
 from mcp_infra.flows.planning import LocalPlanResult, PlanningContext
@@ -50,9 +51,9 @@ def status_text(view: app.StatusView) -> str:
     if view.cycle:
         c = view.cycle
         lines.append(
-            f"Cycle in progress {c.cycle_id} (plan {c.plan_id or '?'}): "
+            f"Cycle in progress {c.cycle_id}, running plan {c.plan_id or '?'}: "
             f"{c.progress or c.state}"
-            + (f"; running for {c.elapsed_s:.0f} s" if c.elapsed_s is not None else "")
+            + (f"; running for {duration_text(c.elapsed_s)}" if c.elapsed_s is not None else "")
             + f". {c.message}."
         )
         if c.downtime_note:
@@ -66,7 +67,7 @@ def status_text(view: app.StatusView) -> str:
                 else "."
             )
         )
-    lines.append(f"Queue: {', '.join(view.queue) if view.queue else 'empty'}.")
+    lines.append(f"Queue (waiting): {', '.join(view.queue) if view.queue else 'empty'}.")
     if view.evidence_key:
         lines.append(f"Evidence signing key (Ed25519) fingerprint: {view.evidence_key}.")
     if view.last_cycle:

@@ -41,6 +41,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.preflight import Check, manifest_hash, preflight
+from mcp_infra.core.progress import Progress, left_text, progress
 from mcp_infra.core.sanitize import PlanRefused, nearest_text, parse_plan, sanitize
 from mcp_infra.procs.front import front_record, front_status, read_route, status_age_s
 from mcp_infra.procs.runtime import is_running, port_owner_is
@@ -110,9 +111,14 @@ class CycleView(View):
     state: str
     message: str
     candidate: str | None = Field(None, description="the candidate being measured now")
-    index: int | None = Field(None, description="its position among this cycle's candidates")
-    total: int | None = Field(None, description="how many candidates this cycle measures")
-    plan_id: str | None = None
+    index: int | None = Field(None, description="its place among this round's server starts")
+    total: int | None = Field(None, description="how many server starts this round has")
+    plan_id: str | None = Field(None, description="the plan this cycle runs (not in `queue`)")
+    measuring: Progress | None = Field(
+        None,
+        description="while servers are measured: phase, round of min..max rounds, start in the "
+        "round, and a low and a high bound on the time the measuring has left",
+    )
     started_at: datetime | None = None
     elapsed_s: float | None = None
     step: int | None = Field(
@@ -272,7 +278,7 @@ def status(home: Home) -> StatusView:
         supervisor_pid=sup.pid if sup and sup_running else None,
         supervisor_running=sup_running,
         cycle=cycle,
-        queue=[p.stem.split("-", 1)[1] for p in home.queued()],
+        queue=queued_ids(home),
         last_cycle=cycles[0] if cycles else None,
         policy=policy.name,
         window=policy.window.model_dump(),
@@ -287,6 +293,27 @@ def status(home: Home) -> StatusView:
         evidence_key=home_fingerprint(home),
         problems=problems,
     )
+
+
+def queued_ids(home: Home) -> list[str]:
+    """Plan ids waiting in the queue, in order. The running plan's entry stays in the queue
+    folder until its cycle is sealed: it is running, not waiting, so it is left out."""
+    ids = [p.stem.split("-", 1)[1] for p in home.queued()]
+    running = running_plan_id(home) if ids else None
+    return [i for i in ids if i != running]
+
+
+def running_plan_id(home: Home) -> str | None:
+    """The plan of the cycle a supervisor runs now (its journal's first event names it)."""
+    try:
+        current = read_optional(home.current_file, CurrentCycle)
+    except CorruptFile:
+        return None
+    if current is None or not home.lock_is_held():
+        return None
+    events, _ = home.read_journal(current.cycle_id)
+    plan_id = events[0].fields.get("plan_id") if events else None
+    return plan_id if isinstance(plan_id, str) else None
 
 
 def _read_or_report(path: Path, cls: type[M], problems: list[str]) -> M | None:
@@ -331,11 +358,23 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
                 index, total = event.fields.get("index"), event.fields.get("total")
                 update.update(index=index, total=total)
                 break
+    where = progress(events, utcnow())
     parts = [cycle.state]
+    if where.round is not None:
+        rounds = (
+            f" of {where.min_rounds} to {where.max_rounds}"
+            if where.phase == "measure" and where.min_rounds and where.max_rounds
+            else ""
+        )
+        what = "held-out check" if where.phase == "heldout" else "round"
+        parts.append(f"{what} {where.round}{rounds}" if what == "round" else what)
+        update["measuring"] = where
     if cycle.candidate and index and total:
-        parts.append(f"measuring {cycle.candidate} ({index} of {total})")
+        parts.append(f"measuring {cycle.candidate} (start {index} of {total} in this round)")
     if update.get("step"):
         parts.append(f"step {update['step']} of {update['steps']}")
+    if left := left_text(where):
+        parts.append(left + (" of measuring" if where.phase == "measure" else ""))
     update["progress"] = ", ".join(parts)
     modes = [e.fields for e in events if e.fields.get("mode")]
     mode = str(modes[-1]["mode"]) if modes else "concurrent"
@@ -600,7 +639,7 @@ def propose(
             plan_id=frozen.plan_id,
         )
     )
-    queue = [p.stem.split("-", 1)[1] for p in home.queued()]
+    queue = queued_ids(home)
     view.queue_position = queue.index(frozen.plan_id) + 1 if frozen.plan_id in queue else None
     view.follow = (
         "call `status` for progress and `evidence` once the cycle is sealed "
