@@ -31,6 +31,8 @@ from typing import Any
 import psutil
 import pytest
 
+from mcp_infra.contracts import Recipe, ServiceConfig
+
 # Served homes are the package's (the benchmarks build the same); the tests import them from here.
 from mcp_infra.demo.homes import PROMOTE_ANY_GAIN as PROMOTE_ANY_GAIN
 from mcp_infra.demo.homes import PROMOTING_PROTOCOL as PROMOTING_PROTOCOL
@@ -38,7 +40,7 @@ from mcp_infra.demo.homes import make_home
 from mcp_infra.demo.homes import stop_home as _kill_leftovers
 from mcp_infra.demo.homes import write_test_policy as write_test_policy
 from mcp_infra.demo.models import build_demo_models
-from mcp_infra.state.store import Home
+from mcp_infra.state.store import Home, write_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
