@@ -315,6 +315,15 @@ def test_a_forged_bundle_is_flagged_on_the_page(tmp_path: Path) -> None:
     assert "file_hashes" in page
 
 
+def test_a_floor_of_zero_is_not_drawn_on_a_log_axis() -> None:
+    """A policy may allow any per-prompt slowdown (tolerance 100%: a floor of 0×), which a log
+    axis cannot show (the evidence fixture's policy does this)."""
+    point = report.Point("c", 1.4, 1.2, 1.7, "qualified", 1.1)
+    lines = [(0.0, "floor", "#000", "floor"), (1.05, "required", "#b00", "threshold")]
+    svg = report.interval_chart("t", [point], "title", lines, "x")
+    assert 'id="t-threshold"' in svg and 'id="t-floor"' not in svg
+
+
 def test_every_number_of_a_cycle_that_kept_the_live_recipe(home: Home) -> None:
     """Another shape of bundle: a cheap seal (synthetic timings, tests/synthetic_bundle.py) in
     which nothing wins, so there is no held-out check and no promotion; verified with the home's

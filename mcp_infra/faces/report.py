@@ -486,7 +486,8 @@ def interval_chart(
         return "<p class='muted'>Nothing measured to chart.</p>"
     fig = Figure(figsize=(10, 0.5 * len(points) + 1.9))
     ax = fig.add_subplot()
-    values = [1.0] + [v for p in points for v in (p.point, p.low, p.high, p.floor) if v]
+    lines = [line for line in lines if line[0] > 0]  # a floor of 0× (any slowdown) has no place
+    values = [1.0] + [v for p in points for v in (p.point, p.low, p.high, p.floor) if v and v > 0]
     values += [r for r, _, _, _ in lines]
     floor_drawn = False
     for i, p in enumerate(points):
