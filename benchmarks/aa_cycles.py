@@ -11,8 +11,9 @@ and rounds used.
 
 Target: no A/A cycle qualifies (exit status 1 if one does). A qualification now and then is what
 the confidence level allows ((1 - confidence) / 2 of cycles at most): count over many cycles.
-Takes: one to two minutes a cycle on 2 cores (default 3 cycles). --smoke: one cycle under the
-lean `test` protocol, about a minute, and no target judged.
+Takes: a demo-policy cycle each (default 3): one of one candidate took 4.5 minutes on this
+2-core machine at load average 6. --smoke: one cycle under the smoke protocol (45 s), no
+target judged.
 
     .venv/bin/python benchmarks/aa_cycles.py [N] [--home DIR] [--policy demo] [--json] [--smoke]
 """

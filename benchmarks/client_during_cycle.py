@@ -20,9 +20,9 @@ tok/s of 64-token streams). Timings on this shared 2-core machine are taken unde
 
 Target: no client request fails in any scenario (exit status 1 if one does); the front adds
 little latency and costs no decode speed (printed, not judged).
-Takes: six cycles at least (three scenarios x two concurrencies, up to --attempts each), a few
-minutes each on 2 cores. --smoke: the promote scenario, one stream, one attempt, under the
-smoke protocol, and 2 overhead pairs.
+Takes: six cycles at least (three scenarios x two concurrencies, up to --attempts each) under
+the lean `test` policy, and the overhead pairs. --smoke: the promote scenario, one stream, one
+attempt, under the smoke protocol, and 2 overhead pairs (under 2 minutes).
 
     .venv/bin/python benchmarks/client_during_cycle.py [--streams 1,4] [--json] [--smoke]
         [--scenarios promote,exclusive,rollback] [--pairs 40] [--overhead-only PAIRS]

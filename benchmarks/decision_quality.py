@@ -25,7 +25,8 @@ Target: at a true speedup at or below the threshold the candidate qualifies in a
 (1 - confidence) / 2 of cycles, and the intervals cover the truth at about the confidence level;
 above it, early stopping qualifies about as often as the fixed protocol, in fewer requests
 (printed, not judged: no exit status says it).
-Takes: a few minutes with the defaults on 2 cores (--jobs 2). --smoke: 5 seeds of two true
+Takes: no servers; it grows with seeds x true speedups x resamples (the defaults simulate
+1,200 cycles of both protocols; the run prints its own time). --smoke: 5 seeds of two true
 speedups, 100 resamples, one process: a few seconds.
 
     python benchmarks/decision_quality.py --true-speedups 1.00,1.03,1.10,1.30 --threshold-pct 5 \\

@@ -8,8 +8,8 @@ through the product's own launch template (`runtime`), measured by the product's
 
 Target: the drafts faster than the target with the cache off and greedy-identical to it; the
 default cache with a draft and the KV-cache bits not identical (printed, not judged).
-Takes: ten servers (K = 2, 4, 6), a few minutes on 2 cores. --smoke: the target and K=2 with
-the cache off, one round of 8-token answers (well under a minute).
+Takes: ten servers (K = 2, 4, 6) started one at a time, then --runs rounds over all of them.
+--smoke: the target and K=2 with the cache off, one round of 8-token answers (about 35 s).
 
     .venv/bin/python benchmarks/demo_speedup.py [--runs 5] [--rounds 2] [--json] [--smoke]
 """

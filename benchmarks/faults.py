@@ -9,8 +9,8 @@ lines unreadable + cycles never sealed).
 
 Target: after every fault the service is restored, with no orphan and no record lost (exit
 status 1 otherwise).
-Takes: twelve faults, about a cycle each: a quarter of an hour or more on 2 cores. --smoke: the
-first fault only (SIGKILL at BASELINE, then recovery) under the smoke protocol.
+Takes: twelve faults, each with up to one cycle under the lean `test` policy. --smoke: the
+first fault only (SIGKILL at BASELINE, then recovery) under the smoke protocol (about 15 s).
 
     .venv/bin/python benchmarks/faults.py [WORD] [--json] [--smoke]   # WORD: faults named so
 """

@@ -4,25 +4,29 @@ the server's cold start.
 What: an IDE agent calls `status`, `registry` and `evidence` over and over, also while a cycle
 runs. This builds the demo's own home (`mcp-infra demo`'s models and config, a live service
 behind the front), seals one cycle first (so `evidence` reads a real bundle), starts `mcp-infra
-serve` (read-only, stdio) and, over that one session, calls each tool N times round-robin
-(`evidence` alternates the cycle list and the sealed cycle's summary):
+serve` (read-only, stdio) and, over one session per phase, calls `status`, `registry` and
+`evidence` (the cycle list) N times round-robin, and `evidence` of the newest sealed cycle (its
+summary, which verifies the bundle and writes its report) M times among them:
   during  while a second cycle runs (a detached `mcp-infra supervise`); only rounds in which
           `status` saw the cycle running count;
   idle    after it has sealed.
 Then it times K cold starts: from starting `mcp-infra serve` to the first `tools/list` answer.
 
-Target: every read tool p99 < 50 ms, idle and during a cycle; cold start < 1.5 s.
-Takes: two demo-policy cycles of one candidate, a few minutes on 2 cores. --smoke: one cycle
-under the lean `test` policy, no cycle sealed before it, 5 calls each, 1 cold start (about 1-2
-min). Timings depend on the machine and its load: quote the load average printed with them.
+Target: every read p99 < 50 ms, idle and during a cycle; median cold start < 1.5 s.
+Takes: two demo-policy cycles of one candidate and the calls, about 10 minutes on a loaded
+2-core machine. --smoke: one cycle under the smoke protocol, no cycle sealed before it, 5 calls
+each, 2 summaries, 1 cold start (about 1.5 minutes). Timings depend on the machine and its
+load: quote the load average printed with them.
 
-    .venv/bin/python benchmarks/mcp_latency.py [--calls 200] [--cold 5] [--json] [--smoke]
+    .venv/bin/python benchmarks/mcp_latency.py [--calls 200] [--summaries 20] [--cold 5]
+        [--json] [--smoke]
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +45,14 @@ from mcp_infra.flows import api as app
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state.store import Home
 
-TOOLS = ("status", "registry", "evidence")
+# The reads an agent repeats: (tool, with the sealed cycle's id). `evidence` answers two very
+# different questions: the cycle list, and one cycle's summary (which verifies the bundle).
+READS = {
+    "status": ("status", False),
+    "registry": ("registry", False),
+    "evidence (list)": ("evidence", False),
+    "evidence (summary)": ("evidence", True),
+}
 P99_TARGET_MS = 50.0
 COLD_TARGET_S = 1.5
 
@@ -64,49 +75,59 @@ def pct(values: list[float], q: float) -> float:
 
 def sealed_cycle(home: Home) -> str | None:
     cycles = app.evidence_view(home).cycles or []
-    return cycles[-1].cycle_id if cycles else None
+    return cycles[0].cycle_id if cycles else None
 
 
-async def calls(home: Home, rounds: int, *, during: bool, timeout: float) -> dict[str, Any]:
-    """``rounds`` rounds of the three tools over one session; with ``during``, only rounds in
-    which `status` saw a cycle running count, until there are ``rounds`` of them or the cycle
-    has ended."""
+async def calls(
+    home: Home,
+    rounds: int,
+    summaries: int,
+    *,
+    cycle: subprocess.Popen[bytes] | None,
+    timeout: float,
+) -> dict[str, Any]:
+    """``rounds`` rounds of the reads over one session, the summary of the newest sealed cycle
+    (if any) in ``summaries`` of them, spread evenly. With ``cycle`` (the supervisor running
+    it), only rounds in which `status` saw the cycle running count, until there are ``rounds``
+    of them or the supervisor has exited."""
     cycle_id = sealed_cycle(home)
-    timings: dict[str, list[float]] = {name: [] for name in TOOLS}
+    reads = {k: v for k, v in READS.items() if cycle_id or not v[1]}
+    every = max(1, rounds // max(1, summaries))
+    timings: dict[str, list[float]] = {name: [] for name in reads}
     skipped = 0
     deadline = time.monotonic() + timeout
     first: dict[str, float] = {}
+
+    async def read(client: Client, name: str) -> tuple[float, dict[str, Any]]:
+        tool, with_id = reads[name]
+        started = time.perf_counter()
+        result = await client.call_tool(tool, {"cycle_id": cycle_id} if with_id else {})
+        ms = (time.perf_counter() - started) * 1000
+        if result.is_error:
+            raise RuntimeError(f"{name} answered an error: {result.content}")
+        return ms, result.structured_content or {}
+
     async with Client(params(home), mode="legacy") as client:
-        # First calls, timed apart: a tool's first call imports its code, and the first read of
-        # a sealed cycle verifies its bundle; an agent pays each once per session or cycle.
-        warmups = [(name, {}) for name in TOOLS]
-        warmups += [("evidence", {"cycle_id": cycle_id})] if cycle_id else []
-        for name, args in warmups:
-            started = time.perf_counter()
-            await client.call_tool(name, args)
-            key = f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
-            first[key] = round((time.perf_counter() - started) * 1000, 2)
+        # First calls, timed apart: a tool's first call imports its code; an agent pays it once
+        # per session.
+        for name in reads:
+            first[name] = round((await read(client, name))[0], 2)
         i = 0
         while len(timings["status"]) < rounds and time.monotonic() < deadline:
             took: dict[str, float] = {}
             running = False
-            for name in TOOLS:
-                args: dict[str, Any] = {}
-                if name == "evidence" and cycle_id and i % 2:
-                    args = {"cycle_id": cycle_id}
-                started = time.perf_counter()
-                result = await client.call_tool(name, args)
-                took[name] = (time.perf_counter() - started) * 1000
-                if result.is_error:
-                    raise RuntimeError(f"{name} answered an error: {result.content}")
+            for name in reads:
+                if name == "evidence (summary)" and (i % every or len(timings[name]) >= summaries):
+                    continue
+                took[name], answer = await read(client, name)
                 if name == "status":
-                    running = bool((result.structured_content or {}).get("cycle"))
+                    running = bool(answer.get("cycle"))
             i += 1
-            if during and not running:
+            if cycle is not None and not running:
                 skipped += 1
-                if timings["status"]:
+                if cycle.poll() is not None:
                     break  # the cycle has ended
-                await anyio.sleep(0.2)  # not started yet
+                await anyio.sleep(0.2)  # not started yet, or between two states
                 continue
             for name, ms in took.items():
                 timings[name].append(ms)
@@ -121,7 +142,8 @@ async def calls(home: Home, rounds: int, *, during: bool, timeout: float) -> dic
         for name, ms in timings.items()
         if ms
     }
-    return {"tools": rows, "first_calls_ms": first, "rounds_not_counted": skipped}
+    load = round(os.getloadavg()[0], 2)  # the machine's 1-minute load as the phase ends
+    return {"tools": rows, "first_calls_ms": first, "rounds_not_counted": skipped, "load": load}
 
 
 async def cold_start(home: Home) -> float:
@@ -138,12 +160,16 @@ def plan(candidate: str) -> dict[str, Any]:
 def main() -> int:
     ap = _common.parser(__doc__)
     ap.add_argument("--calls", type=int, default=200, help="calls of each tool per phase")
+    ap.add_argument(
+        "--summaries", type=int, default=20, help="calls of a cycle's summary per phase"
+    )
     ap.add_argument("--cold", type=int, default=5, help="cold starts to time")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a cycle")
     args = ap.parse_args()
     if args.smoke:
-        args.calls, args.cold = 5, 1
+        args.calls, args.summaries, args.cold = 5, 2, 1
     phases: dict[str, Any] = {}
+    n = args.calls
     with tempfile.TemporaryDirectory(prefix="mcp-latency-") as tmp:
         home = Home(Path(tmp) / "home")
         config = prepare(home)
@@ -158,7 +184,9 @@ def main() -> int:
             cycle = supervisor(home)
             try:
                 phases["during"] = anyio.run(
-                    lambda: calls(home, args.calls, during=True, timeout=args.timeout)
+                    lambda: calls(
+                        home, args.calls, args.summaries, cycle=cycle, timeout=args.timeout
+                    )
                 )
                 cycle.wait(timeout=args.timeout)
             finally:
@@ -166,7 +194,7 @@ def main() -> int:
                     cycle.kill()
                     cycle.wait()
             phases["idle"] = anyio.run(
-                lambda: calls(home, args.calls, during=False, timeout=args.timeout)
+                lambda: calls(home, n, args.summaries, cycle=None, timeout=args.timeout)
             )
             colds = [anyio.run(cold_start, home) for _ in range(args.cold)]
         finally:
@@ -188,7 +216,7 @@ def main() -> int:
     during_tools = phases["during"]["tools"]
     load = os.getloadavg()[0]
     print(
-        f"one stdio session per phase, {args.calls} calls of each tool; during: "
+        f"one stdio session per phase, {args.calls} rounds of the reads; during: "
         f"{during_tools.get('status', {}).get('calls', 0)} rounds saw the cycle running "
         f"({phases['during']['rounds_not_counted']} did not and are left out); load average "
         f"{load:.1f}"
@@ -211,7 +239,10 @@ def main() -> int:
     )
     for phase, result in phases.items():
         firsts = ", ".join(f"{k} {v:.1f}" for k, v in result["first_calls_ms"].items())
-        print(f"{phase}: first calls in the session, not in the table (ms): {firsts}")
+        print(
+            f"{phase}: load average {result['load']:.1f}; first calls in the session, not in "
+            f"the table (ms): {firsts}"
+        )
     if args.smoke:
         print("smoke run: too few calls to judge the targets by")
     _common.emit(

@@ -7,8 +7,8 @@ baseline, proposes the demo's three candidates and runs the cycle in this proces
 
 Target: every run reaches the same outcome and selects the same candidate, and every bundle
 verifies (exit status 1 if a bundle does not; a change of decision is printed, not an error).
-Takes: about 3-4 minutes a run on 2 cores (default 3 runs). --smoke: one run of one candidate
-(demo-tiny:draft-k2) under the lean `test` policy, about a minute.
+Takes: one demo each (default 3 runs): 174-240 s a run on 2 cores (README). --smoke: one run of
+one candidate (demo-tiny:draft-k2) under the smoke protocol, about 75 s.
 
     .venv/bin/python benchmarks/verdict_stability.py [N] [--json] [--smoke]
 """

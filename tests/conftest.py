@@ -1,9 +1,10 @@
 """Shared fixtures: real tiny models (built once per session), real homes on free ports, and the
 test tiers.
 
-Tests start real `mlx_lm.server` processes on these models; nothing here is a fake. The `test`
-policy placed in each home is the demo policy with fewer repeats and tokens, so a whole cycle fits
-the 2-core CI machine; it is real configuration the code loads like any user's own policy.
+Tests start real `mlx_lm.server` processes on these models; nothing here is a fake. Homes are
+built by the package's `mcp_infra.demo.homes` (the benchmarks build theirs the same way): the
+`test` policy placed in each is the demo policy with fewer repeats and tokens, so a whole cycle
+fits the 2-core CI machine; it is real configuration the code loads like any user's own policy.
 
 Tiers (README "Development"): a test that uses a fixture in ``SLOW_FIXTURES`` (a home, the demo
 models, a spawned process) is marked ``slow`` by ``pytest_collection_modifyitems``, never by
