@@ -49,6 +49,7 @@ from mcp_infra.contracts import (
     CandidateRun,
     Decision,
     EffectiveThresholds,
+    LearnedSpread,
     Protocol,
     Sample,
 )
@@ -70,6 +71,16 @@ class Setup:
     max_starts: int
     resamples: int
     regressing: float | None
+    learned_df: int = 0
+    learned_error: float = 1.0
+    futility: float | None = None
+
+    def learned(self) -> LearnedSpread | None:
+        """The spread a home's history would have learned (times ``learned_error``)."""
+        if self.learned_df <= 0:
+            return None
+        true = math.sqrt(self.start_noise**2 + self.repeat_noise**2 / (self.prompts * self.repeats))
+        return LearnedSpread(sd=true * self.learned_error, df=self.learned_df)
 
 
 @dataclass
@@ -155,6 +166,8 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
         "bootstrap_resamples": setup.resamples,
         "seed": seed,
         "drift_check": False,
+        "learned_spread": setup.learned(),
+        "futility_confidence": setup.futility,
     }
     staged = Protocol(min_starts=setup.min_starts, max_starts=setup.max_starts, **common)
     fixed = Protocol(min_starts=setup.max_starts, max_starts=setup.max_starts, **common)
@@ -212,6 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="one prompt at this true ratio while the others gain",
     )
+    ap.add_argument(
+        "--learned-df",
+        type=int,
+        default=0,
+        help="degrees of freedom of a learned start spread (0: none, the cycle's own only)",
+    )
+    ap.add_argument("--learned-error", type=float, default=1.0, help="learned spread / true spread")
+    ap.add_argument("--futility", type=float, default=None, help="futility confidence")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     if args.smoke:
@@ -227,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         args.max_starts,
         args.resamples,
         args.regressing_prompt,
+        args.learned_df,
+        args.learned_error,
+        args.futility,
     )
     truths = [float(x) for x in args.true_speedups.split(",")]
     began = time.monotonic()
@@ -251,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         f"threshold {args.threshold_pct:g}%, start noise {args.start_noise:g}, repeat noise "
         f"{args.repeat_noise:g}, {args.prompts} prompts x {args.repeats} repeats, starts "
         f"{args.min_starts}..{args.max_starts}, {args.seeds} seeds, {args.resamples} "
-        f"resamples{reg}; {took:.0f} s"
+        f"resamples{reg}; learned spread {args.learned_df} df x{args.learned_error:g}, "
+        f"futility {args.futility}; {took:.0f} s"
     )
     head = (
         f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "

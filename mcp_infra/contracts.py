@@ -240,11 +240,13 @@ class Thresholds(Part):
 
 class WorkloadCell(Part):
     """One condition of the user's workload: a request class at a concurrency level. Decisive cells
-    block promotion on a regression beyond tolerance; reported cells are measured and shown only."""
+    block promotion on a regression beyond tolerance and are measured in every start; a guard
+    cell (a costly one, such as long prefills at concurrency 4) is measured in a configuration's
+    first start only and blocks only a clear regression; reported cells are shown only."""
 
     request_class: Literal["short", "long_prefill"]
     concurrency: int = Field(ge=1, le=64)
-    role: Literal["decisive", "reported"] = "decisive"
+    role: Literal["decisive", "guard", "reported"] = "decisive"
 
 
 def _default_workload() -> list[WorkloadCell]:
@@ -300,10 +302,22 @@ class Protocol(Part):
     workload: list[WorkloadCell] = Field(
         default_factory=_default_workload, min_length=1, max_length=8
     )
+    learn_spread: bool | None = Field(
+        None,
+        description="learn the start-to-start spread from this home's sealed cycles when a "
+        "plan is frozen (state.spread)",
+    )
     learned_spread: LearnedSpread | None = Field(
         None,
         description="set when the plan is frozen, from this home's history: pooled with each "
         "cycle's own start-to-start spread where the two agree (core.stats.pooled_variance)",
+    )
+    heldout_repeats: int | None = Field(
+        None,
+        ge=1,
+        le=50,
+        description="timed requests per held-out prompt in the confirmation (None: twice what "
+        "selection's first rounds gave each prompt, at least 6)",
     )
     futility_confidence: float | None = Field(
         None,
@@ -901,7 +915,7 @@ class CellVerdict(Part):
 
     request_class: Literal["short", "long_prefill"]
     concurrency: int = Field(ge=1, le=64)
-    role: Literal["decisive", "reported"] = "decisive"
+    role: Literal["decisive", "guard", "reported"] = "decisive"
     headline: bool = Field(False, description="the cell the headline speedup is computed on")
     status: Literal["ok", "regressed", "unclear", "unmeasured", "unjudged"] = "ok"
     detail: str = Field("", description="the cell's outcome in words")
@@ -1009,7 +1023,7 @@ class CellFigures(Part):
 
     request_class: Literal["short", "long_prefill"]
     concurrency: int = Field(ge=1, le=64)
-    role: Literal["decisive", "reported"] = "decisive"
+    role: Literal["decisive", "guard", "reported"] = "decisive"
     requests: int = 0
     ttft_p50_s: float | None = None
     ttft_p99_s: float | None = None

@@ -117,3 +117,55 @@ def test_the_projection_is_deterministic_and_a_null_plan_never_qualifies() -> No
     assert first == again
     assert first.outcome != "promoted" and first.selected is None
     assert 0 < first.minutes <= 120 + 15  # the budget, and at most one last step past it
+
+
+def test_guard_cells_are_measured_in_the_first_start_and_reported_cells_shorten_with_history() -> (
+    None
+):
+    from mcp_infra.flows.measure import cells_for_start
+
+    protocol = load_policy("default").protocol
+    guard = WorkloadCell(request_class="long_prefill", concurrency=4, role="guard")
+    assert guard in cells_for_start(protocol, 0)
+    assert guard not in cells_for_start(protocol, 1)
+    single = load_policy("single-user").protocol
+    reported = WorkloadCell(request_class="short", concurrency=4, role="reported")
+    assert reported in cells_for_start(single, 1)  # no learned spread: two starts for its interval
+    learned = single.model_copy(update={"learned_spread": LearnedSpread(sd=0.05, df=8)})
+    assert reported in cells_for_start(learned, 0)
+    assert reported not in cells_for_start(learned, 1)
+
+
+def test_a_candidate_outrun_by_a_qualified_one_stops() -> None:
+    from mcp_infra.contracts import CandidateVerdict, Decision, Verdict
+    from mcp_infra.flows.rounds import outrun
+
+    def cv(name: str, high: float) -> CandidateVerdict:
+        return CandidateVerdict(
+            candidate=name, decision=Decision.INCONCLUSIVE, reasons=[], ci_high=high
+        )
+
+    verdict = Verdict(candidates=[cv("slow", 1.6), cv("close", 1.87)], selected=None, reason="")
+    assert outrun(verdict, ["slow", "close"], 1.9, tie_pct=2.0) == ["slow"]
+    assert outrun(verdict, ["slow", "close"], None, tie_pct=2.0) == []
+
+
+def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(tmp_path: Path) -> None:
+    import shutil
+    from datetime import timedelta
+
+    from mcp_infra.contracts import CycleSummary, FrozenPlan
+    from mcp_infra.state.spread import learned_spread
+    from mcp_infra.state.store import Home, read_model
+
+    shipped = next((Path(__file__).resolve().parents[1] / "evidence").glob("c-*/"))
+    home = Home(tmp_path / "home").ensure()
+    shutil.copytree(shipped, home.evidence / shipped.name)
+    plan = read_model(home.bundle_files(shipped.name).plan, FrozenPlan)
+    ended = read_model(home.bundle_files(shipped.name).summary, CycleSummary).ended_at
+    spread = learned_spread(home, plan.protocol, ended + timedelta(hours=1))
+    assert spread is not None and spread.df >= 1 and 0 < spread.sd < 0.5
+    assert shipped.name in spread.source
+    other = plan.protocol.model_copy(update={"max_tokens": plan.protocol.max_tokens + 1})
+    assert learned_spread(home, other, ended) is None  # another answer length: not comparable
+    assert learned_spread(home, plan.protocol, ended + timedelta(days=60)) is None  # too old

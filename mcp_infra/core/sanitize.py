@@ -22,6 +22,7 @@ from mcp_infra.contracts import (
     CANDIDATE_ID_PATTERN,
     EffectiveThresholds,
     FrozenPlan,
+    LearnedSpread,
     Manifest,
     Plan,
     PlanChange,
@@ -50,7 +51,15 @@ class PlanRefused(McpInfraError, ValueError):
         self.refused = refused or []
 
 
-LATER_OPTIONAL_FIELDS = frozenset({"timed_max_tokens", "learned_spread", "futility_confidence"})
+LATER_OPTIONAL_FIELDS = frozenset(
+    {
+        "timed_max_tokens",
+        "learned_spread",
+        "futility_confidence",
+        "heldout_repeats",
+        "learn_spread",
+    }
+)
 """Protocol fields added after plans were first sealed: unset, they hash as absent."""
 
 
@@ -260,10 +269,13 @@ def sanitize(
     now: datetime,
     candidate_recipes: dict[str, Recipe] | None = None,
     skip: dict[str, str] | None = None,
+    learned_spread: LearnedSpread | None = None,
 ) -> FrozenPlan:
     """Turn a validated plan into a frozen plan, or raise ``PlanRefused`` if nothing remains.
 
     ``skip`` maps candidate ids to a reason they must not run again (recipe memory).
+    ``learned_spread``: this home's start-to-start spread, frozen into the protocol where the
+    policy asks to learn it.
     """
     changes: list[PlanChange] = []
     refused: list[RefusedCandidate] = []
@@ -356,7 +368,11 @@ def sanitize(
         proposed=plan,
         candidates=[BASELINE_ID, *kept],
         thresholds=thresholds,
-        protocol=policy.protocol,
+        protocol=(
+            policy.protocol.model_copy(update={"learned_spread": learned_spread})
+            if policy.protocol.learn_spread and learned_spread is not None
+            else policy.protocol
+        ),
         auto_promote=auto,
         changes=changes,
         refused=refused,

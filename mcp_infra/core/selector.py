@@ -352,7 +352,8 @@ def judge(
     cells_lost = [
         c
         for c in verdict.cells
-        if c.role == "decisive" and not c.headline and c.status in ("regressed", "unmeasured")
+        if (c.role == "decisive" and not c.headline and c.status in ("regressed", "unmeasured"))
+        or (c.role == "guard" and c.status == "regressed")
     ]
     cells_open = [
         c
@@ -498,6 +499,16 @@ def _output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[in
     return out
 
 
+def _futile_cell(
+    b_logs: Sequence[float], c_logs: Sequence[float], protocol: Protocol
+) -> float | None:
+    """The upper end of a cell's aggregate-throughput interval at the futility confidence, or
+    None without one (a non-binding stop: it can only reject)."""
+    if protocol.futility_confidence is None:
+        return None
+    return log_interval(b_logs, c_logs, protocol.futility_confidence, learned_prior(protocol))[2]
+
+
 def judge_cells(
     baseline: CandidateRun,
     run: CandidateRun,
@@ -594,9 +605,16 @@ def judge_cells(
             )
             + ")"
         )
+        futile = _futile_cell(b_logs, c_logs, protocol) if base_out and cand_out else None
         if high < floor:
             cv.status = "regressed"
             cv.detail += f", below the {_x(floor)} the tolerance allows"
+        elif low < floor and futile is not None and futile < floor:
+            cv.status = "regressed"
+            cv.detail += (
+                f"; even the upper end of its {protocol.futility_confidence:.0%} interval "
+                f"({_x(futile)}) is below the {_x(floor)} the tolerance allows (futile)"
+            )
         elif low < floor:
             cv.status = "unclear"
             cv.detail += f"; the interval straddles the {_x(floor)} the tolerance allows"

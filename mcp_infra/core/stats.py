@@ -421,6 +421,27 @@ def f_cdf(x: float, d1: float, d2: float) -> float:
     return _betainc(d1 / 2, d2 / 2, d1 * x / (d1 * x + d2))
 
 
+def start_levels(samples: Iterable[Sample], cell: tuple[str, int] | None) -> list[float]:
+    """A configuration's level per start (the mean over prompts of each start's median log
+    tok/s) in one cell: the values whose spread the learned start-to-start spread describes."""
+    table = log_table([s for s in samples if in_cell(s, cell)])
+    if not table:
+        return []
+    return _prepare(table, sorted(table)).start_values(None)
+
+
+def pooled_spread(level_sets: Iterable[Sequence[float]]) -> tuple[float, int]:
+    """(sd, degrees of freedom) of per-start levels around each set's own mean, pooled over the
+    sets (one set per cycle: day-to-day drift between cycles does not count as spread)."""
+    squares, df = 0.0, 0
+    for levels in level_sets:
+        if len(levels) >= 2:
+            mean = math.fsum(levels) / len(levels)
+            squares += math.fsum((v - mean) ** 2 for v in levels)
+            df += len(levels) - 1
+    return (math.sqrt(squares / df) if df else 0.0), df
+
+
 def pooled_variance(values: Sequence[float], prior: Spread | None) -> tuple[float, float, str]:
     """(variance, degrees of freedom, source) of the mean of per-start ``values`` (two or more).
 

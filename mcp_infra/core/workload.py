@@ -44,8 +44,13 @@ def cell_key(cell: WorkloadCell | Sample) -> tuple[str, int]:
     return (cell.request_class, cell.concurrency)
 
 
+BLOCKING = ("decisive", "guard")
+"""Roles whose regression blocks a promotion (a guard only when clear)."""
+
+
 def decisive_cells(protocol: Protocol) -> list[WorkloadCell]:
-    return [c for c in protocol.workload if c.role == "decisive"]
+    """The cells the selector judges: decisive and guard cells."""
+    return [c for c in protocol.workload if c.role in BLOCKING]
 
 
 def decisive_view(run: CandidateRun, protocol: Protocol) -> CandidateRun:
@@ -150,7 +155,7 @@ def cell_regressions(
     return [
         f
         for f in figures
-        if f.role == "decisive"
+        if f.role in BLOCKING
         and f.requests > 0
         and (f.aggregate_vs_baseline is None or f.aggregate_vs_baseline < floor)
     ]

@@ -58,6 +58,7 @@ from mcp_infra.state.artifacts import (
 )
 from mcp_infra.state.context import HomeContext, service_record
 from mcp_infra.state.signing import home_fingerprint
+from mcp_infra.state.spread import learned_spread
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -693,6 +694,9 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
     live_peak = _last_baseline_peak(home)
     p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
+    learned = (
+        learned_spread(home, policy.protocol, utcnow()) if policy.protocol.learn_spread else None
+    )
     return sanitize(
         plan,
         manifests=manifests,
@@ -706,6 +710,7 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
         now=utcnow(),
         candidate_recipes=recipes,
         skip=memory.skips(home, wanted, policy, p_hash),
+        learned_spread=learned,
     )
 
 

@@ -77,7 +77,7 @@ from mcp_infra.procs.service import (
     start_backend,
     stop_stray_candidates,
 )
-from mcp_infra.state import evidence, memory
+from mcp_infra.state import evidence, memory, signing
 from mcp_infra.state.artifacts import HubError, resolve_recipe
 from mcp_infra.state.catalog import load_suite
 from mcp_infra.state.context import (
@@ -902,6 +902,15 @@ def seal(
         interrupted=interrupted,
         recovery=recovery,
     )
+    created = signing.create_key_if_missing(home)
+    if created is not None:  # the first seal: the fingerprint to publish, journaled in the bundle
+        journal(
+            CycleState.SEALED,
+            f"new evidence signing key {signing.short_fingerprint(created)}; publish the full "
+            f"fingerprint and verify with: {signing.verify_command(cycle_id, created)}",
+            step=JournalStep.NOTE,
+            fingerprint=created,
+        )
     evidence.seal(home, cycle_id, summary, usage.cycle_cost(home, cycle_id, speedup))
     journal(CycleState.SEALED, "evidence sealed", step=JournalStep.DONE)
     try:  # recipe memory is derived from the sealed bundle; it never fails a sealed cycle

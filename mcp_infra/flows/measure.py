@@ -99,10 +99,18 @@ def batches(
 
 def cells_for_start(protocol: Protocol, start: int) -> list[WorkloadCell]:
     """The workload cells measured in a configuration's start ``start`` (0-based): every
-    decisive cell always; a reported cell in the first ``max(2, min_starts)`` starts only, enough
-    for its interval (later rounds exist to settle the decisions)."""
-    first = max(2, protocol.min_starts)
-    return [c for c in protocol.workload if c.role == "decisive" or start < first]
+    decisive cell always; a guard cell in the first start only; a reported cell in the first
+    ``max(2, min_starts)`` starts, enough for its interval, or the first alone where a learned
+    start-to-start spread gives one start an interval (later rounds exist to settle the
+    decisions)."""
+    first = 1 if protocol.learned_spread is not None else max(2, protocol.min_starts)
+    return [
+        c
+        for c in protocol.workload
+        if c.role == "decisive"
+        or (c.role == "guard" and start == 0)
+        or (c.role == "reported" and start < first)
+    ]
 
 
 def prompts_by_class(suite: Suite, split: str = "selection") -> dict[str, list[SuitePrompt]]:

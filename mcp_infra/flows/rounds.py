@@ -139,6 +139,20 @@ def next_round(
     return True, "a decision is still open"
 
 
+def outrun(verdict: Verdict, open_: Sequence[str], best: float | None, tie_pct: float) -> list[str]:
+    """Open candidates that can no longer be selected: their interval's upper end is below the
+    estimate of a candidate already qualified (less the tie tolerance). Stopping them changes
+    no selection, so it costs no error rate."""
+    if best is None:
+        return []
+    bar = best * (1 - tie_pct / 100)
+    return [
+        v.candidate
+        for v in verdict.candidates
+        if v.candidate in open_ and v.ci_high is not None and v.ci_high < bar
+    ]
+
+
 def open_decisions(verdict: Verdict, candidates: Sequence[str]) -> list[str]:
     decided = {v.candidate: v.decision for v in verdict.candidates}
     return [c for c in candidates if decided.get(c) == Decision.INCONCLUSIVE]
@@ -177,6 +191,7 @@ class Tally:
     memory_source: str | None = None
     start_error: str | None = None
     stopped: str = ""
+    qualified_at: float | None = None  # its estimate when a look qualified it
 
     def run(self, purpose: str = "selection") -> CandidateRun:
         return CandidateRun(
@@ -398,6 +413,17 @@ def _judge_round(
     }
     for name, decision in decided.items():
         items[name].stopped = f"{decision} after {items[name].starts} start(s) (round {rounds})"
+    for v in verdict.candidates:
+        if v.decision == Decision.QUALIFIED and v.auto_promote:
+            items[v.candidate].qualified_at = v.speedup_estimate
+    best = max((i.qualified_at for i in items.values() if i.qualified_at), default=None)
+    for name in outrun(verdict, still, best, plan.thresholds.tie_tolerance_pct):
+        still.remove(name)
+        decided[name] = "outrun"
+        items[name].stopped = (
+            f"stopped after {items[name].starts} start(s) (round {rounds}): even its interval's "
+            f"upper end is below the {best:.3f}x a qualified candidate already shows"
+        )
     bench.journal(
         CycleState.EXPERIMENT,
         f"round {rounds} judged: {len(decided)} decided, {len(still)} open",
@@ -482,7 +508,9 @@ def heldout_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
     # Twice the timed requests per prompt that selection's first rounds gave each prompt (at
     # least 6): the check runs in one start per side, and each held-out prompt's own interval
     # must clear the worst-prompt floor.
-    repeats = min(50, max(6, 2 * protocol.repeats * protocol.min_starts))
+    repeats = protocol.heldout_repeats or min(
+        50, max(6, 2 * protocol.repeats * protocol.min_starts)
+    )
     return protocol.model_copy(
         update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
     )

@@ -1,0 +1,61 @@
+"""This home's start-to-start spread, learned from its sealed cycles' baseline starts.
+
+Why: with two fresh starts per configuration a cycle's own spread has two degrees of freedom,
+and the t quantile at an early look then decides nothing. Earlier cycles on the same machine
+measured the same kind of spread; pooled with the cycle's own (``stats.pooled_variance``, which
+falls back to the cycle alone when the two disagree) a clear case decides after two rounds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from mcp_infra.contracts import BASELINE_ID, CandidateRun, FrozenPlan, LearnedSpread, Protocol
+from mcp_infra.core.stats import pooled_spread, start_levels
+from mcp_infra.state import evidence
+from mcp_infra.state.store import CorruptFile, Home, read_optional
+
+MAX_CYCLES = 10
+MAX_AGE = timedelta(days=30)
+MAX_DF = 30  # history never outweighs a long cycle entirely
+HEADLINE = ("short", 1)
+
+
+def comparable(old: Protocol, new: Protocol) -> bool:
+    """Cycles whose baseline starts measured the same thing: suite and answer lengths."""
+    return (old.suite, old.max_tokens, old.timed_max_tokens) == (
+        new.suite,
+        new.max_tokens,
+        new.timed_max_tokens,
+    )
+
+
+def learned_spread(home: Home, protocol: Protocol, now: datetime) -> LearnedSpread | None:
+    """The pooled within-cycle spread of the baseline's per-start level (one short request at
+    a time) over this home's newest comparable sealed cycles, or None with fewer than 2 degrees
+    of freedom of history."""
+    sets: list[list[float]] = []
+    used: list[str] = []
+    for summary in evidence.list_cycles(home)[:MAX_CYCLES]:
+        if now - summary.ended_at > MAX_AGE:
+            break
+        files = home.bundle_files(summary.cycle_id)
+        try:
+            plan = read_optional(files.plan, FrozenPlan)
+            run = read_optional(files.run(BASELINE_ID), CandidateRun)
+        except (CorruptFile, OSError):
+            continue
+        if plan is None or run is None or not comparable(plan.protocol, protocol):
+            continue
+        levels = start_levels([s for s in run.samples if s.phase == "measure"], HEADLINE)
+        if len(levels) >= 2:
+            sets.append(levels)
+            used.append(summary.cycle_id)
+    sd, df = pooled_spread(sets)
+    if df < 2 or sd <= 0:
+        return None
+    return LearnedSpread(
+        sd=min(sd, 1.0),
+        df=min(df, MAX_DF),
+        source=f"baseline starts of {len(used)} sealed cycle(s): {', '.join(used)}"[:300],
+    )
