@@ -703,6 +703,8 @@ class Front:
         route = self.route
         if route is None or route.mode != "serve" or self.healing.state != "ok":
             return
+        if service_lock_held(self.home):  # a switch is under way: its owner decides
+            return
         try:
             record = service_record(self.home)
         except CorruptFile:
@@ -722,8 +724,8 @@ class Front:
             self.healing = self.healing.model_copy(
                 update={
                     "state": "needs_operator",
-                    "note": f"the live backend died ({detail}) while needs-operator is set: "
-                    "not restarted",
+                    "note": f"the live backend stopped serving ({detail}) while needs-operator "
+                    "is set: not restarted",
                 }
             )
         else:
