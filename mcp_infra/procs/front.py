@@ -888,8 +888,11 @@ class Front:
             except h11.RemoteProtocolError as exc:
                 self._add(refused=1)
                 with contextlib.suppress(Exception):
+                    hint = exc.error_status_hint  # 431 (headers too large) or a client error
                     await conn.answer(
-                        exc.error_status_hint, {"error": {"message": str(exc)[:200]}}, close=True
+                        hint if hint == 431 else 400,
+                        {"error": {"message": str(exc)[:200]}},
+                        close=True,
                     )
                 return
             if not isinstance(event, h11.Request):
