@@ -69,13 +69,16 @@ def live(home: Home) -> Any:
 
 
 def settled(home: Home, timeout: float = 15.0) -> Any:
-    """The front's status once no restart is running (the service can be back a moment
-    before the restart process has told the front)."""
+    """The front's status once no restart is running and the status file says so too (the
+    service can be back a moment before the restart process has told the front, and the file
+    follows the front within 0.2 s)."""
     deadline = time.monotonic() + timeout
     while True:
         status = current_status(home)
+        written = front_status(home)
         busy = status is None or status.healing.state in {"restarting", "waiting", "backing_off"}
-        if not busy or time.monotonic() > deadline:
+        behind = written is None or status is None or written.healing != status.healing
+        if not (busy or behind) or time.monotonic() > deadline:
             return status
         time.sleep(0.1)
 
@@ -182,8 +185,8 @@ def test_poison_bodies_reach_the_backend_at_most_once_and_a_poisoned_backend_is_
     assert post_lines(home, record) == before + 1, "sent once, never retried"
     took = served_again(base, 40)
     assert took is not None, "the poisoned backend was replaced"
-    assert not is_running(record)
     status = settled(home)
+    assert not is_running(record)
     assert status is not None and status.healing.restarts == 1
     assert "failed its health check" in status.healing.note or "restarted" in status.healing.note
 
