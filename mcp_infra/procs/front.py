@@ -791,6 +791,7 @@ class Front:
         """Run ``body`` for ever: a failure is logged, counted in the status and the task is
         restarted after a growing pause (at most 5 s)."""
         health = self.tasks[name] = TaskHealth()
+        self._dirty = True
         pause = 0.05
         while True:
             started = time.monotonic()
