@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 
@@ -77,6 +78,49 @@ def streamed_clients(
 
 def one_stream(base: str, *, max_tokens: int = 4, timeout: float = 120.0) -> StreamResult:
     return streamed_clients(base, 1, max_tokens=max_tokens, timeout=timeout)[0]
+
+
+class BackgroundStream(threading.Thread):
+    """One long streamed chat request in a thread; ``started`` is set at its first event."""
+
+    def __init__(self, base: str, *, max_tokens: int = 2000, timeout: float = 120.0) -> None:
+        super().__init__(daemon=True)
+        self.url = base + CHAT
+        self.body = chat_body(max_tokens, True)
+        self.timeout = timeout
+        self.started = threading.Event()
+        self.result = StreamResult()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        try:
+            with httpx.stream("POST", self.url, json=self.body, timeout=self.timeout) as resp:
+                self.result.status = resp.status_code
+                for line in resp.iter_lines():
+                    if line.startswith("data: {") and '"error"' in line[:20]:
+                        self.result.error_event = str(json.loads(line[6:]).get("error"))[:200]
+                    elif line.strip() == "data: [DONE]":
+                        self.result.done = True
+                    elif line.startswith("data: "):
+                        self.started.set()
+        except httpx.HTTPError as exc:
+            self.result.error = f"{type(exc).__name__}: {exc}"[:200]
+        finally:
+            self.result.seconds = time.monotonic() - start
+            self.started.set()
+
+
+def served_again(base: str, timeout: float) -> float | None:
+    """Seconds until a short streamed request completes through ``base`` (None: not within
+    ``timeout``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        left = timeout - (time.monotonic() - start)
+        result = one_stream(base, max_tokens=2, timeout=max(1.0, left))
+        if result.status == 200 and result.done:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    return None
 
 
 def summary(results: list[StreamResult]) -> dict[str, float | int | None]:

@@ -193,22 +193,26 @@ def _note(current: HealState, **changes: object) -> HealState:
 
 
 def after_death(state: HealState, now: datetime, cfg: FrontConfig, detail: str) -> HealState:
-    """The live backend was seen dead: restart it now, or, if it died more often than the
-    window allows, hand it to a person."""
+    """The live backend was seen dead (or sick): restart it now, or, if it stopped serving more
+    often than the window allows, hand it to a person."""
     recent = [t for t in state.recent_deaths if now - t < timedelta(seconds=cfg.heal_window_s)]
     recent.append(now)
     base = {"deaths": state.deaths + 1, "recent_deaths": recent, "last_death_at": now}
     if not cfg.heal:
         return _note(
-            state, state="off", note=f"the live backend died ({detail}); restarting is off", **base
+            state,
+            state="off",
+            note=f"the live backend stopped serving ({detail}); restarting is off",
+            **base,
         )
     if len(recent) > cfg.heal_max_restarts:
         return _note(
             state,
             state="needs_operator",
             next_attempt_at=None,
-            note=f"the live backend died {len(recent)} times within {cfg.heal_window_s:.0f} s "
-            f"(last: {detail}); not restarted again: an operator must look",
+            note=f"the live backend stopped serving {len(recent)} times within "
+            f"{cfg.heal_window_s:.0f} s (last: {detail}); not restarted again: an operator "
+            "must look",
             **base,
         )
     return _note(
@@ -216,7 +220,7 @@ def after_death(state: HealState, now: datetime, cfg: FrontConfig, detail: str) 
         state="restarting",
         failures=0,
         next_attempt_at=now,
-        note=f"the live backend died ({detail}); restarting it",
+        note=f"the live backend stopped serving ({detail}); restarting it",
         **base,
     )
 
@@ -240,7 +244,9 @@ def after_attempt(
             last_restart_at=now,
             restored_in_s=round(took, 1) if took is not None else None,
             next_attempt_at=None,
-            note=f"{message} ({took:.1f} s after it died)" if took is not None else message,
+            note=f"{message} ({took:.1f} s after it stopped serving)"
+            if took is not None
+            else message,
         )
     if outcome == "nothing":
         return _note(state, state="ok", failures=0, next_attempt_at=None, note=message)

@@ -703,6 +703,8 @@ class Front:
         route = self.route
         if route is None or route.mode != "serve" or self.healing.state != "ok":
             return
+        if service_lock_held(self.home):  # a switch is under way: its owner decides
+            return
         try:
             record = service_record(self.home)
         except CorruptFile:
@@ -722,8 +724,8 @@ class Front:
             self.healing = self.healing.model_copy(
                 update={
                     "state": "needs_operator",
-                    "note": f"the live backend died ({detail}) while needs-operator is set: "
-                    "not restarted",
+                    "note": f"the live backend stopped serving ({detail}) while needs-operator "
+                    "is set: not restarted",
                 }
             )
         else:
@@ -789,6 +791,7 @@ class Front:
         """Run ``body`` for ever: a failure is logged, counted in the status and the task is
         restarted after a growing pause (at most 5 s)."""
         health = self.tasks[name] = TaskHealth()
+        self._dirty = True
         pause = 0.05
         while True:
             started = time.monotonic()
@@ -886,8 +889,11 @@ class Front:
             except h11.RemoteProtocolError as exc:
                 self._add(refused=1)
                 with contextlib.suppress(Exception):
+                    hint = exc.error_status_hint  # 431 (headers too large) or a client error
                     await conn.answer(
-                        exc.error_status_hint, {"error": {"message": str(exc)[:200]}}, close=True
+                        hint if hint == 431 else 400,
+                        {"error": {"message": str(exc)[:200]}},
+                        close=True,
                     )
                 return
             if not isinstance(event, h11.Request):

@@ -27,7 +27,7 @@ import psutil
 from mcp_infra.contracts import ProcessRecord, Recipe
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.bench import served_model
-from mcp_infra.state.store import Home, open_append, utcnow
+from mcp_infra.state.store import Home, flock_held, open_append, utcnow
 
 LOOPBACK = "127.0.0.1"
 
@@ -511,13 +511,4 @@ def service_lock(home: Home, wait_s: float = 150.0) -> Iterator[None]:
 
 def service_lock_held(home: Home) -> bool:
     """Does some process hold the service lock now? (A look, never a wait.)"""
-    path = service_lock_path(home)
-    if not path.exists():
-        return False
-    with path.open("a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        return False
+    return flock_held(service_lock_path(home))

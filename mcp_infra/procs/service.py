@@ -232,16 +232,9 @@ def adopt(
                 ensure_front(home, config)
             elif not front_running(home):
                 raise FrontError("the front is not running")
-            set_route(
-                home,
-                mode="serve",
-                backend_url=backend_url(new),
-                candidate_id=new.candidate_id,
-                max_hold_s=policy.max_hold_s,
-                reason=reason or f"serve {new.candidate_id}",
-            )
+            _route_to(home, new, reason or f"serve {new.candidate_id}")
         except (FrontError, PortBusy) as exc:
-            raise _switch_back(home, old, new, policy.max_hold_s, str(exc), grace) from exc
+            raise _switch_back(home, old, new, str(exc), grace) from exc
         note = "switched"
         if old is not None:
             bound = policy.drain_s if drain_s is None else drain_s
@@ -260,7 +253,6 @@ def _switch_back(
     home: Home,
     old: ProcessRecord | None,
     new: ProcessRecord,
-    max_hold_s: float,
     why: str,
     grace: float,
 ) -> SwitchFailed:
@@ -275,15 +267,7 @@ def _switch_back(
     note = ""
     if back and old is not None:
         try:
-            set_route(
-                home,
-                mode="serve",
-                backend_url=backend_url(old),
-                candidate_id=old.candidate_id,
-                max_hold_s=max_hold_s,
-                reason=f"switch to {new.candidate_id} not confirmed; back to {old.candidate_id}",
-                wait_s=5.0,
-            )
+            _route_to(home, old, f"switch to {new.candidate_id} not confirmed; back", wait_s=5.0)
         except FrontError as exc:
             note = f"; the front has not confirmed the way back either ({exc})"
     stop_server(new, grace=grace)
@@ -316,15 +300,7 @@ def hold_live(home: Home, config: ServiceConfig, *, reason: str, grace: float = 
         except FrontError as exc:
             if record is not None and is_running(record):
                 with contextlib.suppress(FrontError):
-                    set_route(
-                        home,
-                        mode="serve",
-                        backend_url=backend_url(record),
-                        candidate_id=record.candidate_id,
-                        max_hold_s=policy.max_hold_s,
-                        reason="hold not confirmed; back to the live backend",
-                        wait_s=5.0,
-                    )
+                    _route_to(home, record, "hold not confirmed; back to it", wait_s=5.0)
             raise ServiceError(
                 f"the front did not confirm the hold ({exc}); the live backend was not stopped"
             ) from exc
@@ -399,7 +375,8 @@ def ensure_serving(home: Home, recipe: Recipe, config: ServiceConfig, **kwargs: 
         return "started"
 
 
-def _route_to(home: Home, record: ProcessRecord, reason: str) -> None:
+def _route_to(home: Home, record: ProcessRecord, reason: str, wait_s: float = 10.0) -> None:
+    """Route the front to ``record`` and wait for its confirmation (``RouteNotAdopted``)."""
     set_route(
         home,
         mode="serve",
@@ -407,6 +384,7 @@ def _route_to(home: Home, record: ProcessRecord, reason: str) -> None:
         candidate_id=record.candidate_id,
         max_hold_s=service_policy(home).max_hold_s,
         reason=reason,
+        wait_s=wait_s,
     )
 
 

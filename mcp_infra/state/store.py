@@ -410,16 +410,20 @@ class Home:
             handle.close()
 
     def lock_is_held(self) -> bool:
-        path = self.lock_file
-        if not path.exists():
-            return False
-        with path.open("a+") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            return False
+        return flock_held(self.lock_file)
+
+
+def flock_held(path: Path) -> bool:
+    """Does some process hold an flock on ``path`` now? (A look, never a wait.)"""
+    if not path.exists():
+        return False
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return False
 
 
 def read_journal_file(path: Path) -> tuple[list[Event], list[str]]:
