@@ -409,6 +409,11 @@ class Spread(NamedTuple):
     df: int
 
 
+PRIOR_STARTS = 3
+"""History speaks for the first looks only: from this many starts on a side's own spread decides
+alone, so a learned spread that is wrong (a noisier or a quieter machine then) cannot cost the
+long cycles their power or their error rate."""
+
 SPREAD_CONSISTENCY = 0.99
 """A cycle's own spread that exceeds the learned one beyond this F quantile disagrees with
 history: the cycle's spread alone is used, as without history."""
@@ -446,13 +451,16 @@ def pooled_variance(values: Sequence[float], prior: Spread | None) -> tuple[floa
     """(variance, degrees of freedom, source) of the mean of per-start ``values`` (two or more).
 
     Without a prior, the sample variance over S starts, S - 1 degrees of freedom (as
-    ``corrected_variance``). With a learned spread from this home's history, the two estimates
-    pooled (degrees of freedom add) unless this cycle's spread is larger than history allows at
-    ``SPREAD_CONSISTENCY`` (an F test): then the cycle disagrees with history and its own spread
-    is used alone. A cycle quieter than history keeps the wider pooled figure (conservative)."""
+    ``corrected_variance``). With a learned spread from this home's history and at most
+    ``PRIOR_STARTS`` starts, the two estimates pooled (degrees of freedom add) unless this
+    cycle's spread is larger than history allows at ``SPREAD_CONSISTENCY`` (an F test): then the
+    cycle disagrees with history and its own spread is used alone. A cycle quieter than history
+    keeps the wider pooled figure (conservative) until it has starts enough of its own."""
     n = len(values)
     own = _variance(values)
     if prior is None or prior.df <= 0 or prior.sd <= 0:
+        return own / n, float(n - 1), "this cycle"
+    if n > PRIOR_STARTS:
         return own / n, float(n - 1), "this cycle"
     ratio = own / prior.sd**2
     if f_cdf(ratio, n - 1, prior.df) > SPREAD_CONSISTENCY:
