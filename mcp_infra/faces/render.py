@@ -276,6 +276,19 @@ def verdict_table(view: app.EvidenceView) -> str:
     return "\n".join(lines)
 
 
+def plan_example(context: PlanningContext) -> dict[str, Any] | None:
+    """A plan that parses as it is (the prompt shows it verbatim), naming the first proposable
+    candidate no past cycle tried (else the first proposable one)."""
+    if not context.runnable:
+        return None
+    untried = [c for c in context.runnable if not c.history]
+    first = (untried or context.runnable)[0]
+    return {
+        "hypothesis": f"{first.id} ({first.title}) decodes faster than the live recipe here",
+        "candidates": [first.id],
+    }
+
+
 def planning_prompt(
     context: PlanningContext, goal: str | None = None, *, can_propose: bool = True
 ) -> str:
@@ -293,24 +306,29 @@ def planning_prompt(
         + ".",
         f"Live recipe: {context.live_recipe} at {context.endpoint}.",
         "",
-        "## Candidates you may propose (they pass preflight here)",
+        "## Candidates you may propose (each passes preflight here and would be accepted)",
     ]
     if not context.runnable:
-        out.append("None: no candidate can run on this machine.")
+        out.append("None: no candidate can be proposed now (see below why).")
     for c in context.runnable:
         knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or "defaults"
         auto = "auto-promote" if c.auto_promote else "NOT auto-promoted: a person decides"
         out.append(f"- {c.id}: {c.title} ({c.candidate_class}, {c.semantics}, {auto}; {knobs})")
-        out += [f"  past {h[:200]}" for h in c.history]
+        out += [f"  past {h}" for h in c.history]
     if context.unavailable:
-        out += ["", "## Not runnable here (do not propose)"]
+        out += ["", "## Not proposable now (a plan naming one is refused)"]
         groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         for u in context.unavailable:
             manifest, _, variant = u.id.partition(":")
             groups.setdefault((manifest, tuple(u.reasons[:2])), []).append(variant)
         for (manifest, reasons), variants in groups.items():
-            out.append(f"- {manifest}:{{{','.join(variants)}}}: {'; '.join(reasons)}")
-    out += ["", "## Baseline"]
+            ids = (
+                f"{manifest}:{variants[0]}"
+                if len(variants) == 1
+                else (f"{manifest}:{{{','.join(variants)}}}")
+            )
+            out.append(f"- {ids}: {'; '.join(reasons)}")
+    out += ["", "## Live recipe's figures"]
     b = context.baseline
     if b is None:
         out.append("Not measured yet (every cycle measures the live recipe first).")
@@ -318,10 +336,16 @@ def planning_prompt(
         which = "live now" if b.is_live_recipe else "no longer live"
         out.append(
             f"Cycle {b.cycle_id} measured {b.recipe} ({which}; suite {b.suite}, "
-            f"{b.max_tokens} max tokens): median decode {b.decode_tps_median} tok/s, "
-            f"median TTFT {b.ttft_s_median} s, peak memory {b.peak_memory_gb} GB, "
-            f"{b.samples} requests, {b.errors} failed."
+            f"{b.max_tokens} max tokens; the figures of its evidence): decode "
+            f"{b.decode_tps} tok/s, TTFT p50 {b.ttft_s_p50} s, peak memory "
+            f"{b.peak_memory_gb} GB, {b.samples} requests, {b.errors} failed."
         )
+        for cell in b.cells:
+            out.append(
+                f"- {cell.request_class} requests, {cell.concurrency} at a time ({cell.role}): "
+                f"decode {cell.decode_tps} tok/s, aggregate output {cell.output_tps} tok/s, "
+                f"TTFT p50 {cell.ttft_p50_s} s, p99 {cell.ttft_p99_s} s"
+            )
         if b.per_prompt_decode_tps:
             out.append(
                 "Per prompt, decode tok/s: "
@@ -338,7 +362,7 @@ def planning_prompt(
             + (f", selected {cyc.selected}" if cyc.selected else "")
             + (f" ({cyc.speedup_pct:+.1f}%)" if cyc.speedup_pct is not None else "")
             + (" [interrupted, recovered]" if cyc.interrupted else "")
-            + f" — {cyc.reason[:160]}"
+            + f" — {cyc.reason}"
             + (f" [{decided}]" if decided else "")
         )
     out += [
@@ -355,13 +379,19 @@ def planning_prompt(
         f"{p.max_tokens} max tokens.",
         "",
         "## Your answer",
-        "Exactly one JSON object, nothing after it:",
-        '{"hypothesis": "<one line, at most 300 characters>", "candidates": ["<1 to 3 ids from '
-        'the list you may propose>"], "acceptance": {"min_speedup_pct": <number>, '
-        '"max_peak_memory_gb": <number>}, "notes": "<optional>"}',
-        "Use only listed ids; never the baseline (always measured first); omit acceptance "
-        "unless you want stricter thresholds; prefer untried or inconclusive candidates; do "
-        "not repeat one a past cycle rejected on a gate unless something changed.",
+        "Exactly one JSON object and nothing after it. Fields: hypothesis (one line, at most "
+        "300 characters), candidates (1 to 3 ids from the list you may propose), optional "
+        "acceptance {min_speedup_pct, max_peak_memory_gb} (numbers; only to be stricter than "
+        "the policy), optional notes. No other field. The full JSON schema is the MCP "
+        "resource mcp-infra://plan-schema.",
+    ]
+    example = plan_example(context)
+    if example is not None:
+        out += ["For example:", json.dumps(example)]
+    out += [
+        "Never the baseline (always measured first); prefer untried or inconclusive "
+        "candidates; do not repeat one a past cycle rejected on a gate unless something "
+        "changed.",
         "The JSON goes to this MCP server's `propose_plan` tool (dry_run=true shows how it "
         "would be sanitized)."
         if can_propose
