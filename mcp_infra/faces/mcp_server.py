@@ -578,18 +578,15 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
 
 
 def _with_verification(home: Home, view: app.EvidenceView) -> app.EvidenceView:
-    """Add every check of `evidence verify` and the HTML report (path and resource URI)."""
+    """Add the HTML report (path and resource URI); the view already carries every check of
+    `evidence verify` (cached while the bundle's files are unchanged)."""
     from mcp_infra.faces import evidence_cli
-    from mcp_infra.state import evidence as evidence_mod
 
-    bundle = Path(view.path or "")
-    result = evidence_mod.verify(bundle, home=home)
-    report = evidence_cli.write_report(home, bundle)
+    if not view.path:
+        return view
+    report = evidence_cli.current_report(home, Path(view.path))
     return view.model_copy(
         update={
-            "verified": result.ok,
-            "failed_checks": result.failed,
-            "checks": result.checks,
             "report_path": str(report),
             "report_uri": f"{URI}evidence/{view.cycle_id}/report",
         }
@@ -700,7 +697,7 @@ def _add_resources(server: MCPServer, home: Home) -> None:
             bundle = bundle_path(home, cycle_id)
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
-        return evidence_cli.write_report(home, bundle).read_text(encoding="utf-8")
+        return evidence_cli.current_report(home, bundle).read_text(encoding="utf-8")
 
     def _evidence_summary(cycle_id: str) -> str:
         if not re.fullmatch(CYCLE_ID, cycle_id):

@@ -70,12 +70,20 @@ def status_text(view: app.StatusView) -> str:
         lines.append(f"Evidence signing key (Ed25519) fingerprint: {view.evidence_key}.")
     if view.last_cycle:
         lc = view.last_cycle
-        lines.append(
-            f"Last cycle {lc.cycle_id}: {lc.outcome.value}"
-            + (f", selected {lc.selected}" if lc.selected else "")
-            + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else "")
-            + f" — {lc.reason}"
-        )
+        if view.last_cycle_verified is False:
+            lines.append(
+                f"Last cycle {lc.cycle_id}: its bundle DOES NOT VERIFY "
+                f"({view.last_cycle_problem}); its outcome and figures are not shown."
+            )
+        else:
+            lines.append(
+                f"Last cycle {lc.cycle_id}: {lc.outcome.value}"
+                + (f", selected {lc.selected}" if lc.selected else "")
+                + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else "")
+                + f" — {lc.reason} (bundle verified: hashes and signature)"
+            )
+        if view.verify_command:
+            lines.append(f"Check it for good: {view.verify_command}.")
     else:
         lines.append("No sealed cycle yet.")
     window = view.window or {}
@@ -128,23 +136,45 @@ def evidence_text(view: app.EvidenceView) -> str:
         if not view.cycles:
             return "No sealed cycle yet."
         lines = [f"Sealed cycles, newest first (page {view.page} of {view.pages}):"]
+        flagged = view.not_verified or {}
         for s in view.cycles:
+            if s.cycle_id in flagged:
+                lines.append(
+                    f"- {s.cycle_id}: DOES NOT VERIFY ({flagged[s.cycle_id]}); its outcome and "
+                    "figures are withheld"
+                )
+                continue
             lines.append(
                 f"- {s.cycle_id} ({s.started_at:%Y-%m-%d %H:%M} UTC): {s.outcome.value}"
                 + (f", selected {s.selected}" if s.selected else "")
                 + (f" ({s.speedup_pct:+.1f}%)" if s.speedup_pct is not None else "")
                 + f" — {s.reason}"
             )
+        shown = len(view.cycles) - len(flagged)
+        lines.append(
+            f"{shown} of {len(view.cycles)} verified (hashes and signature)"
+            + (f"; check one for good: {view.verify_command}" if view.verify_command else "")
+            + "."
+        )
         return _bounded(lines)
-    lines = verdict_table(view).splitlines() if (view.summary or view.verdict) else []
+    if view.verified is False and view.summary:
+        lines = [
+            f"cycle {view.summary.cycle_id}: its evidence DOES NOT VERIFY; failed checks: "
+            + ", ".join(view.failed_checks or [])
+            + ". Its figures are not shown; the structured content carries them, unverified."
+        ]
+    else:
+        lines = verdict_table(view).splitlines() if (view.summary or view.verdict) else []
     if view.summary and view.summary.interrupted:
         lines.append("The cycle was interrupted, then recovered.")
-    if view.verified is not None:
-        lines.append(
-            "Evidence verifies: every check passed."
-            if view.verified
-            else "Evidence does NOT verify; failed checks: " + ", ".join(view.failed_checks or [])
-        )
+    if view.heldout:
+        lines.append(f"Held-out confirmation: {view.heldout}")
+    if view.online_check:
+        lines.append(f"Online check before the switch: {view.online_check}")
+    if view.verified:
+        lines.append("Evidence verifies: every check passed.")
+    if view.verify_command and view.section == "summary":
+        lines.append(f"Check it yourself: {view.verify_command}.")
     if view.cost is not None:
         lines.append(cost_text(view.cost))
     if view.report_path:
@@ -424,14 +454,18 @@ def local_plan_text(result: LocalPlanResult) -> str:
 
 
 def cycles_text(view: app.EvidenceView) -> str:
-    """One line per sealed cycle (the CLI's `evidence list`)."""
-    return (
-        "\n".join(
-            f"{c.cycle_id}  {c.outcome.value:20} {c.selected or '-':28} {c.reason}"
-            for c in view.cycles or []
-        )
-        or "No sealed cycle yet."
-    )
+    """One line per sealed cycle (the CLI's `evidence list`); a bundle that does not verify
+    is flagged, its figures withheld."""
+    flagged = view.not_verified or {}
+    lines = [
+        f"{c.cycle_id}  DOES NOT VERIFY ({flagged[c.cycle_id]}); outcome and figures withheld"
+        if c.cycle_id in flagged
+        else f"{c.cycle_id}  {c.outcome.value:20} {c.selected or '-':28} {c.reason}"
+        for c in view.cycles or []
+    ]
+    if lines and view.verify_command:
+        lines.append(f"check one for good: {view.verify_command}")
+    return "\n".join(lines) or "No sealed cycle yet."
 
 
 def summary_line(summary: CycleSummary) -> str:
