@@ -127,3 +127,48 @@ def test_held_out_and_online_from_a_promoting_journal() -> None:
     heldout, online = confirmations(bundle)
     assert heldout.startswith("passed: held-out prompts: Qualified: speedup ")
     assert online == "passed: the winner reproduces the measured greedy outputs"
+
+
+async def test_large_resources_come_in_pages(bare_home: Home, anyio_backend: str) -> None:
+    """The summary resource is compact; the whole view and the HTML report come in pages
+    whose concatenation is the whole document."""
+    import shutil
+
+    repo = Path(__file__).resolve().parent.parent
+    bundle = next(p.parent for p in (repo / "evidence").glob("*/MANIFEST.json"))
+    from mcp_infra.contracts import ChainHead
+    from mcp_infra.state import sealing, signing
+    from mcp_infra.state.store import write_model
+
+    # the shipped bundle adopted by this home: its key and chain head, so that it verifies
+    shutil.copytree(bundle, bare_home.evidence / bundle.name)
+    signing.keys_dir(bare_home).mkdir(parents=True, exist_ok=True)
+    shutil.copy(f"{bundle}.pub", signing.public_key_path(bare_home))
+    digest = sealing.bundle_digest(bundle)
+    assert digest
+    write_model(
+        signing.keys_dir(bare_home) / "chain.json",
+        ChainHead(cycle_id=bundle.name, digest=digest, count=1),
+    )
+    base = f"mcp-infra://evidence/{bundle.name}"
+    async with Client(build_server(bare_home, "read-only", start_supervisor=False)) as client:
+
+        async def read(uri: str) -> str:
+            return (await client.read_resource(uri)).contents[0].text
+
+        compact = json.loads(await read(f"{base}/summary"))
+        assert compact["verified"] is True, compact.get("failed_checks")
+        assert compact["cycle_id"] == bundle.name and compact["pages"] >= 2
+        assert len(json.dumps(compact)) < 12_000 and compact["candidates"]
+        assert {"heldout", "online_check", "verify_command"} <= set(compact)
+        pages = [await read(f"{base}/summary/{n}") for n in range(1, compact["pages"] + 1)]
+        assert all(len(p) <= 20_000 for p in pages)
+        whole = json.loads("".join(pages))
+        assert whole["cycle_id"] == bundle.name and whole["verdict"]["candidates"]
+        with pytest.raises(Exception, match=f"pages are 1 to {compact['pages']}"):
+            await read(f"{base}/summary/{compact['pages'] + 1}")
+        report = await read(f"{base}/report")
+        chunks = []
+        for n in range(1, len(report) // 50_000 + 2):
+            chunks.append(await read(f"{base}/report/{n}"))
+        assert "".join(chunks) == report and all(len(c) <= 50_000 for c in chunks)

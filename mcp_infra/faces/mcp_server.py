@@ -27,7 +27,14 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.prompts.base import UserMessage
-from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    Completion,
+    ResourceTemplateReference,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from mcp_infra import __version__
@@ -658,6 +665,28 @@ def _add_resources(server: MCPServer, home: Home) -> None:
 
         return read
 
+    @server.resource(
+        f"{URI}candidates/{{candidate_id}}",
+        name="candidate",
+        title="One candidate",
+        mime_type="application/json",
+        description="One registry candidate (manifest:variant) as the registry tool shows it: "
+        "class, semantics, knobs, every preflight check here, what past cycles decided. "
+        "Candidate ids complete (completion/complete).",
+    )
+    def candidate_resource(candidate_id: str) -> str:
+        view = app.registry_view(home, candidate_id)
+        if not view.candidates:
+            raise ResourceNotFoundError(app.unknown_candidate(home, candidate_id))
+        return _json(view.candidates[0].model_dump(mode="json"))
+
+    @server.completion()
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion | None:
+        """Candidate, manifest and cycle ids (with `latest`) for the resource templates."""
+        if not isinstance(ref, ResourceTemplateReference):
+            return None
+        return Completion(values=completions(home, argument.name, argument.value)[:100])
+
     for manifest_id in known:  # listed by resources/list; the template serves later additions
         server.resource(
             f"{URI}manifests/{manifest_id}",
@@ -672,11 +701,31 @@ def _add_resources(server: MCPServer, home: Home) -> None:
         name="evidence-summary",
         title="Cycle evidence summary",
         mime_type="application/json",
-        description="A sealed cycle's summary, verdict and per-prompt table; "
+        description="A sealed cycle's summary, compact: outcome, verification and the "
+        "verify command, held-out confirmation and online check, each candidate's decision "
+        "and figures, the per-prompt table, service impact and cost. The whole view (every "
+        "reason, cell and check) is in pages of at most 20,000 characters: "
+        "mcp-infra://evidence/{cycle_id}/summary/1, /2, … (`pages` here says how many). "
         "cycle_id 'latest' names the newest sealed cycle.",
     )
     def evidence_resource(cycle_id: str) -> str:
-        return _evidence_summary(cycle_id)
+        view = _summary_view(cycle_id)
+        full = _json(view.model_dump(mode="json", exclude_none=True))
+        compact = compact_summary(view)
+        compact["pages"] = pages_of(full, SUMMARY_PAGE)
+        return _json(compact)
+
+    @server.resource(
+        f"{URI}evidence/{{cycle_id}}/summary/{{page}}",
+        name="evidence-summary-page",
+        title="Cycle evidence summary, one page",
+        mime_type="text/plain",
+        description="One page (at most 20,000 characters) of a sealed cycle's whole summary "
+        "view as JSON text; concatenated in order, the pages are that JSON document.",
+    )
+    def evidence_summary_page(cycle_id: str, page: str) -> str:
+        view = _summary_view(cycle_id)
+        return page_of(_json(view.model_dump(mode="json", exclude_none=True)), page, SUMMARY_PAGE)
 
     @server.resource(
         f"{URI}evidence/{{cycle_id}}/report",
@@ -685,9 +734,24 @@ def _add_resources(server: MCPServer, home: Home) -> None:
         mime_type="text/html",
         description="A sealed cycle's report as one self-contained HTML page (no "
         "network fetch): the decision, speedup charts with intervals, gates, cost, "
-        "environment and verification.",
+        "environment and verification. Large (charts inline): read it in pages of at most "
+        "50,000 characters at mcp-infra://evidence/{cycle_id}/report/1, /2, …",
     )
     def evidence_report(cycle_id: str) -> str:
+        return _report(cycle_id)
+
+    @server.resource(
+        f"{URI}evidence/{{cycle_id}}/report/{{page}}",
+        name="evidence-report-page",
+        title="Cycle evidence report, one page",
+        mime_type="text/plain",
+        description="One page (at most 50,000 characters) of the report's HTML; "
+        "concatenated in order, the pages are the page.",
+    )
+    def evidence_report_page(cycle_id: str, page: str) -> str:
+        return page_of(_report(cycle_id), page, REPORT_PAGE)
+
+    def _report(cycle_id: str) -> str:
         from mcp_infra.faces import evidence_cli
         from mcp_infra.state.evidence import bundle_path
 
@@ -699,14 +763,88 @@ def _add_resources(server: MCPServer, home: Home) -> None:
             raise ResourceNotFoundError(str(exc)) from exc
         return evidence_cli.current_report(home, bundle).read_text(encoding="utf-8")
 
-    def _evidence_summary(cycle_id: str) -> str:
+    def _summary_view(cycle_id: str) -> app.EvidenceView:
         if not re.fullmatch(CYCLE_ID, cycle_id):
             raise ResourceNotFoundError("not a cycle id")
         try:
-            view = app.evidence_view(home, cycle_id, "summary")
+            return app.evidence_view(home, cycle_id, "summary")
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
-        return _json(view.model_dump(mode="json", exclude_none=True))
+
+
+def completions(home: Home, name: str, prefix: str) -> list[str]:
+    """Values for a template variable that begin with ``prefix``: candidate ids, manifest ids,
+    cycle ids newest first (after `latest`), pages."""
+    from mcp_infra.state.evidence import LATEST, list_cycles
+
+    if name == "candidate_id":
+        manifests = load_registry(extra=home.user_registry).values()
+        values = [f"{m.id}:{v.id}" for m in manifests for v in m.variants]
+    elif name == "manifest_id":
+        values = list(load_registry(extra=home.user_registry))
+    elif name == "cycle_id":
+        values = [LATEST, *(c.cycle_id for c in list_cycles(home))]
+    elif name == "page":
+        values = [str(n) for n in range(1, 10)]
+    else:
+        values = []
+    return [v for v in values if v.startswith(prefix)]
+
+
+SUMMARY_PAGE = 20_000
+REPORT_PAGE = 50_000
+
+
+def pages_of(text: str, size: int) -> int:
+    return max(1, -(-len(text) // size))
+
+
+def page_of(text: str, page: str, size: int) -> str:
+    """Page ``page`` (1-based) of ``text``; a page that does not exist names how many do."""
+    count = pages_of(text, size)
+    if not page.isdigit() or not 1 <= int(page) <= count:
+        raise ResourceNotFoundError(f"no such page: pages are 1 to {count}")
+    start = (int(page) - 1) * size
+    return text[start : start + size]
+
+
+def compact_summary(view: app.EvidenceView) -> dict[str, Any]:
+    """The summary resource's default content: what a model needs to answer "what happened",
+    without every reason, cell and check (those are in the pages)."""
+    verdict = view.verdict
+    candidates = [
+        {
+            "candidate": c.candidate,
+            "decision": c.decision.value,
+            "speedup": c.speedup_estimate,
+            "interval": [c.ci_low, c.ci_high],
+            "worst_prompt": c.worst_prompt,
+            "worst_speedup": c.worst_speedup,
+            "gates": {g.gate: g.passed for g in c.gates},
+            "reason": render.plain(c.reasons[0]) if c.reasons else None,
+        }
+        for c in (verdict.candidates if verdict else [])
+    ]
+    data: dict[str, Any] = {
+        "cycle_id": view.cycle_id,
+        "summary": view.summary.model_dump(mode="json") if view.summary else None,
+        "verified": view.verified,
+        "failed_checks": view.failed_checks,
+        "verify_command": view.verify_command,
+        "heldout": view.heldout,
+        "online_check": view.online_check,
+        "selected": verdict.selected if verdict else None,
+        "candidates": candidates,
+        "table": view.table,
+        "service_impact": view.service_impact.model_dump(mode="json")
+        if view.service_impact
+        else None,
+        "cost_wall_s": view.cost.wall_s if view.cost else None,
+        "path": view.path,
+    }
+    if view.verified is False:  # the figures of a bundle that does not verify are withheld
+        data.update(candidates=[], table=None, selected=None, summary=None)
+    return {k: v for k, v in data.items() if v is not None}
 
 
 def serve(

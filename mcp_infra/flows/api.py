@@ -879,7 +879,7 @@ def evidence_view(
         summary=summary,
         path=str(bundle),
         verify_command=evidence_mod.verify_command(
-            owner, summary.cycle_id if owner else str(bundle)
+            owner, summary.cycle_id if owner else str(bundle), bundle
         ),
     )
     verdict = read_optional(CycleFiles(bundle).verdict, Verdict)

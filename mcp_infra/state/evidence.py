@@ -219,12 +219,16 @@ def verify_cached(bundle: Path, home: Home | None = None) -> Verification:
     return result
 
 
-def verify_command(home: Home | None, ref: str) -> str:
-    """The command that checks a bundle for good, key fingerprint named when the home has one."""
-    where = f"mcp-infra --home {home.root} " if home is not None else "mcp-infra "
-    fingerprint = signing.home_fingerprint(home) if home is not None else None
+def verify_command(home: Home | None, ref: str, bundle: Path | None = None) -> str:
+    """The command that checks a bundle for good: in a home, by id with the home's key
+    fingerprint named; a copy elsewhere, by path with the key beside it."""
+    if home is None:
+        beside = bundle.parent / f"{bundle.name}.pub" if bundle is not None else None
+        key = f" --key {beside}" if beside is not None and beside.is_file() else ""
+        return f"mcp-infra evidence verify {ref}{key}"
+    fingerprint = signing.home_fingerprint(home)
     pinned = f" (key fingerprint {fingerprint})" if fingerprint else ""
-    return f"{where}evidence verify {ref}{pinned}"
+    return f"mcp-infra --home {home.root} evidence verify {ref}{pinned}"
 
 
 def list_cycles(home: Home) -> list[CycleSummary]:
