@@ -81,7 +81,7 @@ async def test_invalid_plans_name_field_limit_and_nearest_ids(
         typed = await client.call_tool("propose_plan", {"plan": PLAN, "dry_run": "yes"})
         assert_refused(typed, "dry_run: must be true or false")
         extra = await client.call_tool("propose_plan", {"plan": PLAN, "force": 1})
-        assert_refused(extra, "unknown argument(s): force; allowed: dry_run, plan")
+        assert_refused(extra, "unknown argument(s): force; allowed: dry_run, follow_s, plan")
         not_json = await client.call_tool("propose_plan", {"plan": '{"hypothesis": '})
         assert_refused(not_json, "not valid JSON (line 1 column 16")
         dry = await client.call_tool(

@@ -14,6 +14,7 @@ kept running).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -21,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import anyio
+import anyio.to_thread
 import yaml
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -138,6 +141,7 @@ class EvidenceArgs(_Args):
 class ProposeArgs(_Args):
     plan: dict[str, Any] | str
     dry_run: bool = False
+    follow_s: int = Field(0, ge=0, le=3600)
 
 
 ARGUMENTS: dict[str, type[_Args]] = {
@@ -483,11 +487,22 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     if mode != "read-only":
 
         @tool(title="Propose an experiment plan", annotations=PROPOSE)
-        def propose_plan(
+        async def propose_plan(
             plan: PlanArgument,
             dry_run: Annotated[
                 bool, Field(description="true: sanitize and explain without queuing anything")
             ] = False,
+            follow_s: Annotated[
+                int,
+                Field(
+                    ge=0,
+                    le=MAX_FOLLOW_S,
+                    description="0 (default): return at once. Up to 3600: follow the cycle "
+                    "for at most this many seconds, sending MCP progress notifications (step, "
+                    "round, time left) when the call carries a progress token, and return "
+                    "once it is sealed (or when the time is up; the cycle goes on)",
+                ),
+            ] = 0,
             ctx: Context | None = None,
         ) -> Annotated[CallToolResult, app.ProposalView]:
             """Queue an experiment: 1-3 candidate ids from `registry` to measure against the live
@@ -495,7 +510,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             ["demo-tiny:draft-k4"]}. Code sanitizes the plan: unknown or non-runnable ids are
             refused with a reason, the baseline is measured first, duplicates are dropped,
             thresholds (acceptance.min_speedup_pct, acceptance.max_peak_memory_gb) are clamped
-            to the policy's range and can only be tightened, never loosened. Returns at once:
+            to the policy's range and can only be tightened, never loosened. Returns at once
+            (or, with follow_s, after following the cycle with progress notifications):
             accepted or not, plan id, the sanitized candidates and thresholds, every change
             with its reason, refused candidates, queue position, when it may run (the policy's
             maintenance window) and how to follow it. The cycle runs in a background supervisor
@@ -505,20 +521,26 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             problems naming each field and limit (and the nearest valid ids); nothing is
             queued. Fix what the problems name and call again."""
             session = ctx.request_context.session if ctx is not None else None
-            try:
-                view = app.propose(
+
+            def run() -> app.ProposalView:
+                return app.propose(
                     home,
                     plan,
                     proposed_by=client_name(session),
                     dry_run=dry_run,
                     start_supervisor=start_supervisor,
                 )
+
+            try:
+                view = await anyio.to_thread.run_sync(run)
             except BROKEN as exc:
                 raise _broken(exc) from exc
             if not view.accepted:
                 return _refusal(view)
             if mode == "autonomous" and start_supervisor and not dry_run:
                 app.ensure_watcher(home)  # restarted if it died; the plan itself runs now
+            if follow_s and not dry_run and view.plan_id:
+                view = await follow_cycle(home, view, follow_s, ctx)
             return _result(view, render.proposal_text(view))
 
     _add_resources(server, home)
@@ -582,6 +604,65 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
         return [UserMessage(render.planning_prompt(context, goal, can_propose=mode != "read-only"))]
 
     return server
+
+
+MAX_FOLLOW_S = 3600
+FOLLOW_POLL_S = 1.0
+
+
+def _fraction(cycle: app.CycleView) -> float:
+    """How far a cycle is, 0 to 1: its step among the nominal ones, and within EXPERIMENT
+    its round of the maximum and start within the round."""
+    steps = cycle.steps or len(app.NOMINAL_STATES)
+    done = (cycle.step or 1) - 1
+    where = cycle.measuring
+    if where and where.phase == "measure" and where.round and where.max_rounds:
+        starts = where.starts_in_round or 1
+        inside = ((where.round - 1) + ((where.start_in_round or 1) - 1) / starts) / where.max_rounds
+        done += min(inside, 0.99)
+    return min(done / steps, 0.99)
+
+
+async def follow_cycle(
+    home: Home, view: app.ProposalView, follow_s: int, ctx: Context | None
+) -> app.ProposalView:
+    """Follow the proposal's cycle until it is sealed or ``follow_s`` passes, sending a
+    progress notification (0..1, with the status's progress text) whenever it moves."""
+    deadline = anyio.current_time() + follow_s
+    sent, said = 0.0, ""
+
+    async def tell(progress: float, message: str) -> None:
+        nonlocal sent, said
+        if ctx is None or (progress <= sent and message == said):
+            return
+        sent, said = max(progress, sent), message
+        with contextlib.suppress(Exception):  # a client without a progress token: nothing sent
+            await ctx.report_progress(sent, 1.0, message)
+
+    while anyio.current_time() < deadline:
+        status = await anyio.to_thread.run_sync(app.status, home)
+        last = status.last_cycle
+        if last is not None and last.plan_id == view.plan_id and not status.cycle:
+            await tell(1.0, f"sealed {last.cycle_id}: {last.outcome.value}")
+            return view.model_copy(
+                update={
+                    "follow": f"cycle {last.cycle_id} sealed: {last.outcome.value}"
+                    + (f", selected {last.selected}" if last.selected else "")
+                    + f"; call `evidence` with cycle_id {last.cycle_id} for the evidence"
+                }
+            )
+        cycle = status.cycle
+        if cycle is not None and cycle.plan_id == view.plan_id:
+            await tell(_fraction(cycle), f"{cycle.cycle_id}: {cycle.progress or cycle.state}")
+        else:
+            await tell(0.0, "queued: " + (status.window_now or "waiting for the supervisor"))
+        await anyio.sleep(FOLLOW_POLL_S)
+    return view.model_copy(
+        update={
+            "follow": f"followed for {follow_s} s; the cycle goes on: call `status` for "
+            "progress and `evidence` once it is sealed"
+        }
+    )
 
 
 def _with_verification(home: Home, view: app.EvidenceView) -> app.EvidenceView:
