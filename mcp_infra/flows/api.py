@@ -368,11 +368,13 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
     where = progress(events, utcnow())
     parts = [cycle.state]
     if where.round is not None:
-        rounds = (
-            f" of {where.min_rounds} to {where.max_rounds}"
-            if where.phase == "measure" and where.min_rounds and where.max_rounds
-            else ""
-        )
+        rounds = ""
+        if where.phase == "measure" and where.min_rounds and where.max_rounds:
+            rounds = (
+                f" of {where.max_rounds}"
+                if where.min_rounds >= where.max_rounds
+                else f" of {where.min_rounds} to {where.max_rounds}"
+            )
         what = "held-out check" if where.phase == "heldout" else "round"
         parts.append(f"{what} {where.round}{rounds}" if what == "round" else what)
         update["measuring"] = where
