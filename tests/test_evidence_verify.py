@@ -174,7 +174,7 @@ def test_show_prints_the_table_of_a_bundle(
     verdict = read_model(bundle_dir / "verdict.json", Verdict)
     for candidate in verdict.candidates:
         assert candidate.candidate in out and candidate.decision.value in out
-    assert "per prompt:" in out
+    assert "per prompt (decode tok/s, baseline → candidate):" in out
     assert (
         cli.main(
             ["--home", home, "evidence", "show", str(bundle_dir), "--section", "journal", "--json"]

@@ -81,7 +81,7 @@ async def test_invalid_plans_name_field_limit_and_nearest_ids(
         typed = await client.call_tool("propose_plan", {"plan": PLAN, "dry_run": "yes"})
         assert_refused(typed, "dry_run: must be true or false")
         extra = await client.call_tool("propose_plan", {"plan": PLAN, "force": 1})
-        assert_refused(extra, "unknown argument(s): force; allowed: dry_run, plan")
+        assert_refused(extra, "unknown argument(s): force; allowed: dry_run, follow_s, plan")
         not_json = await client.call_tool("propose_plan", {"plan": '{"hypothesis": '})
         assert_refused(not_json, "not valid JSON (line 1 column 16")
         dry = await client.call_tool(
@@ -219,3 +219,29 @@ def test_home_files_and_folders_are_private(tmp_path: Path) -> None:
     loose.mkdir(mode=0o755)
     loose.chmod(0o755)
     assert _mode(Home(loose).ensure().root) == 0o700, "an existing home is made private too"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_ids_complete(bare_home: Home, anyio_backend: str, era: str) -> None:
+    """completion/complete offers candidate, manifest and cycle ids (with latest)."""
+    from mcp_types import ResourceTemplateReference
+
+    shutil.copytree(SHIPPED[0], bare_home.evidence / SHIPPED[0].name)
+    async with Client(build_server(bare_home, start_supervisor=False), mode=era) as client:
+
+        async def complete(uri: str, name: str, value: str) -> list[str]:
+            ref = ResourceTemplateReference(uri=uri)
+            result = await client.complete(ref, {"name": name, "value": value})
+            return result.completion.values
+
+        drafts = await complete("mcp-infra://candidates/{candidate_id}", "candidate_id", "demo-t")
+        assert "demo-tiny:draft-k2" in drafts and all(d.startswith("demo-t") for d in drafts)
+        cycles = await complete("mcp-infra://evidence/{cycle_id}/summary", "cycle_id", "")
+        assert cycles == ["latest", SHIPPED[0].name]
+        assert await complete("mcp-infra://manifests/{manifest_id}", "manifest_id", "qwen") == [
+            "qwen38-dflash2-v1"
+        ]
+        one = await client.read_resource("mcp-infra://candidates/demo-tiny:draft-k2")
+        assert json.loads(one.contents[0].text)["id"] == "demo-tiny:draft-k2"
+        with pytest.raises(Exception, match="nearest: demo-tiny:draft-k"):
+            await client.read_resource("mcp-infra://candidates/demo-tiny:draft-k5")

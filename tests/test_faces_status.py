@@ -9,6 +9,7 @@ writes them. The same with a real front rewriting its status file: test_live_sta
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -166,3 +167,70 @@ def test_the_digest_ignores_clocks_and_sees_meaning(bare_home: Home) -> None:
         assert change_digest(first) == change_digest(later)
         _run_cycle_events_from(bare_home, 8, 10)
         assert change_digest(app.status(bare_home)) != change_digest(first)
+
+
+async def test_a_proposal_followed_sends_progress_until_sealed(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """propose_plan with follow_s and a progress token: MCP progress notifications while the
+    cycle moves (each further than the last), and a result once the cycle is sealed. The cycle
+    is written by the cycle's own Journal and sealing (tests/synthetic_bundle.py), as a
+    supervisor would, in a thread beside the session."""
+    import threading
+
+    from conftest import make_home
+    from synthetic_bundle import baseline_run, greedy_ids, prompts, seal, timing
+
+    from mcp_infra.contracts import CandidateRun
+    from mcp_infra.demo.models import build_demo_models
+    from mcp_infra.state.store import read_model
+
+    home = make_home(tmp_path / "home", build_demo_models(tmp_path / "models"))
+    server = build_server(home, start_supervisor=False)
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress / (total or 1.0), message))
+
+    def supervisor() -> None:
+        """Waits for the queued plan, journals part of a cycle, then seals the plan."""
+        while not home.queued():
+            time.sleep(0.05)
+        plan = read_model(home.queued()[0], FrozenPlan)
+        with home.supervisor_lock():
+            journal = Journal(home, CYCLE)
+            for event in shipped_journal()[:12]:
+                fields = dict(event.fields)
+                if event.state == CycleState.QUEUED:
+                    fields["plan_id"] = plan.plan_id
+                journal(event.state, event.message, **fields)
+                time.sleep(0.35)
+            home.current_file.unlink()
+            ids = {pid: list(range(1, 17)) for pid in prompts(plan)}
+            run = CandidateRun(
+                candidate="demo-tiny:draft-k2",
+                samples=timing("demo-tiny:draft-k2", plan, 9.0),
+                greedy=greedy_ids("demo-tiny:draft-k2", plan, ids),
+                peak_memory_gb=0.3,
+            )
+            seal(home, plan, baseline_run(plan, greedy_ids("baseline", plan, ids)), [run])
+            for entry in home.queued():
+                home.retire(entry)
+            home.current_file.unlink(missing_ok=True)
+
+    worker = threading.Thread(target=supervisor, daemon=True)
+    worker.start()
+    async with Client(server, mode="legacy") as client:
+        plan = {"hypothesis": "a 2-token drafter is faster", "candidates": ["demo-tiny:draft-k2"]}
+        with anyio.fail_after(120):
+            result = await client.call_tool(
+                "propose_plan", {"plan": plan, "follow_s": 90}, progress_callback=on_progress
+            )
+    worker.join(timeout=30)
+    view = result.structured_content
+    assert not result.is_error and view["accepted"], view
+    assert "sealed: kept_baseline" in view["follow"], view["follow"]
+    fractions = [f for f, _ in seen]
+    assert len(seen) >= 4 and fractions == sorted(fractions), seen
+    assert fractions[-1] == 1.0 and seen[-1][1] and "sealed" in seen[-1][1]
+    assert any(m and "round 1 of 2 to 4" in m for _, m in seen), seen

@@ -117,3 +117,58 @@ def test_global_options_before_or_after_the_subcommand() -> None:
     assert parse(["gate", "list", "--home", "/z"]).home == "/z"
     assert parse(["--home", "/a", "status"]).home == "/a"
     assert parse(["status"]).home is None
+
+
+@pytest.mark.slow
+def test_sdist_and_wheel_say_what_they_are(tmp_path: Path) -> None:
+    """`python -m build` (isolated, as a release would) and `twine check`: the licence text in
+    both, an SPDX expression, classifiers, bounded MLX runtimes behind platform markers, and an
+    sdist that carries what the test suite reads (its YAML, the shipped folders, the docs)."""
+    import sys
+    import tarfile
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "build", "-o", str(tmp_path), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    [sdist] = tmp_path.glob("mcp_infra-*.tar.gz")
+    [wheel] = tmp_path.glob("mcp_infra-*.whl")
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        [meta] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(meta).decode()
+        [licence] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert archive.read(licence) == (REPO / "LICENSE").read_bytes()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Classifier: Operating System :: POSIX :: Linux" in metadata
+    assert "License ::" not in metadata, "an SPDX expression, not a licence classifier"
+    mlx_lm = next(
+        line for line in metadata.splitlines() if line.startswith("Requires-Dist: mlx-lm")
+    )
+    assert "==" in mlx_lm or "<" in mlx_lm, "bounded above"
+    assert 'platform_machine == "arm64"' in mlx_lm, "left out where MLX has no build"
+    with tarfile.open(sdist) as archive:
+        root = archive.getnames()[0].split("/")[0]
+        inside = {n.removeprefix(root + "/") for n in archive.getnames()}
+    wanted = {
+        str(path.relative_to(REPO))
+        for folder in ("tests", "registry", "policy", "evidence", "docs", "benchmarks")
+        for path in (REPO / folder).rglob("*")
+        if path.is_file()
+        and not {"__pycache__", ".hypothesis"} & set(path.parts)
+        and path.suffix != ".pyc"
+    }
+    missing = sorted(wanted - inside)
+    assert not missing, f"the sdist lacks {missing[:10]}"
+    assert {"LICENSE", "README.md", "pyproject.toml"} <= inside
+    assert not any("__pycache__" in n for n in inside)

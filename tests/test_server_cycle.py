@@ -86,7 +86,10 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
     assert cycle["cycle_id"].startswith("c-") and cycle["plan_id"] == seen["plan_id"]
     # rounds measure the baseline recipe and the candidate in fresh starts, in alternating order
     assert cycle["candidate"] in {"baseline", "demo-tiny:draft-k2"} and cycle["total"] == 2
-    assert cycle["step"] == 6 and cycle["steps"] == 11 and " of 2)" in cycle["progress"]
+    assert (
+        cycle["step"] == 6 and cycle["steps"] == 11 and " of 2 in this round)" in cycle["progress"]
+    )
+    assert "round " in cycle["progress"] and cycle["measuring"]["max_rounds"] == 2
     assert cycle["expected_downtime_s"] == 0 and "ports of their own" in cycle["downtime_note"]
     assert cycle["started_at"] and cycle["elapsed_s"] >= 0
     live = seen["status"]["service"]
@@ -152,9 +155,12 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
         assert latest["cycle_id"] == summary.cycle_id
         prompt = (await client.get_prompt("propose_acceleration_plan", {})).messages[0]
         body = prompt.content.text
-        assert f"Cycle {summary.cycle_id} measured" in body and "median decode" in body
+        assert f"Cycle {summary.cycle_id} measured" in body and "tok/s, TTFT p50" in body
         assert f"- {summary.cycle_id}: {summary.outcome.value}" in body
-        assert f"past {summary.cycle_id}: " in body
+        if summary.outcome.value == "promoted":  # the live recipe now: not offered again
+            assert "- demo-tiny:draft-k2: it is the live recipe" in body
+        else:
+            assert f"past {summary.cycle_id}: " in body
 
         after = (await client.call_tool("status", {})).structured_content
         assert after["cycle"] is None and after["queue"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -589,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     home = Home(args.home)
     try:
         return int(COMMANDS[args.command](home, args))
+    except BrokenPipeError:  # the reader (`| head`) stopped reading: stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         return report_error("interrupted", ExitCode.INTERRUPTED, as_json)
     except Exception as exc:

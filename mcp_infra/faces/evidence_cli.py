@@ -75,6 +75,25 @@ def write_report(
     return target
 
 
+def current_report(home: Home, bundle: Path) -> Path:
+    """The home's report of a bundle, rewritten only when it is older than a file it depends
+    on (the bundle's files, the home's keys and chain head): reading the summary or the
+    report resource again costs no rendering."""
+    from mcp_infra.state import signing
+
+    target = report_path(home, bundle.name)
+    try:
+        made = target.stat().st_mtime_ns
+    except OSError:
+        made = -1
+    inputs = [p for p in bundle.rglob("*") if p.is_file()]
+    inputs += [p for p in signing.keys_dir(home).glob("*") if p.is_file()]
+    newest = max((max(p.stat().st_mtime_ns, p.stat().st_ctime_ns) for p in inputs), default=0)
+    if made > newest:
+        return target
+    return write_report(home, bundle)
+
+
 def cmd_report(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
     try:

@@ -14,6 +14,7 @@ kept running).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -21,13 +22,22 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import anyio
+import anyio.to_thread
 import yaml
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.prompts.base import UserMessage
-from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    Completion,
+    ResourceTemplateReference,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from mcp_infra import __version__
@@ -131,6 +141,7 @@ class EvidenceArgs(_Args):
 class ProposeArgs(_Args):
     plan: dict[str, Any] | str
     dry_run: bool = False
+    follow_s: int = Field(0, ge=0, le=3600)
 
 
 ARGUMENTS: dict[str, type[_Args]] = {
@@ -476,11 +487,22 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     if mode != "read-only":
 
         @tool(title="Propose an experiment plan", annotations=PROPOSE)
-        def propose_plan(
+        async def propose_plan(
             plan: PlanArgument,
             dry_run: Annotated[
                 bool, Field(description="true: sanitize and explain without queuing anything")
             ] = False,
+            follow_s: Annotated[
+                int,
+                Field(
+                    ge=0,
+                    le=MAX_FOLLOW_S,
+                    description="0 (default): return at once. Up to 3600: follow the cycle "
+                    "for at most this many seconds, sending MCP progress notifications (step, "
+                    "round, time left) when the call carries a progress token, and return "
+                    "once it is sealed (or when the time is up; the cycle goes on)",
+                ),
+            ] = 0,
             ctx: Context | None = None,
         ) -> Annotated[CallToolResult, app.ProposalView]:
             """Queue an experiment: 1-3 candidate ids from `registry` to measure against the live
@@ -488,7 +510,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             ["demo-tiny:draft-k4"]}. Code sanitizes the plan: unknown or non-runnable ids are
             refused with a reason, the baseline is measured first, duplicates are dropped,
             thresholds (acceptance.min_speedup_pct, acceptance.max_peak_memory_gb) are clamped
-            to the policy's range and can only be tightened, never loosened. Returns at once:
+            to the policy's range and can only be tightened, never loosened. Returns at once
+            (or, with follow_s, after following the cycle with progress notifications):
             accepted or not, plan id, the sanitized candidates and thresholds, every change
             with its reason, refused candidates, queue position, when it may run (the policy's
             maintenance window) and how to follow it. The cycle runs in a background supervisor
@@ -498,20 +521,26 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             problems naming each field and limit (and the nearest valid ids); nothing is
             queued. Fix what the problems name and call again."""
             session = ctx.request_context.session if ctx is not None else None
-            try:
-                view = app.propose(
+
+            def run() -> app.ProposalView:
+                return app.propose(
                     home,
                     plan,
                     proposed_by=client_name(session),
                     dry_run=dry_run,
                     start_supervisor=start_supervisor,
                 )
+
+            try:
+                view = await anyio.to_thread.run_sync(run)
             except BROKEN as exc:
                 raise _broken(exc) from exc
             if not view.accepted:
                 return _refusal(view)
             if mode == "autonomous" and start_supervisor and not dry_run:
                 app.ensure_watcher(home)  # restarted if it died; the plan itself runs now
+            if follow_s and not dry_run and view.plan_id:
+                view = await follow_cycle(home, view, follow_s, ctx)
             return _result(view, render.proposal_text(view))
 
     _add_resources(server, home)
@@ -577,19 +606,75 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     return server
 
 
-def _with_verification(home: Home, view: app.EvidenceView) -> app.EvidenceView:
-    """Add every check of `evidence verify` and the HTML report (path and resource URI)."""
-    from mcp_infra.faces import evidence_cli
-    from mcp_infra.state import evidence as evidence_mod
+MAX_FOLLOW_S = 3600
+FOLLOW_POLL_S = 1.0
 
-    bundle = Path(view.path or "")
-    result = evidence_mod.verify(bundle, home=home)
-    report = evidence_cli.write_report(home, bundle)
+
+def _fraction(cycle: app.CycleView) -> float:
+    """How far a cycle is, 0 to 1: its step among the nominal ones, and within EXPERIMENT
+    its round of the maximum and start within the round."""
+    steps = cycle.steps or len(app.NOMINAL_STATES)
+    done = (cycle.step or 1) - 1
+    where = cycle.measuring
+    if where and where.phase == "measure" and where.round and where.max_rounds:
+        starts = where.starts_in_round or 1
+        inside = ((where.round - 1) + ((where.start_in_round or 1) - 1) / starts) / where.max_rounds
+        done += min(inside, 0.99)
+    return min(done / steps, 0.99)
+
+
+async def follow_cycle(
+    home: Home, view: app.ProposalView, follow_s: int, ctx: Context | None
+) -> app.ProposalView:
+    """Follow the proposal's cycle until it is sealed or ``follow_s`` passes, sending a
+    progress notification (0..1, with the status's progress text) whenever it moves."""
+    deadline = anyio.current_time() + follow_s
+    sent, said = 0.0, ""
+
+    async def tell(progress: float, message: str) -> None:
+        nonlocal sent, said
+        if ctx is None or (progress <= sent and message == said):
+            return
+        sent, said = max(progress, sent), message
+        with contextlib.suppress(Exception):  # a client without a progress token: nothing sent
+            await ctx.report_progress(sent, 1.0, message)
+
+    while anyio.current_time() < deadline:
+        status = await anyio.to_thread.run_sync(app.status, home)
+        last = status.last_cycle
+        if last is not None and last.plan_id == view.plan_id and not status.cycle:
+            await tell(1.0, f"sealed {last.cycle_id}: {last.outcome.value}")
+            return view.model_copy(
+                update={
+                    "follow": f"cycle {last.cycle_id} sealed: {last.outcome.value}"
+                    + (f", selected {last.selected}" if last.selected else "")
+                    + f"; call `evidence` with cycle_id {last.cycle_id} for the evidence"
+                }
+            )
+        cycle = status.cycle
+        if cycle is not None and cycle.plan_id == view.plan_id:
+            await tell(_fraction(cycle), f"{cycle.cycle_id}: {cycle.progress or cycle.state}")
+        else:
+            await tell(0.0, "queued: " + (status.window_now or "waiting for the supervisor"))
+        await anyio.sleep(FOLLOW_POLL_S)
     return view.model_copy(
         update={
-            "verified": result.ok,
-            "failed_checks": result.failed,
-            "checks": result.checks,
+            "follow": f"followed for {follow_s} s; the cycle goes on: call `status` for "
+            "progress and `evidence` once it is sealed"
+        }
+    )
+
+
+def _with_verification(home: Home, view: app.EvidenceView) -> app.EvidenceView:
+    """Add the HTML report (path and resource URI); the view already carries every check of
+    `evidence verify` (cached while the bundle's files are unchanged)."""
+    from mcp_infra.faces import evidence_cli
+
+    if not view.path:
+        return view
+    report = evidence_cli.current_report(home, Path(view.path))
+    return view.model_copy(
+        update={
             "report_path": str(report),
             "report_uri": f"{URI}evidence/{view.cycle_id}/report",
         }
@@ -661,6 +746,28 @@ def _add_resources(server: MCPServer, home: Home) -> None:
 
         return read
 
+    @server.resource(
+        f"{URI}candidates/{{candidate_id}}",
+        name="candidate",
+        title="One candidate",
+        mime_type="application/json",
+        description="One registry candidate (manifest:variant) as the registry tool shows it: "
+        "class, semantics, knobs, every preflight check here, what past cycles decided. "
+        "Candidate ids complete (completion/complete).",
+    )
+    def candidate_resource(candidate_id: str) -> str:
+        view = app.registry_view(home, candidate_id)
+        if not view.candidates:
+            raise ResourceNotFoundError(app.unknown_candidate(home, candidate_id))
+        return _json(view.candidates[0].model_dump(mode="json"))
+
+    @server.completion()
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion | None:
+        """Candidate, manifest and cycle ids (with `latest`) for the resource templates."""
+        if not isinstance(ref, ResourceTemplateReference):
+            return None
+        return Completion(values=completions(home, argument.name, argument.value)[:100])
+
     for manifest_id in known:  # listed by resources/list; the template serves later additions
         server.resource(
             f"{URI}manifests/{manifest_id}",
@@ -675,11 +782,31 @@ def _add_resources(server: MCPServer, home: Home) -> None:
         name="evidence-summary",
         title="Cycle evidence summary",
         mime_type="application/json",
-        description="A sealed cycle's summary, verdict and per-prompt table; "
+        description="A sealed cycle's summary, compact: outcome, verification and the "
+        "verify command, held-out confirmation and online check, each candidate's decision "
+        "and figures, the per-prompt table, service impact and cost. The whole view (every "
+        "reason, cell and check) is in pages of at most 20,000 characters: "
+        "mcp-infra://evidence/{cycle_id}/summary/1, /2, … (`pages` here says how many). "
         "cycle_id 'latest' names the newest sealed cycle.",
     )
     def evidence_resource(cycle_id: str) -> str:
-        return _evidence_summary(cycle_id)
+        view = _summary_view(cycle_id)
+        full = _json(view.model_dump(mode="json", exclude_none=True))
+        compact = compact_summary(view)
+        compact["pages"] = pages_of(full, SUMMARY_PAGE)
+        return _json(compact)
+
+    @server.resource(
+        f"{URI}evidence/{{cycle_id}}/summary/{{page}}",
+        name="evidence-summary-page",
+        title="Cycle evidence summary, one page",
+        mime_type="text/plain",
+        description="One page (at most 20,000 characters) of a sealed cycle's whole summary "
+        "view as JSON text; concatenated in order, the pages are that JSON document.",
+    )
+    def evidence_summary_page(cycle_id: str, page: str) -> str:
+        view = _summary_view(cycle_id)
+        return page_of(_json(view.model_dump(mode="json", exclude_none=True)), page, SUMMARY_PAGE)
 
     @server.resource(
         f"{URI}evidence/{{cycle_id}}/report",
@@ -688,9 +815,24 @@ def _add_resources(server: MCPServer, home: Home) -> None:
         mime_type="text/html",
         description="A sealed cycle's report as one self-contained HTML page (no "
         "network fetch): the decision, speedup charts with intervals, gates, cost, "
-        "environment and verification.",
+        "environment and verification. Large (charts inline): read it in pages of at most "
+        "50,000 characters at mcp-infra://evidence/{cycle_id}/report/1, /2, …",
     )
     def evidence_report(cycle_id: str) -> str:
+        return _report(cycle_id)
+
+    @server.resource(
+        f"{URI}evidence/{{cycle_id}}/report/{{page}}",
+        name="evidence-report-page",
+        title="Cycle evidence report, one page",
+        mime_type="text/plain",
+        description="One page (at most 50,000 characters) of the report's HTML; "
+        "concatenated in order, the pages are the page.",
+    )
+    def evidence_report_page(cycle_id: str, page: str) -> str:
+        return page_of(_report(cycle_id), page, REPORT_PAGE)
+
+    def _report(cycle_id: str) -> str:
         from mcp_infra.faces import evidence_cli
         from mcp_infra.state.evidence import bundle_path
 
@@ -700,16 +842,90 @@ def _add_resources(server: MCPServer, home: Home) -> None:
             bundle = bundle_path(home, cycle_id)
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
-        return evidence_cli.write_report(home, bundle).read_text(encoding="utf-8")
+        return evidence_cli.current_report(home, bundle).read_text(encoding="utf-8")
 
-    def _evidence_summary(cycle_id: str) -> str:
+    def _summary_view(cycle_id: str) -> app.EvidenceView:
         if not re.fullmatch(CYCLE_ID, cycle_id):
             raise ResourceNotFoundError("not a cycle id")
         try:
-            view = app.evidence_view(home, cycle_id, "summary")
+            return app.evidence_view(home, cycle_id, "summary")
         except FileNotFoundError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
-        return _json(view.model_dump(mode="json", exclude_none=True))
+
+
+def completions(home: Home, name: str, prefix: str) -> list[str]:
+    """Values for a template variable that begin with ``prefix``: candidate ids, manifest ids,
+    cycle ids newest first (after `latest`), pages."""
+    from mcp_infra.state.evidence import LATEST, list_cycles
+
+    if name == "candidate_id":
+        manifests = load_registry(extra=home.user_registry).values()
+        values = [f"{m.id}:{v.id}" for m in manifests for v in m.variants]
+    elif name == "manifest_id":
+        values = list(load_registry(extra=home.user_registry))
+    elif name == "cycle_id":
+        values = [LATEST, *(c.cycle_id for c in list_cycles(home))]
+    elif name == "page":
+        values = [str(n) for n in range(1, 10)]
+    else:
+        values = []
+    return [v for v in values if v.startswith(prefix)]
+
+
+SUMMARY_PAGE = 20_000
+REPORT_PAGE = 50_000
+
+
+def pages_of(text: str, size: int) -> int:
+    return max(1, -(-len(text) // size))
+
+
+def page_of(text: str, page: str, size: int) -> str:
+    """Page ``page`` (1-based) of ``text``; a page that does not exist names how many do."""
+    count = pages_of(text, size)
+    if not page.isdigit() or not 1 <= int(page) <= count:
+        raise ResourceNotFoundError(f"no such page: pages are 1 to {count}")
+    start = (int(page) - 1) * size
+    return text[start : start + size]
+
+
+def compact_summary(view: app.EvidenceView) -> dict[str, Any]:
+    """The summary resource's default content: what a model needs to answer "what happened",
+    without every reason, cell and check (those are in the pages)."""
+    verdict = view.verdict
+    candidates = [
+        {
+            "candidate": c.candidate,
+            "decision": c.decision.value,
+            "speedup": c.speedup_estimate,
+            "interval": [c.ci_low, c.ci_high],
+            "worst_prompt": c.worst_prompt,
+            "worst_speedup": c.worst_speedup,
+            "gates": {g.gate: g.passed for g in c.gates},
+            "reason": render.plain(c.reasons[0]) if c.reasons else None,
+        }
+        for c in (verdict.candidates if verdict else [])
+    ]
+    data: dict[str, Any] = {
+        "cycle_id": view.cycle_id,
+        "summary": view.summary.model_dump(mode="json") if view.summary else None,
+        "verified": view.verified,
+        "failed_checks": view.failed_checks,
+        "verify_command": view.verify_command,
+        "heldout": view.heldout,
+        "online_check": view.online_check,
+        "selected": verdict.selected if verdict else None,
+        "candidates": candidates,
+        "table": view.table,
+        "service_impact": view.service_impact.model_dump(mode="json")
+        if view.service_impact
+        else None,
+        "cost_wall_s": view.cost.wall_s if view.cost else None,
+        "path": view.path,
+    }
+    if view.verified is False:  # the figures of a bundle that does not verify are withheld
+        data.update(candidates=[], table=None, selected=None, summary=None)
+    return {k: v for k, v in data.items() if v is not None}
 
 
 def serve(

@@ -8,6 +8,7 @@ that only sees text, and bounded in size. The planning prompt and the demo's tab
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from mcp_infra.contracts import CycleCost, CycleSummary
@@ -72,12 +73,20 @@ def status_text(view: app.StatusView) -> str:
         lines.append(f"Evidence signing key (Ed25519) fingerprint: {view.evidence_key}.")
     if view.last_cycle:
         lc = view.last_cycle
-        lines.append(
-            f"Last cycle {lc.cycle_id}: {lc.outcome.value}"
-            + (f", selected {lc.selected}" if lc.selected else "")
-            + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else "")
-            + f" — {lc.reason}"
-        )
+        if view.last_cycle_verified is False:
+            lines.append(
+                f"Last cycle {lc.cycle_id}: its bundle DOES NOT VERIFY "
+                f"({view.last_cycle_problem}); its outcome and figures are not shown."
+            )
+        else:
+            lines.append(
+                f"Last cycle {lc.cycle_id}: {lc.outcome.value}"
+                + (f", selected {lc.selected}" if lc.selected else "")
+                + (f" ({lc.speedup_pct:+.1f}%)" if lc.speedup_pct is not None else "")
+                + f" — {lc.reason} (bundle verified: hashes and signature)"
+            )
+        if view.verify_command:
+            lines.append(f"Check it for good: {view.verify_command}.")
     else:
         lines.append("No sealed cycle yet.")
     window = view.window or {}
@@ -102,27 +111,50 @@ def status_text(view: app.StatusView) -> str:
 
 
 def registry_text(view: app.RegistryView) -> str:
+    """One line per candidate; a preflight failure shared by every variant of a manifest is
+    stated once for the manifest, not once per variant."""
     lines = [f"{len(view.candidates)} candidate(s); live recipe: {view.live_recipe or 'none'}."]
+    by_manifest: dict[str, list[app.CandidateView]] = {}
     for c in view.candidates:
-        verdict = "passes preflight" if c.preflight_passed else "FAILS preflight"
-        auto = "" if c.auto_promote else "; not auto-promoted by policy"
-        lines.append(
-            f"- {c.id}: {c.title}. {c.candidate_class}, {c.semantics}, "
-            f"knobs {app.knobs_text(c.knobs)}; {verdict}{auto}."
-        )
-        for check in c.checks:
-            if not check.passed:
-                lines.append(f"    fails {check.name}: {check.detail}")
-        for item in c.learned[-3:]:
-            reason = f": {item.reasons[0]}" if item.reasons else ""
-            changed = "" if item.current else " (since then something changed)"
+        by_manifest.setdefault(c.id.split(":", 1)[0], []).append(c)
+    for manifest, group in by_manifest.items():
+        failing = [
+            {_generic(f"{k.name}: {k.detail}", c.id) for k in c.checks if not k.passed}
+            for c in group
+        ]
+        shared = set.intersection(*failing) if len(group) > 1 and failing else set()
+        if shared:
+            ids = ", ".join(c.id.split(":", 1)[1] for c in group)
+            lines.append(f"{manifest} ({len(group)} variants: {ids}) all fail preflight:")
+            lines += [
+                f"    fails {line.replace('{id}', manifest + ':VARIANT')}"
+                for line in sorted(shared)
+            ]
+        for c, fails in zip(group, failing, strict=True):
+            verdict = "passes preflight" if c.preflight_passed else "FAILS preflight"
+            auto = "" if c.auto_promote else "; not auto-promoted by policy"
             lines.append(
-                f"    cycle {item.cycle_id}: {item.decision} "
-                f"({fmt_pct(item.speedup_estimate)}){changed}{reason}"
+                f"- {c.id}: {c.title}. {c.candidate_class}, {c.semantics}, "
+                f"knobs {app.knobs_text(c.knobs)}; {verdict}"
+                + (" (as above)" if shared and fails == shared else "")
+                + f"{auto}."
             )
-        if c.skip:
-            lines.append(f"    skipped in plans: {c.skip}")
+            lines += [f"    fails {line.replace('{id}', c.id)}" for line in sorted(fails - shared)]
+            for item in c.learned[-3:]:
+                reason = f": {plain(item.reasons[0])}" if item.reasons else ""
+                changed = "" if item.current else " (since then something changed)"
+                lines.append(
+                    f"    cycle {item.cycle_id}: {item.decision} "
+                    f"({fmt_pct(item.speedup_estimate)}){changed}{reason}"
+                )
+            if c.skip:
+                lines.append(f"    skipped in plans: {c.skip}")
     return _bounded(lines)
+
+
+def _generic(line: str, candidate_id: str) -> str:
+    """A check's line with the candidate's own id replaced, so variants' lines compare."""
+    return line.replace(candidate_id, "{id}")
 
 
 def evidence_text(view: app.EvidenceView) -> str:
@@ -130,25 +162,47 @@ def evidence_text(view: app.EvidenceView) -> str:
         if not view.cycles:
             return "No sealed cycle yet."
         lines = [f"Sealed cycles, newest first (page {view.page} of {view.pages}):"]
+        flagged = view.not_verified or {}
         for s in view.cycles:
+            if s.cycle_id in flagged:
+                lines.append(
+                    f"- {s.cycle_id}: DOES NOT VERIFY ({flagged[s.cycle_id]}); its outcome and "
+                    "figures are withheld"
+                )
+                continue
             lines.append(
                 f"- {s.cycle_id} ({s.started_at:%Y-%m-%d %H:%M} UTC): {s.outcome.value}"
                 + (f", selected {s.selected}" if s.selected else "")
                 + (f" ({s.speedup_pct:+.1f}%)" if s.speedup_pct is not None else "")
                 + f" — {s.reason}"
             )
+        shown = len(view.cycles) - len(flagged)
+        lines.append(
+            f"{shown} of {len(view.cycles)} verified (hashes and signature)"
+            + (f"; check one for good: {view.verify_command}" if view.verify_command else "")
+            + "."
+        )
         return _bounded(lines)
-    lines = verdict_table(view).splitlines() if (view.summary or view.verdict) else []
+    if view.verified is False and view.summary:
+        lines = [
+            f"cycle {view.summary.cycle_id}: its evidence DOES NOT VERIFY; failed checks: "
+            + ", ".join(view.failed_checks or [])
+            + ". Its figures are not shown; the structured content carries them, unverified."
+        ]
+    else:
+        lines = verdict_table(view).splitlines() if (view.summary or view.verdict) else []
     if view.summary and view.summary.interrupted:
         lines.append("The cycle was interrupted, then recovered.")
-    if view.verified is not None:
-        lines.append(
-            "Evidence verifies: every check passed."
-            if view.verified
-            else "Evidence does NOT verify; failed checks: " + ", ".join(view.failed_checks or [])
-        )
+    if view.heldout:
+        lines.append(f"Held-out confirmation: {plain(view.heldout)}")
+    if view.online_check:
+        lines.append(f"Online check before the switch: {view.online_check}")
+    if view.verified:
+        lines.append("Evidence verifies: every check passed.")
+    if view.verify_command and view.section == "summary":
+        lines.append(f"Check it yourself: {view.verify_command}.")
     if view.cost is not None:
-        lines.append(cost_text(view.cost))
+        lines.append(cost_text(view.cost, service_counted=view.service_impact is not None))
     if view.report_path:
         lines.append(
             f"Report (self-contained HTML): {view.report_path} (resource {view.report_uri})."
@@ -157,7 +211,7 @@ def evidence_text(view: app.EvidenceView) -> str:
         for g in view.gates:
             lines.append(
                 f"- {g['candidate']} {g['gate']}: {'passed' if g['passed'] else 'FAILED'}"
-                f" — {g['detail']}"
+                f" — {divergences_once(g['detail'], cap=None)}"
             )
     if view.plan is not None:
         p = view.plan
@@ -223,6 +277,82 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# ---------------------------------------------------------------------------------------------
+# Plain words for the statistics, and each divergence stated once. The selector's reasons are
+# recorded in the verdict as they are (section=verdict shows them, and `evidence verify`
+# recomputes them); these texts say the same in words a reader does not have to decode. The
+# method: README, "How the statistics decide".
+# ---------------------------------------------------------------------------------------------
+
+METHOD = "how these figures are decided: README, section 'How the statistics decide'"
+
+_SPEED = re.compile(
+    r"speedup (?P<e>\d+\.\d+x) \((?P<level>\d+(?:\.\d+)?%) interval"
+    r"(?:, (?P<look>\d+(?:\.\d+)?%) at this look of early stopping)? "
+    r"(?P<lo>\d+\.\d+x) to (?P<hi>\d+\.\d+x)"
+    r"(?:, (?P<b>\d+) baseline and (?P<c>\d+) candidate start\(s\))?\)"
+    r"(?: against the required (?P<t>\d+\.\d+x))?"
+)
+_FLOOR = re.compile(r"A/A noise floor (\d+\.\d+x)")
+
+
+def _speed_words(m: re.Match[str]) -> str:
+    sure = m["look"] or m["level"]
+    starts = f" over {m['b']} baseline and {m['c']} candidate server start(s)" if m["b"] else ""
+    need = f"; at least {m['t']} was needed" if m["t"] else ""
+    return (
+        f"{m['e']} the baseline's speed, likely between {m['lo']} and {m['hi']} "
+        f"({sure} sure{starts}){need}"
+    )
+
+
+def plain(reason: str) -> str:
+    """A selector's reason in plain words: "speedup 1.689x (95% interval, 95.5% at this look
+    of early stopping 1.312x to 2.175x, ...)" becomes "1.689x the baseline's speed, likely
+    between 1.312x and 2.175x (95.5% sure, ...)"; the A/A noise floor becomes what the
+    baseline shows against itself; each divergence is stated once."""
+    text = _SPEED.sub(_speed_words, reason)
+    text = _FLOOR.sub(r"more than the \1 the baseline shows against itself (its noise)", text)
+    return divergences_once(text)
+
+
+_DIVERGES = re.compile(
+    r"(?P<prompt>[\w.-]+)(?P<again> \(asked again, prefix cached\))? diverges at token "
+    r"(?P<at>\d+) \(baseline [^\[]*\[(?P<b>\d+)\][^)]*vs candidate [^\[]*\[(?P<c>\d+)\][^)]*\)"
+)
+MAX_DIVERGENCES = 3
+
+
+def divergences_once(text: str, cap: int | None = MAX_DIVERGENCES) -> str:
+    """A greedy output asked again that diverges where it did the first time is one
+    divergence ("…, the same when asked again"); past ``cap``, the rest are counted."""
+    parts = text.split("; ")
+    out: list[str] = []
+    seen: dict[tuple[str, str, str, str], int] = {}
+    shown = hidden = 0
+    for part in parts:
+        m = _DIVERGES.fullmatch(part.rstrip("."))
+        if m is None:
+            out.append(part)
+            continue
+        key = (m["prompt"], m["at"], m["b"], m["c"])
+        if m["again"] and key in seen:
+            if seen[key] >= 0:
+                out[seen[key]] += ", the same when asked again"
+            continue
+        if cap is not None and shown >= cap:
+            hidden += 1
+            seen[key] = -1
+            continue
+        seen[key] = len(out)
+        out.append(part.rstrip("."))
+        shown += 1
+    if hidden:
+        out.append(f"and {hidden} more divergence(s) (section=gates lists them)")
+    joined = "; ".join(out)
+    return joined if joined.endswith(".") or not text.endswith(".") else joined + "."
+
+
 def verdict_table(view: app.EvidenceView) -> str:
     """Per candidate: decode tok/s, speedup with interval, gates, decision."""
     verdict = view.verdict
@@ -232,18 +362,13 @@ def verdict_table(view: app.EvidenceView) -> str:
         lines.append(
             f"cycle {s.cycle_id}: {s.outcome.value}"
             + (f", selected {s.selected}" if s.selected else "")
-            + f" — {s.reason}"
+            + f" — {plain(s.reason)}"
         )
     if (impact := getattr(view, "service_impact", None)) is not None:
-        lines.append(
-            f"service: {impact.mode} mode, expected downtime {impact.expected_downtime_s:.0f} s; "
-            f"unserved {impact.unserved_s if impact.unserved_s is not None else '?'} s, "
-            f"{impact.live_requests if impact.live_requests is not None else '?'} live requests, "
-            f"{impact.requests_held if impact.requests_held is not None else '?'} held (longest "
-            f"{impact.longest_hold_s if impact.longest_hold_s is not None else '?'} s), "
-            f"{impact.rejected_503 if impact.rejected_503 is not None else '?'} answered 503"
-        )
+        lines.append(service_text(impact))
     if verdict is None:
+        if view.table:
+            lines += table_rows(view.table)
         return "\n".join(lines)
     # The interval's confidence is the plan's, adjusted per look of early stopping: each
     # candidate's first reason states it, so the header does not.
@@ -267,15 +392,50 @@ def verdict_table(view: app.EvidenceView) -> str:
             f"{gates:24} {c.decision.value}"
         )
         for reason in c.reasons[:3]:
-            lines.append(f"    {reason}")
+            lines.append(f"    {plain(reason)}")
     if view.table:
-        lines.append("per prompt:")
-        for row in view.table:
-            lines.append(
-                f"    {row['candidate']:26} {row['prompt']:16} {row['baseline_tps']:8.1f} "
-                f"→ {row['candidate_tps']:8.1f} tok/s  x{row['speedup']:.3f}"
-            )
+        lines += table_rows(view.table)
+    lines.append(f"({METHOD})")
     return "\n".join(lines)
+
+
+def table_rows(table: list[dict[str, Any]]) -> list[str]:
+    """The per-prompt decode table, every row (section=table shows this and nothing else)."""
+    lines = ["per prompt (decode tok/s, baseline → candidate):"]
+    for row in table:
+        lines.append(
+            f"    {row['candidate']:26} {row['prompt']:20} {row['baseline_tps']:8.1f} "
+            f"→ {row['candidate_tps']:8.1f}  x{row['speedup']:.3f}"
+        )
+    return lines
+
+
+def service_text(impact: Any) -> str:
+    """What the stable endpoint's clients saw, in one line: the one downtime figure of a cycle
+    (the front counts every request, so it is what clients saw; restart windows are not)."""
+
+    def known(value: Any, unit: str = "") -> str:
+        return f"{value}{unit}" if value is not None else "not counted"
+
+    return (
+        f"service during the cycle ({impact.mode} mode): time the stable port did not serve "
+        f"{known(impact.unserved_s, ' s')}; {known(impact.live_requests)} client request(s), "
+        f"{known(impact.requests_held)} held (longest {known(impact.longest_hold_s, ' s')}), "
+        f"{known(impact.rejected_503)} answered 503"
+    )
+
+
+def plan_example(context: PlanningContext) -> dict[str, Any] | None:
+    """A plan that parses as it is (the prompt shows it verbatim), naming the first proposable
+    candidate no past cycle tried (else the first proposable one)."""
+    if not context.runnable:
+        return None
+    untried = [c for c in context.runnable if not c.history]
+    first = (untried or context.runnable)[0]
+    return {
+        "hypothesis": f"{first.id} ({first.title}) decodes faster than the live recipe here",
+        "candidates": [first.id],
+    }
 
 
 def planning_prompt(
@@ -295,24 +455,29 @@ def planning_prompt(
         + ".",
         f"Live recipe: {context.live_recipe} at {context.endpoint}.",
         "",
-        "## Candidates you may propose (they pass preflight here)",
+        "## Candidates you may propose (each passes preflight here and would be accepted)",
     ]
     if not context.runnable:
-        out.append("None: no candidate can run on this machine.")
+        out.append("None: no candidate can be proposed now (see below why).")
     for c in context.runnable:
         knobs = ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or "defaults"
         auto = "auto-promote" if c.auto_promote else "NOT auto-promoted: a person decides"
         out.append(f"- {c.id}: {c.title} ({c.candidate_class}, {c.semantics}, {auto}; {knobs})")
-        out += [f"  past {h[:200]}" for h in c.history]
+        out += [f"  past {h}" for h in c.history]
     if context.unavailable:
-        out += ["", "## Not runnable here (do not propose)"]
+        out += ["", "## Not proposable now (a plan naming one is refused)"]
         groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         for u in context.unavailable:
             manifest, _, variant = u.id.partition(":")
             groups.setdefault((manifest, tuple(u.reasons[:2])), []).append(variant)
         for (manifest, reasons), variants in groups.items():
-            out.append(f"- {manifest}:{{{','.join(variants)}}}: {'; '.join(reasons)}")
-    out += ["", "## Baseline"]
+            ids = (
+                f"{manifest}:{variants[0]}"
+                if len(variants) == 1
+                else (f"{manifest}:{{{','.join(variants)}}}")
+            )
+            out.append(f"- {ids}: {'; '.join(reasons)}")
+    out += ["", "## Live recipe's figures"]
     b = context.baseline
     if b is None:
         out.append("Not measured yet (every cycle measures the live recipe first).")
@@ -320,10 +485,16 @@ def planning_prompt(
         which = "live now" if b.is_live_recipe else "no longer live"
         out.append(
             f"Cycle {b.cycle_id} measured {b.recipe} ({which}; suite {b.suite}, "
-            f"{b.max_tokens} max tokens): median decode {b.decode_tps_median} tok/s, "
-            f"median TTFT {b.ttft_s_median} s, peak memory {b.peak_memory_gb} GB, "
-            f"{b.samples} requests, {b.errors} failed."
+            f"{b.max_tokens} max tokens; the figures of its evidence): decode "
+            f"{b.decode_tps} tok/s, TTFT p50 {b.ttft_s_p50} s, peak memory "
+            f"{b.peak_memory_gb} GB, {b.samples} requests, {b.errors} failed."
         )
+        for cell in b.cells:
+            out.append(
+                f"- {cell.request_class} requests, {cell.concurrency} at a time ({cell.role}): "
+                f"decode {cell.decode_tps} tok/s, aggregate output {cell.output_tps} tok/s, "
+                f"TTFT p50 {cell.ttft_p50_s} s, p99 {cell.ttft_p99_s} s"
+            )
         if b.per_prompt_decode_tps:
             out.append(
                 "Per prompt, decode tok/s: "
@@ -340,7 +511,7 @@ def planning_prompt(
             + (f", selected {cyc.selected}" if cyc.selected else "")
             + (f" ({cyc.speedup_pct:+.1f}%)" if cyc.speedup_pct is not None else "")
             + (" [interrupted, recovered]" if cyc.interrupted else "")
-            + f" — {cyc.reason[:160]}"
+            + f" — {cyc.reason}"
             + (f" [{decided}]" if decided else "")
         )
     out += [
@@ -357,13 +528,19 @@ def planning_prompt(
         f"{p.max_tokens} max tokens.",
         "",
         "## Your answer",
-        "Exactly one JSON object, nothing after it:",
-        '{"hypothesis": "<one line, at most 300 characters>", "candidates": ["<1 to 3 ids from '
-        'the list you may propose>"], "acceptance": {"min_speedup_pct": <number>, '
-        '"max_peak_memory_gb": <number>}, "notes": "<optional>"}',
-        "Use only listed ids; never the baseline (always measured first); omit acceptance "
-        "unless you want stricter thresholds; prefer untried or inconclusive candidates; do "
-        "not repeat one a past cycle rejected on a gate unless something changed.",
+        "Exactly one JSON object and nothing after it. Fields: hypothesis (one line, at most "
+        "300 characters), candidates (1 to 3 ids from the list you may propose), optional "
+        "acceptance {min_speedup_pct, max_peak_memory_gb} (numbers; only to be stricter than "
+        "the policy), optional notes. No other field. The full JSON schema is the MCP "
+        "resource mcp-infra://plan-schema.",
+    ]
+    example = plan_example(context)
+    if example is not None:
+        out += ["For example:", json.dumps(example)]
+    out += [
+        "Never the baseline (always measured first); prefer untried or inconclusive "
+        "candidates; do not repeat one a past cycle rejected on a gate unless something "
+        "changed.",
         "The JSON goes to this MCP server's `propose_plan` tool (dry_run=true shows how it "
         "would be sanitized)."
         if can_propose
@@ -396,14 +573,18 @@ def local_plan_text(result: LocalPlanResult) -> str:
 
 
 def cycles_text(view: app.EvidenceView) -> str:
-    """One line per sealed cycle (the CLI's `evidence list`)."""
-    return (
-        "\n".join(
-            f"{c.cycle_id}  {c.outcome.value:20} {c.selected or '-':28} {c.reason}"
-            for c in view.cycles or []
-        )
-        or "No sealed cycle yet."
-    )
+    """One line per sealed cycle (the CLI's `evidence list`); a bundle that does not verify
+    is flagged, its figures withheld."""
+    flagged = view.not_verified or {}
+    lines = [
+        f"{c.cycle_id}  DOES NOT VERIFY ({flagged[c.cycle_id]}); outcome and figures withheld"
+        if c.cycle_id in flagged
+        else f"{c.cycle_id}  {c.outcome.value:20} {c.selected or '-':28} {c.reason}"
+        for c in view.cycles or []
+    ]
+    if lines and view.verify_command:
+        lines.append(f"check one for good: {view.verify_command}")
+    return "\n".join(lines) or "No sealed cycle yet."
 
 
 def summary_line(summary: CycleSummary) -> str:
@@ -447,20 +628,32 @@ def verification_text(result: Verification) -> str:
     return "\n".join(lines)
 
 
-def cost_text(cost: CycleCost | None) -> str:
+def cost_text(cost: CycleCost | None, *, service_counted: bool = False) -> str:
+    """What the cycle cost. Servers are grouped by configuration and role (one line each, not
+    one per start); with ``service_counted`` the stable port's downtime is left to the service
+    line (one downtime figure per summary)."""
     if cost is None:
         return "cost: not recorded in this bundle"
     lines = [
         f"cost: {cost.wall_s:.1f} s wall; "
-        + ", ".join(f"{k} {v:.1f} s" for k, v in cost.phases_s.items())
+        + ", ".join(f"{k} {v:.1f} s" for k, v in cost.phases_s.items() if v >= 0.05)
     ]
     if cost.supervisor_cpu_s is not None:
         lines.append(f"    supervisor CPU {cost.supervisor_cpu_s:.1f} s")
-    for s in cost.servers:
-        peak = f", peak {s.peak_rss_gb:.2f} GB" if s.peak_rss_gb is not None else ""
-        lines.append(f"    {s.label} ({s.role}, pid {s.pid}): CPU {s.cpu_s:.1f} s{peak} — {s.note}")
-    down = f"{cost.downtime_s:.2f} s" if cost.downtime_s is not None else "unknown"
-    lines.append(f"    downtime of the stable port: {down} ({cost.downtime_source})")
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for server in cost.servers:
+        groups.setdefault((server.label, server.role), []).append(server)
+    for (label, role), servers in groups.items():
+        peaks = [s.peak_rss_gb for s in servers if s.peak_rss_gb is not None]
+        peak = f", peak {max(peaks):.2f} GB" if peaks else ""
+        starts = f"{len(servers)} start(s), " if len(servers) > 1 else ""
+        lines.append(
+            f"    {label} ({role}): {starts}CPU {sum(s.cpu_s for s in servers):.1f} s{peak}"
+            + (f" — {servers[0].note}" if len(servers) == 1 else "")
+        )
+    if not service_counted:
+        down = f"{cost.downtime_s:.2f} s" if cost.downtime_s is not None else "unknown"
+        lines.append(f"    downtime of the stable port: {down} ({cost.downtime_source})")
     lines.append(f"    bytes downloaded: {cost.bytes_downloaded} ({cost.bytes_note})")
     lines.append(
         "    energy: "

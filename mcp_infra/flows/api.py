@@ -65,6 +65,7 @@ from mcp_infra.state.store import (
     Home,
     M,
     open_append,
+    read_journal_file,
     read_optional,
     utcnow,
     write_model,
@@ -145,7 +146,20 @@ class StatusView(View):
     supervisor_running: bool = False
     cycle: CycleView | None = None
     queue: list[str] = Field(default_factory=list)
-    last_cycle: CycleSummary | None = None
+    last_cycle: CycleSummary | None = Field(
+        None,
+        description="the newest sealed cycle; its figures (selected, speedup, reason) only if "
+        "its bundle verifies (last_cycle_verified)",
+    )
+    last_cycle_verified: bool | None = Field(
+        None,
+        description="the newest bundle's files match its signed manifest (sha256 and the home "
+        "key's signature); false: its figures are withheld",
+    )
+    last_cycle_problem: str | None = Field(None, description="why it does not verify")
+    verify_command: str | None = Field(
+        None, description="the command that checks the newest bundle for good, with the key"
+    )
     policy: str | None = None
     window: dict[str, Any] | None = None
     window_now: str | None = Field(
@@ -271,6 +285,7 @@ def status(home: Home) -> StatusView:
         )
     needs = _read_or_report(home.needs_operator_file, NeedsOperatorRecord, problems)
     cycles = evidence_mod.list_cycles(home)
+    last, last_problem = checked_summary(home, cycles[0]) if cycles else (None, None)
     policy = ctx.policy
     return StatusView(
         configured=True,
@@ -280,7 +295,10 @@ def status(home: Home) -> StatusView:
         supervisor_running=sup_running,
         cycle=cycle,
         queue=queued_ids(home),
-        last_cycle=cycles[0] if cycles else None,
+        last_cycle=last,
+        last_cycle_verified=(last_problem is None) if last else None,
+        last_cycle_problem=last_problem,
+        verify_command=evidence_mod.verify_command(home, last.cycle_id) if last else None,
         policy=policy.name,
         window=policy.window.model_dump(),
         window_now=_window_text(ctx),
@@ -294,6 +312,26 @@ def status(home: Home) -> StatusView:
         evidence_key=home_fingerprint(home),
         problems=problems,
     )
+
+
+WITHHELD = "figures withheld: the bundle does not verify"
+
+
+def checked_summary(home: Home, summary: CycleSummary) -> tuple[CycleSummary, str | None]:
+    """A sealed cycle's summary as a surface may show it: unchanged if its bundle verifies
+    (``evidence.integrity``), else with its figures withheld, and the first failure."""
+    try:
+        bundle = evidence_mod.bundle_path(home, summary.cycle_id)
+    except FileNotFoundError:
+        return _withheld(summary), "the bundle is missing"
+    result = evidence_mod.integrity(bundle, home)
+    if result.ok:
+        return summary, None
+    return _withheld(summary), "; ".join(result.problems)[:300] or "does not verify"
+
+
+def _withheld(summary: CycleSummary) -> CycleSummary:
+    return summary.model_copy(update={"selected": None, "speedup_pct": None, "reason": WITHHELD})
 
 
 def queued_ids(home: Home) -> list[str]:
@@ -362,11 +400,13 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
     where = progress(events, utcnow())
     parts = [cycle.state]
     if where.round is not None:
-        rounds = (
-            f" of {where.min_rounds} to {where.max_rounds}"
-            if where.phase == "measure" and where.min_rounds and where.max_rounds
-            else ""
-        )
+        rounds = ""
+        if where.phase == "measure" and where.min_rounds and where.max_rounds:
+            rounds = (
+                f" of {where.max_rounds}"
+                if where.min_rounds >= where.max_rounds
+                else f" of {where.min_rounds} to {where.max_rounds}"
+            )
         what = "held-out check" if where.phase == "heldout" else "round"
         parts.append(f"{what} {where.round}{rounds}" if what == "round" else what)
         update["measuring"] = where
@@ -801,7 +841,23 @@ Section = Literal["summary", "table", "gates", "verdict", "journal", "plan"]
 
 
 class EvidenceView(View):
-    cycles: list[CycleSummary] | None = None
+    cycles: list[CycleSummary] | None = Field(
+        None,
+        description="sealed cycles, newest first; one whose bundle does not verify is listed "
+        "with its figures withheld and named in not_verified",
+    )
+    not_verified: dict[str, str] | None = Field(
+        None, description="cycle id → why its bundle does not verify (figures withheld)"
+    )
+    verify_command: str | None = Field(
+        None, description="the command that checks a bundle for good (CYCLE: an id or latest)"
+    )
+    heldout: str | None = Field(
+        None, description="the held-out confirmation of the selected candidate, or why none ran"
+    )
+    online_check: str | None = Field(
+        None, description="the online check of the winner before the switch, or why none ran"
+    )
     cycle_id: str | None = None
     section: str | None = None
     summary: CycleSummary | None = None
@@ -839,11 +895,30 @@ def evidence_view(
         size = max(1, min(limit, 100))
         pages = max(1, -(-len(cycles) // size))
         page = min(max(1, page), pages)
-        return EvidenceView(cycles=cycles[(page - 1) * size : page * size], page=page, pages=pages)
+        shown, flagged = [], {}
+        for summary in cycles[(page - 1) * size : page * size]:
+            checked, problem = checked_summary(home, summary)
+            shown.append(checked)
+            if problem:
+                flagged[summary.cycle_id] = problem
+        return EvidenceView(
+            cycles=shown,
+            not_verified=flagged,
+            page=page,
+            pages=pages,
+            verify_command=evidence_mod.verify_command(home, "CYCLE") if cycles else None,
+        )
     bundle = evidence_mod.bundle_path(home, cycle_id)
     summary = evidence_mod.read_model(CycleFiles(bundle).summary, CycleSummary)
+    owner = home if bundle.resolve().parent == home.evidence.resolve() else None
     view = EvidenceView(
-        cycle_id=summary.cycle_id, section=section or "summary", summary=summary, path=str(bundle)
+        cycle_id=summary.cycle_id,
+        section=section or "summary",
+        summary=summary,
+        path=str(bundle),
+        verify_command=evidence_mod.verify_command(
+            owner, summary.cycle_id if owner else str(bundle), bundle
+        ),
     )
     verdict = read_optional(CycleFiles(bundle).verdict, Verdict)
     if section in (None, "summary", "table"):
@@ -851,6 +926,9 @@ def evidence_view(
     if section in (None, "summary", "verdict"):
         view.verdict = verdict
     if section in (None, "summary"):
+        view.heldout, view.online_check = confirmations(bundle)
+        result = evidence_mod.verify_cached(bundle, owner)
+        view.verified, view.failed_checks, view.checks = result.ok, result.failed, result.checks
         view.cost = read_optional(bundle / "cost.json", CycleCost)
         try:
             view.service_impact = read_optional(bundle / "service_impact.json", ServiceImpact)
@@ -872,6 +950,35 @@ def evidence_view(
             _clip_row(r) for r in rows[(view.page - 1) * PAGE_SIZE : view.page * PAGE_SIZE]
         ]
     return view
+
+
+def confirmations(bundle: Path) -> tuple[str, str]:
+    """The held-out confirmation and the online check, as the bundle's journal records them,
+    or why each did not run: both are part of every summary (read from the journal, not from
+    summary.json, which a surface shows only once it verifies)."""
+    events = read_journal_file(CycleFiles(bundle).journal)[0]
+    held = [e for e in events if e.fields.get("step") in ("heldout-passed", "heldout-failed")]
+    online = [
+        e
+        for e in events
+        if e.state.value == "VERIFY" and e.fields.get("step") in ("passed", "failed")
+    ]
+    if held:
+        last = held[-1]
+        passed = last.fields.get("step") == "heldout-passed"
+        heldout = f"{'passed' if passed else 'FAILED'}: {last.message}"
+    else:
+        heldout = "not run: no candidate was selected on the selection prompts"
+    if online:
+        last = online[-1]
+        check = f"{'passed' if last.fields.get('step') == 'passed' else 'FAILED'}: {last.message}"
+    elif held and held[-1].fields.get("step") == "heldout-failed":
+        check = "not run: the held-out confirmation failed, so nothing was promoted"
+    elif any(e.state.value == "PROMOTE" for e in events):
+        check = "not recorded in this bundle's journal"
+    else:
+        check = "not run: nothing was promoted"
+    return heldout, check
 
 
 MAX_ROW_FIELDS = 800

@@ -121,6 +121,7 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
         bundle = evidence.bundle_path(home, cycle_id)
     except FileNotFoundError as exc:
         raise ApprovalRefused(str(exc)) from exc
+    cycle_id = bundle.name  # `latest` names the newest sealed cycle
     with cycle.supervising(home):
         cycle.recover(home)  # an interrupted cycle is finished or undone first, as at supervise
         if (home.needs_operator_file).exists():

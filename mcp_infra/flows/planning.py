@@ -4,7 +4,6 @@ what can run here, how fast the live recipe is, what past cycles found, the poli
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +13,8 @@ from mcp_infra.core.extraction import Extraction
 from mcp_infra.core.preflight import preflight
 from mcp_infra.core.units import fmt_pct
 from mcp_infra.state import evidence as evidence_mod
+from mcp_infra.state import memory
+from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.context import HomeContext
 from mcp_infra.state.store import CorruptFile, Home, read_optional
 
@@ -48,14 +49,30 @@ class UnavailableBrief(Brief):
     reasons: list[str]
 
 
+class CellFigures(Brief):
+    """The live recipe's figures in one workload cell, as the verdict computed them."""
+
+    request_class: str
+    concurrency: int
+    role: str
+    decode_tps: float | None
+    output_tps: float | None = Field(None, description="aggregate output tok/s of the cell")
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+
+
 class BaselineFigures(Brief):
+    """The live recipe's figures from the newest cycle that measured it: the same cells and
+    numbers as that cycle's evidence (its verdict), never a pool of other cells' samples."""
+
     cycle_id: str
     recipe: str
     is_live_recipe: bool
     suite: str
     max_tokens: int
-    decode_tps_median: float | None
-    ttft_s_median: float | None
+    decode_tps: float | None = Field(None, description="the headline cell's decode tok/s")
+    ttft_s_p50: float | None = None
+    cells: list[CellFigures] = Field(default_factory=list)
     per_prompt_decode_tps: dict[str, float]
     peak_memory_gb: float | None
     samples: int
@@ -117,20 +134,33 @@ def build_context(home: Home) -> PlanningContext:
     for summary in reversed(summaries[:50]):
         verdict = verdicts.get(summary.cycle_id)
         for item in verdict.candidates if verdict else []:
-            reason = item.reasons[0] if item.reasons else ""
+            reason = whole(item.reasons[0], 240) if item.reasons else ""
             speed = (
                 f" {fmt_pct(item.speedup_estimate)}" if item.speedup_estimate is not None else ""
             )
             history.setdefault(item.candidate, []).append(
-                f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"[:300]
+                f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"
             )
+    recipes = {
+        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
+        for m in manifests.values()
+        for v in m.variants
+    }
+    skip = memory.skips(home, recipes, policy, ctx.policy_hash)
     runnable, unavailable = [], []
     for manifest in manifests.values():
         for variant in manifest.variants:
             cid = f"{manifest.id}:{variant.id}"
-            check = preflight(manifest, variant, policy, facts)
+            check = preflight(manifest, variant, policy, facts, require_artifacts=True)
             if not check.passed:
                 unavailable.append(UnavailableBrief(id=cid, reasons=check.failures()[:3]))
+                continue
+            if recipes[cid].key() == live.key():
+                unavailable.append(UnavailableBrief(id=cid, reasons=["it is the live recipe"]))
+                continue
+            if cid in skip:
+                why = skip[cid] if "recipe memory" in skip[cid] else f"recipe memory: {skip[cid]}"
+                unavailable.append(UnavailableBrief(id=cid, reasons=[whole(why, 320)]))
                 continue
             cls = manifest.class_of(variant)
             runnable.append(
@@ -153,11 +183,11 @@ def build_context(home: Home) -> PlanningContext:
                 outcome=summary.outcome.value,
                 selected=summary.selected,
                 speedup_pct=summary.speedup_pct,
-                reason=summary.reason[:300],
+                reason=whole(summary.reason, 300),
                 interrupted=summary.interrupted,
                 candidates=[
                     f"{c.candidate}: {c.decision.value}"
-                    + (f" ({c.reasons[0]})"[:240] if c.reasons else "")
+                    + (f" ({whole(c.reasons[0], 200)})" if c.reasons else "")
                     for c in (verdict.candidates if verdict else [])
                 ],
             )
@@ -189,6 +219,23 @@ def build_context(home: Home) -> PlanningContext:
     )
 
 
+def whole(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut between clauses where one ends late enough,
+    else between words, never inside a word, with an ellipsis when cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    head = text[: max(limit - 2, 0)]  # room for " …"
+    for mark in (". ", "; "):
+        cut = head.rfind(mark)
+        if cut > limit // 2:
+            return head[: cut + 1].rstrip(";") + " …"
+    cut = len(head)
+    while cut > 0 and text[cut - 1].isalnum() and text[cut].isalnum():
+        cut -= 1
+    return (text[:cut].rstrip(" ,;:") + " …").lstrip()
+
+
 def plan_schema() -> dict[str, Any]:
     """The JSON schema of a plan, with no $defs (easy to embed and to read)."""
     schema = Plan.model_json_schema()
@@ -216,25 +263,41 @@ def _verdict(home: Home, cycle_id: str) -> Verdict | None:
 def _baseline_figures(
     home: Home, summaries: list[CycleSummary], live: str
 ) -> BaselineFigures | None:
-    """Figures of the recipe that serves now, from the newest cycle that measured one."""
+    """Figures of the recipe that serves now, from the newest cycle that measured it, taken
+    from that cycle's verdict (its cells and per-prompt table), as its evidence shows them."""
     for summary in summaries:
-        measured_as = (
-            summary.selected
-            if summary.outcome == Outcome.PROMOTED and summary.selected
-            else BASELINE_ID
+        promoted = summary.outcome == Outcome.PROMOTED and summary.selected
+        measured_as = summary.selected if promoted else BASELINE_ID
+        verdict = _verdict(home, summary.cycle_id)
+        if verdict is None or not verdict.candidates:
+            continue
+        side = "candidate" if promoted else "baseline"
+        source = (
+            next((c for c in verdict.candidates if c.candidate == measured_as), None)
+            if promoted
+            else verdict.candidates[0]
         )
+        if source is None:
+            continue
         try:
             run = read_optional(home.bundle_files(summary.cycle_id).run(measured_as), CandidateRun)
         except CorruptFile:
             run = None
-        if run is None or not run.samples:
-            continue
-        measured = [s for s in run.samples if s.phase == "measure"]
-        good = [s for s in measured if not s.error and s.decode_tps]
-        per_prompt: dict[str, list[float]] = {}
-        for sample in good:
-            per_prompt.setdefault(sample.prompt_id, []).append(sample.decode_tps or 0.0)
-        ttfts = [s.ttft_s for s in good if s.ttft_s is not None]
+        measured = [s for s in (run.samples if run else []) if s.phase == "measure"]
+        good = [s for s in measured if not s.error]
+        cells = [
+            CellFigures(
+                request_class=cell.request_class,
+                concurrency=cell.concurrency,
+                role=cell.role,
+                decode_tps=_round(getattr(cell, f"{side}_decode_tps"), 2),
+                output_tps=_round(getattr(cell, f"{side}_output_tps"), 2),
+                ttft_p50_s=_round(getattr(cell, f"{side}_ttft_p50_s"), 3),
+                ttft_p99_s=_round(getattr(cell, f"{side}_ttft_p99_s"), 3),
+            )
+            for cell in source.cells
+        ]
+        headline = next((c for c in source.cells if c.headline), None)
         plan = _frozen_protocol(home, summary.cycle_id)
         return BaselineFigures(
             cycle_id=summary.cycle_id,
@@ -242,18 +305,26 @@ def _baseline_figures(
             is_live_recipe=summary.active_recipe == live,
             suite=plan[0] if plan else "?",
             max_tokens=plan[1] if plan else 0,
-            decode_tps_median=(
-                round(statistics.median([s.decode_tps or 0.0 for s in good]), 2) if good else None
+            decode_tps=_round(
+                getattr(source, f"{side}_tps")
+                or (getattr(headline, f"{side}_decode_tps") if headline else None),
+                2,
             ),
-            ttft_s_median=round(statistics.median(ttfts), 3) if ttfts else None,
+            ttft_s_p50=_round(getattr(headline, f"{side}_ttft_p50_s") if headline else None, 3),
+            cells=cells,
             per_prompt_decode_tps={
-                k: round(statistics.median(v), 2) for k, v in sorted(per_prompt.items())
+                stat.prompt_id: round(getattr(stat, f"{side}_tps"), 2)
+                for stat in sorted(source.per_prompt, key=lambda x: x.prompt_id)
             },
-            peak_memory_gb=round(run.peak_memory_gb, 3) if run.peak_memory_gb else None,
+            peak_memory_gb=round(run.peak_memory_gb, 3) if run and run.peak_memory_gb else None,
             samples=len(measured),
             errors=len(measured) - len(good),
         )
     return None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
 
 
 def _frozen_protocol(home: Home, cycle_id: str) -> tuple[str, int] | None:

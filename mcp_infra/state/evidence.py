@@ -8,9 +8,10 @@ samples with the same ``selector.select`` the cycle used; both must agree.
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
-from mcp_infra.contracts import CycleCost, CycleSummary, EvidenceManifest
+from mcp_infra.contracts import CheckResult, CycleCost, CycleSummary, EvidenceManifest
 from mcp_infra.core.sanitize import nearest_text
 from mcp_infra.state import audit, sealing, signing
 from mcp_infra.state.audit import Verification, load_runs, recompute
@@ -109,6 +110,128 @@ def verify(
         owner = Home(bundle.resolve().parent.parent)  # a bundle inside a home: that home's key
         home = owner if signing.public_key_path(owner).is_file() else None
     return audit.verify(bundle, key=key, home=home, pin=pin)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification for the read surfaces (status, the cycle list, the summary), cached
+# ---------------------------------------------------------------------------------------------
+
+Stamp = tuple[tuple[str, int, int, int, int], ...]
+INTEGRITY = ("file_hashes", "signature", "statement_files")
+_lock = threading.Lock()
+_cache: dict[tuple[str, str], tuple[Stamp, Verification]] = {}
+
+
+def _stamps(paths: list[Path]) -> Stamp:
+    """Identity, size, modification and change time of each path: ``st_ctime`` moves on any
+    write or ``utime`` and cannot be set back, so a file rewritten to the same size and
+    modification time is still seen as changed."""
+    out = []
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:
+            out.append((str(path), 0, -1, 0, 0))
+            continue
+        out.append((str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return tuple(out)
+
+
+def _files(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return []
+
+
+def key_for(bundle: Path, home: Home | None) -> Path | None:
+    """The key a read surface verifies a bundle with: its home's, else the ``<id>.pub`` that
+    `evidence export` puts beside a copy (a key that is not the home's: surfaces say so)."""
+    if home is not None and signing.public_key_path(home).is_file():
+        return signing.public_key_path(home)
+    beside = bundle.parent / f"{bundle.name}.pub"
+    return beside if beside.is_file() else None
+
+
+def integrity(bundle: Path, home: Home | None = None) -> Verification:
+    """The checks a listing can afford on every call: every file's sha256 against the
+    manifest, the manifest's signature with the home's key, the signed Statement naming the
+    same files. A summary.json edited after sealing fails here (re-hashed, its signature
+    fails). Cached while no file of the bundle and no key changed."""
+    key = key_for(bundle, home)
+    stamp = _stamps([*_files(bundle), *([key] if key else [])])
+    cache_key = ("integrity", str(bundle))
+    with _lock:
+        hit = _cache.get(cache_key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    b = audit.Bundle(bundle)
+    checks = []
+    for name, run in (
+        ("file_hashes", lambda: audit.check_file_hashes(b)),
+        ("signature", lambda: audit.check_signature(b, key)),
+        ("statement_files", lambda: audit.check_statement_files(b)),
+    ):
+        try:
+            checks.append(CheckResult(name=name, status="ok", detail=run()))
+        except audit.Skipped as exc:
+            checks.append(CheckResult(name=name, status="skipped", detail=str(exc)))
+        except (
+            audit.Failed,
+            FileNotFoundError,
+            CorruptFile,
+            ValueError,
+            signing.KeyFileError,
+        ) as exc:
+            checks.append(CheckResult(name=name, status="failed", detail=str(exc)[:300]))
+    failed = [c.name for c in checks if c.status == "failed"]
+    result = Verification(
+        bundle=str(bundle),
+        hashes_ok=checks[0].status == "ok",
+        verdict_ok=True,
+        problems=[f"{c.name}: {c.detail}" for c in checks if c.status == "failed"],
+        checks=checks,
+        failed=failed,
+    )
+    with _lock:
+        _cache[cache_key] = (stamp, result)
+    return result
+
+
+def verify_cached(bundle: Path, home: Home | None = None) -> Verification:
+    """``verify`` for the read surfaces: every check, recomputed only when a file it reads
+    changed (the bundle, its siblings' manifests and signatures, the home's keys and chain
+    head). `evidence verify` itself never uses a cache."""
+    siblings = [
+        f
+        for sibling in sorted(bundle.parent.iterdir() if bundle.parent.is_dir() else [])
+        if sibling.is_dir() and sibling != bundle
+        for f in (sibling / CycleFiles.MANIFEST, sibling / SIGNATURE)
+    ]
+    key = key_for(bundle, home)
+    keys = _files(signing.keys_dir(home)) if home is not None else []
+    stamp = _stamps([*_files(bundle), *siblings, *keys, *([key] if key else [])])
+    cache_key = ("full", str(bundle))
+    with _lock:
+        hit = _cache.get(cache_key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    result = verify(bundle, key=None if home else key, home=home)
+    with _lock:
+        _cache[cache_key] = (stamp, result)
+    return result
+
+
+def verify_command(home: Home | None, ref: str, bundle: Path | None = None) -> str:
+    """The command that checks a bundle for good: in a home, by id with the home's key
+    fingerprint named; a copy elsewhere, by path with the key beside it."""
+    if home is None:
+        beside = bundle.parent / f"{bundle.name}.pub" if bundle is not None else None
+        key = f" --key {beside}" if beside is not None and beside.is_file() else ""
+        return f"mcp-infra evidence verify {ref}{key}"
+    fingerprint = signing.home_fingerprint(home)
+    pinned = f" (key fingerprint {fingerprint})" if fingerprint else ""
+    return f"mcp-infra --home {home.root} evidence verify {ref}{pinned}"
 
 
 def list_cycles(home: Home) -> list[CycleSummary]:
