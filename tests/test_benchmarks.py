@@ -22,7 +22,7 @@ from conftest import Spawn
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
-HELP_TIMEOUT_S = 120
+HELP_TIMEOUT_S = 240
 SMOKE_TIMEOUT_S = 900
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
@@ -86,6 +86,7 @@ def test_the_benchmarks_are_found() -> None:
     assert "_common.py" not in names
 
 
+@pytest.mark.timeout(300)  # nine interpreters at once: minutes on a loaded 2-core machine
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_help(script: Path, helps: dict[str, subprocess.CompletedProcess[str]]) -> None:
     """--help exits 0 and says what the script measures, its target and how long it takes."""
