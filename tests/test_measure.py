@@ -125,8 +125,11 @@ def test_policies_declare_their_workloads() -> None:
         ("short", 1),
         ("short", 4),
         ("long_prefill", 1),
-        ("long_prefill", 4),
     }
+    # the costliest cell guards: measured in a first start, blocking a clear regression
+    assert [(c.request_class, c.concurrency) for c in default.workload if c.role == "guard"] == [
+        ("long_prefill", 4)
+    ]
     demo = load_policy("demo").protocol
     roles = {(c.request_class, c.concurrency): c.role for c in demo.workload}
     assert roles == {("short", 1): "decisive", ("short", 4): "reported"}
@@ -216,8 +219,10 @@ def test_heldout_protocol_uses_decisive_single_request_classes() -> None:
         ("long_prefill", 1),
     ]
     assert held.quality_suite is None and held.drift_check is False
-    assert held.repeats == max(6, 2 * default.repeats * default.min_starts)
-    assert heldout_protocol(default.model_copy(update={"repeats": 1})).repeats == 6
+    assert held.repeats == default.heldout_repeats == 3  # the policy says
+    derived = default.model_copy(update={"heldout_repeats": None})
+    assert heldout_protocol(derived).repeats == max(6, 2 * default.repeats * default.min_starts)
+    assert heldout_protocol(derived.model_copy(update={"repeats": 1})).repeats == 6
 
 
 def test_reported_cells_run_in_the_first_starts_decisive_cells_in_every_start() -> None:
@@ -228,5 +233,6 @@ def test_reported_cells_run_in_the_first_starts_decisive_cells_in_every_start() 
     assert cells[2] == cells[3] == [(1, "decisive")]
     later = demo.model_copy(update={"min_starts": 3, "max_starts": 4})
     assert len(cells_for_start(later, 2)) == 2 and len(cells_for_start(later, 3)) == 1
-    default = load_policy("default").protocol  # every cell decisive: measured in every start
-    assert cells_for_start(default, 12) == default.workload
+    default = load_policy("default").protocol  # decisive cells in every start, the guard once
+    assert cells_for_start(default, 12) == [c for c in default.workload if c.role == "decisive"]
+    assert cells_for_start(default, 0) == default.workload
