@@ -650,41 +650,15 @@ def propose(
     )
     view, refusal = with_cost(ctx, frozen, view)
     if refusal is not None:
-        home.append_audit(
-            AuditRecord(
-                ts=utcnow(),
-                client=proposed_by[:200],
-                plan_hash=frozen.content_hash,
-                accepted=False,
-                plan_id=frozen.plan_id,
-                detail=("dry run: " if dry_run else "") + refusal[:300],
-            )
-        )
+        _audit_plan(home, proposed_by, frozen, ("dry run: " if dry_run else "") + refusal)
         return view
     if dry_run:
-        home.append_audit(
-            AuditRecord(
-                ts=utcnow(),
-                client=proposed_by[:200],
-                plan_hash=frozen.content_hash,
-                accepted=True,
-                plan_id=frozen.plan_id,
-                detail="dry run: would be accepted; nothing queued",
-            )
-        )
+        _audit_plan(home, proposed_by, frozen, "dry run: would be accepted; nothing queued", True)
         return view
     home.enqueue(frozen)
     if view.cost is not None:
         write_model(cost_sidecar(home, frozen.plan_id), view.cost)
-    home.append_audit(
-        AuditRecord(
-            ts=utcnow(),
-            client=proposed_by[:200],
-            plan_hash=frozen.content_hash,
-            accepted=True,
-            plan_id=frozen.plan_id,
-        )
-    )
+    _audit_plan(home, proposed_by, frozen, "", True)
     queue = queued_ids(home)
     view.queue_position = queue.index(frozen.plan_id) + 1 if frozen.plan_id in queue else None
     view.follow = (
@@ -794,6 +768,21 @@ def projection_progress(
             f"{', '.join(str(m) for m in measured)}"
         )
     return {"projected": cost, "projection": words}
+
+
+def _audit_plan(
+    home: Home, proposed_by: str, frozen: FrozenPlan, detail: str, accepted: bool = False
+) -> None:
+    home.append_audit(
+        AuditRecord(
+            ts=utcnow(),
+            client=proposed_by[:200],
+            plan_hash=frozen.content_hash,
+            accepted=accepted,
+            plan_id=frozen.plan_id,
+            detail=detail[:300],
+        )
+    )
 
 
 def _raw_hash(raw: Any) -> str:
