@@ -40,6 +40,7 @@ import yaml
 
 from mcp_infra.contracts import ConfigTruth, TargetProfile
 from mcp_infra.flows.projection import (
+    COST_RESAMPLES,
     Projection,
     history_spread,
     profile_from_bundle,
@@ -124,10 +125,14 @@ def summary(runs: list[Projection]) -> dict:
     }
 
 
-def bundle_row(bundle: Path, seeds: int) -> dict:
+def bundle_row(bundle: Path, seeds: int, resamples: int | None = None) -> dict:
     """A sealed bundle's own plan projected on the profile of its own measured timings, beside
-    what the cycle measured."""
+    what the cycle measured (``resamples``: fewer bootstrap resamples than the plan's, as the
+    product's own cost estimate takes)."""
     found = profile_from_bundle(bundle)
+    if resamples:
+        protocol = found.plan.protocol.model_copy(update={"bootstrap_resamples": resamples})
+        found = found._replace(plan=found.plan.model_copy(update={"protocol": protocol}))
     runs = [replay(found, seed) for seed in range(seeds)]
     measured_min = found.measured.wall_s / 60
     out = {
@@ -158,7 +163,7 @@ def this_home(args) -> int:
             return 2
         bundle = found[0]
     seeds = 2 if args.smoke else args.seeds
-    r = bundle_row(bundle, seeds)
+    r = bundle_row(bundle, seeds, COST_RESAMPLES if args.smoke else None)
     print(f"profile this-home from {bundle}, {seeds} seeds")
     print("plan | policy | truth | median min | p90 min | measured min | requests | measured")
     print(

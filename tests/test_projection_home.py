@@ -14,8 +14,11 @@ same bound on it.
 
 from __future__ import annotations
 
+import importlib
+import json
 import shutil
 import statistics
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,7 +46,9 @@ from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_model, write_model
 
-SHIPPED = next((Path(__file__).resolve().parents[1] / "evidence").glob("c-*/"))
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = next((ROOT / "evidence").glob("c-*/"))
+BENCHMARKS = ROOT / "benchmarks"
 LIVE = "demo-tiny:target"
 
 
@@ -96,6 +101,22 @@ def test_the_shipped_bundle_is_projected_within_a_quarter_of_what_it_measured() 
     assert within(cost.requests, measured.requests), (cost.requests, measured.requests)
     assert cost.outcomes.get("promoted", 0) >= 2  # the bundle promoted; so does its replay
     assert cost.unserved_s == 0.0 and cost.rounds == 4
+
+
+def test_cycle_cost_prints_the_this_home_row(capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        cycle_cost = importlib.import_module("cycle_cost")
+        code = cycle_cost.main(
+            ["--profile", "this-home", "--bundle", str(SHIPPED), "--smoke", "--json"]
+        )
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert code == 0
+    (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert row["profile"] == "this-home" and row["plan"] == SHIPPED.name and row["seeds"] == 2
+    assert row["measured_requests"] == 171 and abs(row["minutes_vs_measured"] - 1) <= 0.25
+    assert abs(row["requests_vs_measured"] - 1) <= 0.25 and row["derived"]["name"] == "this-home"
 
 
 def load_run(path: Path) -> CandidateRun:
