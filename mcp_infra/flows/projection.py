@@ -12,6 +12,10 @@ the profile gives it: one request prefills its prompt at ``prefill_tps`` and dec
 or, where the configuration has no batched figure (a drafter in ``mlx_lm.server``), are served
 one after another, each waiting for the ones before it. Every fresh start runs a log-normal
 factor faster or slower (``start_spread``) and every request varies on top (``request_spread``).
+
+The ``this-home`` profile (``profile_from_bundle``) is this machine as a sealed bundle measured
+it; ``plan_cost`` prices a plan on this home's newest bundles, cached by what it was priced from,
+for ``propose_plan``, ``registry`` and ``status`` (docs/cost.md).
 """
 
 from __future__ import annotations
