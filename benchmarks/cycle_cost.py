@@ -7,6 +7,11 @@ Profiles: ``qwen27b-m5pro`` (``benchmarks/profiles/qwen27b-m5pro.yaml``, every a
 file) or a path to a profile YAML. Plans: ``drafters`` (two drafters, one truly 1.9x and one
 1.4x at one request, both serial at four) and ``null`` (two candidates truly 1.0x).
 
+``--profile this-home [--bundle DIR | --home DIR]``: the profile derived from a sealed bundle's
+own measured timings (``flows.projection.profile_from_bundle``; ``--home``: its newest sealed
+bundle), and the bundle's own plan under the policy it ran under, projected and set against what
+the cycle measured (wall time, summary started_at..ended_at, and requests answered).
+
 Target: on ``qwen27b-m5pro`` the ``single-user`` policy with the drafters promotes in >= 95% of
 seeds, median <= 12 min; the ``default`` policy decides (promotes, or rejects naming the
 concurrency-4 loss) in >= 95%, median <= 30 min; the null plan qualifies in 0% of seeds,
@@ -21,6 +26,7 @@ minutes (the stable port held while candidates run alone). ``--json``: last line
 qualified_pct, unserved_minutes, ...}]}``.
 
     python benchmarks/cycle_cost.py --profile qwen27b-m5pro --seeds 40 [--json]
+    python benchmarks/cycle_cost.py --profile this-home --bundle evidence/<cycle id> [--json]
 """
 
 from __future__ import annotations
@@ -33,8 +39,18 @@ import _common
 import yaml
 
 from mcp_infra.contracts import ConfigTruth, TargetProfile
-from mcp_infra.flows.projection import Projection, history_spread, project, simulated_plan
+from mcp_infra.flows.projection import (
+    COST_RESAMPLES,
+    Projection,
+    history_spread,
+    profile_from_bundle,
+    project,
+    replay,
+    sealed_bundles,
+    simulated_plan,
+)
 from mcp_infra.state.catalog import load_policy
+from mcp_infra.state.store import Home
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
 PLANS = {
@@ -79,8 +95,6 @@ def row(
         )
         for seed in range(seeds)
     ]
-    minutes = sorted(r.minutes for r in runs)
-    p90 = minutes[min(len(minutes) - 1, round(0.9 * (len(minutes) - 1)))]
     return {
         "profile": profile.name,
         "policy": policy_name,
@@ -88,6 +102,16 @@ def row(
         "truth": _truth_words(truths, profile.baseline),
         "history_df": history_df,
         "spread_error": spread_error,
+        **summary(runs),
+    }
+
+
+def summary(runs: list[Projection]) -> dict:
+    """The figures of one row over its seeds."""
+    seeds = len(runs)
+    minutes = sorted(r.minutes for r in runs)
+    p90 = minutes[min(len(minutes) - 1, round(0.9 * (len(minutes) - 1)))]
+    return {
         "seeds": seeds,
         "median_minutes": round(statistics.median(minutes), 1),
         "p90_minutes": round(p90, 1),
@@ -99,6 +123,57 @@ def row(
         "outcomes": {o: sum(r.outcome == o for r in runs) for o in {r.outcome for r in runs}},
         "example_reason": runs[0].reason[:300],
     }
+
+
+def bundle_row(bundle: Path, seeds: int, resamples: int | None = None) -> dict:
+    """A sealed bundle's own plan projected on the profile of its own measured timings, beside
+    what the cycle measured (``resamples``: fewer bootstrap resamples than the plan's, as the
+    product's own cost estimate takes)."""
+    found = profile_from_bundle(bundle)
+    if resamples:
+        protocol = found.plan.protocol.model_copy(update={"bootstrap_resamples": resamples})
+        found = found._replace(plan=found.plan.model_copy(update={"protocol": protocol}))
+    runs = [replay(found, seed) for seed in range(seeds)]
+    measured_min = found.measured.wall_s / 60
+    out = {
+        "profile": "this-home",
+        "policy": found.policy.name if found.policy else "?",
+        "plan": bundle.name,
+        "truth": _truth_words(found.truths, found.profile.baseline),
+        "history_df": 0,
+        "spread_error": 1.0,
+        **summary(runs),
+        "measured_minutes": round(measured_min, 2),
+        "measured_requests": found.measured.requests,
+    }
+    out["minutes_vs_measured"] = round(statistics.median(r.minutes for r in runs) / measured_min, 3)
+    out["requests_vs_measured"] = round(out["median_requests"] / found.measured.requests, 3)
+    out["derived"] = found.profile.model_dump(mode="json", exclude={"schema_version"})
+    return out
+
+
+def this_home(args) -> int:
+    """``--profile this-home``: one row, the bundle's own plan against what it measured."""
+    if args.bundle:
+        bundle = Path(args.bundle)
+    else:
+        found = sealed_bundles(Home(args.home), limit=1) if args.home else []
+        if not found:
+            print("this-home needs --bundle DIR or --home DIR with a sealed cycle", file=sys.stderr)
+            return 2
+        bundle = found[0]
+    seeds = 2 if args.smoke else args.seeds
+    r = bundle_row(bundle, seeds, COST_RESAMPLES if args.smoke else None)
+    print(f"profile this-home from {bundle}, {seeds} seeds")
+    print("plan | policy | truth | median min | p90 min | measured min | requests | measured")
+    print(
+        f"{r['plan']} | {r['policy']} | {r['truth']} | {r['median_minutes']} | "
+        f"{r['p90_minutes']} | {r['measured_minutes']} ({r['minutes_vs_measured']}x) | "
+        f"{r['median_requests']} | {r['measured_requests']} ({r['requests_vs_measured']}x)  "
+        f"(rounds {r['median_rounds']}, {r['outcomes']})"
+    )
+    _common.emit({"rows": [r]}, args.json)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         help="degrees of freedom of the home's learned start spread (0: no history)",
     )
     ap.add_argument("--spread-error", type=float, default=1.0, help="learned spread / true spread")
+    ap.add_argument("--bundle", help="this-home: a sealed bundle folder")
+    ap.add_argument("--home", help="this-home: a home whose newest sealed bundle is used")
     args = ap.parse_args(argv)
+    if args.profile == "this-home":
+        return this_home(args)
     profile = load_profile(args.profile)
     policies, plans, seeds = args.policies.split(","), args.plans.split(","), args.seeds
     if args.smoke:

@@ -416,6 +416,14 @@ class ServicePolicy(Part):
     )
     max_round_repeats: int = Field(2, ge=0, le=10)
     quiet_wait_s: float = Field(60.0, ge=0, le=3600)
+    max_unserved_s: float | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description="longest the stable endpoint may be projected to go unserved by an "
+        "exclusive-mode plan outside a maintenance window: a plan projected over it waits for "
+        "the window (refused where the window mode is never or always); None: no limit",
+    )
 
 
 class Policy(Contract):
@@ -1094,6 +1102,35 @@ class TargetProfile(Contract):
     start_spread: float = Field(0.05, ge=0, description="sd of log speed between fresh starts")
     request_spread: float = Field(0.05, ge=0, description="sd of log speed between requests")
     chars_per_token: float = Field(4.0, gt=0)
+
+
+class PlanCost(Contract):
+    """What a plan is projected to cost on this machine before it runs (``flows.projection.
+    plan_cost``): the product's own round loop priced from this home's measured timings. Kept
+    beside a queued plan (``plans/<plan id>.cost.json``) so `status` can set it against the
+    elapsed time, and in the home's projection cache."""
+
+    basis: Literal["this-home", "unknown", "pending"] = Field(
+        description="this-home: from this home's sealed cycles; unknown: nothing to price it "
+        "from (why says what is missing); pending: being computed, ask again"
+    )
+    why: str = Field("", max_length=1000)
+    minutes: float | None = Field(None, description="median over the projected seeds")
+    minutes_high: float | None = Field(None, description="the longest projected seed")
+    rounds: int | None = None
+    requests: int | None = None
+    unserved_s: float | None = Field(
+        None, description="seconds the stable endpoint is projected not to serve (exclusive mode)"
+    )
+    mode: Literal["concurrent", "exclusive"] = "concurrent"
+    seeds: int = Field(0, ge=0)
+    outcomes: dict[str, int] = Field(default_factory=dict)
+    configurations: list[str] = Field(default_factory=list)
+    source: list[str] = Field(default_factory=list, description="the sealed cycles priced from")
+    assumptions: list[str] = Field(default_factory=list)
+    held: str | None = Field(
+        None, description="why the plan waits for the maintenance window (service.max_unserved_s)"
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mcp_infra.contracts import FrontRoute, Part
+from mcp_infra.contracts import FrontRoute, Part, Window
 
 Mode = Literal["concurrent", "exclusive"]
 
@@ -84,6 +84,46 @@ def expected_downtime_s(
     if mode == "concurrent":
         return 0.0
     return round(candidates * (per_candidate_s + load_s) + 2 * load_s, 1)
+
+
+UnservedAction = Literal["run", "hold", "refuse"]
+
+
+def unserved_limit(
+    mode: Mode, unserved_s: float | None, limit_s: float | None, window: Window
+) -> tuple[UnservedAction, str]:
+    """Whether a plan whose stable endpoint is projected to go ``unserved_s`` seconds unserved
+    may run whenever the window lets it (``run``), waits for the maintenance window (``hold``),
+    or cannot run under this policy (``refuse``), and why. Only an exclusive plan leaves the
+    endpoint unserved; an unknown projection cannot show it stays within the limit. A window
+    that is always open (mode ``always``, or a whole-day window) is no maintenance window, and
+    ``never`` opens none, so a plan over the limit is refused there."""
+    if limit_s is None or mode != "exclusive":
+        return "run", ""
+    if unserved_s is not None and unserved_s <= limit_s:
+        return "run", (
+            f"projected {unserved_s:.0f} s unserved, within service.max_unserved_s "
+            f"({limit_s:.0f} s)"
+        )
+    over = (
+        f"this exclusive-mode plan is projected to leave the stable endpoint unserved for "
+        f"about {unserved_s:.0f} s, over service.max_unserved_s ({limit_s:.0f} s)"
+        if unserved_s is not None
+        else "this exclusive-mode plan's unserved time cannot be projected (no measured "
+        f"timings), so it cannot be shown to stay within service.max_unserved_s ({limit_s:.0f} s)"
+    )
+    if window.mode == "window" and window.start != window.end:
+        return "hold", (
+            f"{over}: it runs only inside the maintenance window {window.start}-{window.end} "
+            f"{window.timezone}"
+        )
+    fix = "set a maintenance window (window.mode: window) or raise service.max_unserved_s"
+    if window.mode == "never":
+        return "refuse", f"{over}, and the policy's window is 'never': {fix}"
+    return "refuse", (
+        f"{over}, and the policy has no maintenance window to wait for (its window is always "
+        f"open): {fix}"
+    )
 
 
 RoundVerdict = Literal["clean", "repeat", "accept_noted"]

@@ -58,9 +58,10 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "futility_confidence",
         "heldout_repeats",
         "learn_spread",
+        "max_unserved_s",
     }
 )
-"""Protocol fields added after plans were first sealed: unset, they hash as absent."""
+"""Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""
 
 
 def policy_hash(policy: Policy) -> str:

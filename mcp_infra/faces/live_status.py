@@ -76,7 +76,7 @@ VOLATILE = {
         "requests_in_flight",
         "requests_held_now",
     },
-    "cycle": {"elapsed_s", "progress", "measuring", "message"},
+    "cycle": {"elapsed_s", "progress", "measuring", "message", "projection"},
     "window_now": True,
 }
 

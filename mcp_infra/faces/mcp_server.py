@@ -437,7 +437,7 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
             view = reads.get(
                 ("registry", candidate_id),
                 registry_inputs(home),
-                lambda: app.registry_view(home, candidate_id),
+                lambda: app.registry_view(home, candidate_id, wait_costs=False),
             )
         except BROKEN as exc:
             raise _broken(exc) from exc

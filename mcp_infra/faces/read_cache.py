@@ -4,8 +4,9 @@
 past cycles learned) and an agent calls it over and over. Its answer is kept keyed by the
 identity, size and modification time of every file and folder it reads (shipped and home
 manifests and policies, the home's config, service record, memory and evidence, the model and
-hub cache folders, the import path for installed versions). Host facts that drift without a file
-changing (free memory and disk) are re-read at most ``ttl`` seconds later.
+hub cache folders, the projection cache, the import path for installed versions). Host facts
+that drift without a file changing (free memory and disk) are re-read at most ``ttl`` seconds
+later.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def registry_inputs(home: Home) -> Stamp:
         home.models,
         home.hf_cache,
         hub_cache(),
+        home.projections,  # a projection computed in the background lands here
     ):
         paths += _listing(folder)
     paths += [home.config, home.service_file, home.evidence]

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from mcp_infra.contracts import CycleCost, CycleSummary
+from mcp_infra.contracts import CycleCost, CycleSummary, PlanCost
 from mcp_infra.core.gates import TaskCheck, TaskSpec
 from mcp_infra.core.progress import duration_text
 from mcp_infra.core.units import fmt_pct
@@ -59,6 +59,8 @@ def status_text(view: app.StatusView) -> str:
         )
         if c.downtime_note:
             lines.append(f"Expected downtime: {c.downtime_note}.")
+        if c.projection:
+            lines.append(f"Cost: {c.projection}.")
     else:
         lines.append(
             "No cycle in progress"
@@ -149,6 +151,8 @@ def registry_text(view: app.RegistryView) -> str:
                 )
             if c.skip:
                 lines.append(f"    skipped in plans: {c.skip}")
+            if c.preflight_passed and (said := cost_line(c.cost)):
+                lines.append(f"    alone in a plan: {said}")
     return _bounded(lines)
 
 
@@ -265,11 +269,27 @@ def proposal_text(view: app.ProposalView) -> str:
     lines += [f"- refused {r.id}: {r.reason}" for r in view.refused]
     if view.window:
         lines.append(f"Runs: {view.window}.")
+    if said := cost_line(view.cost):
+        lines.append(f"Cost: {said}")
     if view.queue_position:
         lines.append(f"Queue position: {view.queue_position}.")
     if view.follow:
         lines.append(f"Follow: {view.follow}.")
     return _bounded(lines)
+
+
+def cost_line(cost: PlanCost | None) -> str | None:
+    """A plan's projected cost in one sentence (None when there is none)."""
+    if cost is None:
+        return None
+    if cost.basis != "this-home" or cost.minutes is None:
+        return f"projected cost {cost.basis}: {cost.why}."
+    text = (
+        f"projected on this machine {cost.minutes:.1f} min (up to {cost.minutes_high:.1f}, "
+        f"{cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} requests, "
+        f"{cost.unserved_s:.0f} s unserved ({cost.mode}); from {', '.join(cost.source[:1])}."
+    )
+    return text + (f" HELD: {cost.held}." if cost.held else "")
 
 
 def _short(value: Any) -> str:

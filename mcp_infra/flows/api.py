@@ -32,6 +32,7 @@ from mcp_infra.contracts import (
     Knobs,
     NeedsOperatorRecord,
     PlanChange,
+    PlanCost,
     Recipe,
     RefusedCandidate,
     ServiceConfig,
@@ -136,6 +137,12 @@ class CycleView(View):
         "(0 in concurrent mode; exclusive mode: the experiments and reloads)",
     )
     downtime_note: str | None = None
+    projected: PlanCost | None = Field(
+        None, description="what the plan was projected to cost when it was proposed"
+    )
+    projection: str | None = Field(
+        None, description="the projection against the elapsed time, in words"
+    )
 
 
 class StatusView(View):
@@ -417,6 +424,7 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
     if left := left_text(where):
         parts.append(left + (" of measuring" if where.phase == "measure" else ""))
     update["progress"] = ", ".join(parts)
+    update.update(projection_progress(home, update.get("plan_id"), events, update.get("elapsed_s")))
     modes = [e.fields for e in events if e.fields.get("mode")]
     mode = str(modes[-1]["mode"]) if modes else "concurrent"
     expected = next(
@@ -490,6 +498,11 @@ class CandidateView(View):
     expected_downtime_s: float | None = Field(
         None, description="seconds the stable endpoint would not serve if a plan measured it alone"
     )
+    cost: PlanCost | None = Field(
+        None,
+        description="a plan of this candidate alone, projected on this machine: minutes, "
+        "rounds, unserved seconds (or unknown, with why)",
+    )
 
 
 class RegistryView(View):
@@ -528,7 +541,11 @@ def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str) -> dict[str, l
     return out
 
 
-def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
+def registry_view(
+    home: Home, candidate_id: str | None = None, *, wait_costs: bool = True
+) -> RegistryView:
+    """Every candidate with its checks, memory and cost. ``wait_costs=False`` (the MCP read):
+    a cost not yet in the home's projection cache is computed in the background (``pending``)."""
     ctx = HomeContext(home)
     manifests, policy, facts = ctx.manifests, ctx.policy, ctx.facts
     recipes = {
@@ -550,8 +567,16 @@ def registry_view(home: Home, candidate_id: str | None = None) -> RegistryView:
                 continue
             check = preflight(manifest, variant, policy, facts, require_artifacts=True)
             mode = preview(home, policy, [cid])
+            cost = (
+                candidate_cost(
+                    ctx, cid, recipes[cid], mode.memory_mode if mode else None, wait_costs
+                )
+                if check.passed
+                else PlanCost(basis="unknown", why="it does not pass preflight on this machine")
+            )
             views.append(
                 CandidateView(
+                    cost=cost,
                     skip=skips.get(cid),
                     memory_mode=mode.memory_mode if mode else None,
                     memory_mode_reason=mode.memory_mode_reason if mode else None,
@@ -608,6 +633,12 @@ class ProposalView(View):
     memory_mode_reason: str | None = None
     expected_downtime_s: float | None = None
     downtime_note: str | None = None
+    cost: PlanCost | None = Field(
+        None,
+        description="the plan projected on this machine before it runs: minutes, rounds, "
+        "requests and unserved seconds (or unknown, with why); held: why it waits for the "
+        "maintenance window",
+    )
 
 
 def propose(
@@ -658,28 +689,17 @@ def propose(
         window=_window_text(ctx),
         **_mode_preview(ctx, frozen.candidates[1:]),
     )
+    view, refusal = with_cost(ctx, frozen, view)
+    if refusal is not None:
+        _audit_plan(home, proposed_by, frozen, ("dry run: " if dry_run else "") + refusal)
+        return view
     if dry_run:
-        home.append_audit(
-            AuditRecord(
-                ts=utcnow(),
-                client=proposed_by[:200],
-                plan_hash=frozen.content_hash,
-                accepted=True,
-                plan_id=frozen.plan_id,
-                detail="dry run: would be accepted; nothing queued",
-            )
-        )
+        _audit_plan(home, proposed_by, frozen, "dry run: would be accepted; nothing queued", True)
         return view
     home.enqueue(frozen)
-    home.append_audit(
-        AuditRecord(
-            ts=utcnow(),
-            client=proposed_by[:200],
-            plan_hash=frozen.content_hash,
-            accepted=True,
-            plan_id=frozen.plan_id,
-        )
-    )
+    if view.cost is not None:
+        write_model(cost_sidecar(home, frozen.plan_id), view.cost)
+    _audit_plan(home, proposed_by, frozen, "", True)
     queue = queued_ids(home)
     view.queue_position = queue.index(frozen.plan_id) + 1 if frozen.plan_id in queue else None
     view.follow = (
@@ -689,6 +709,121 @@ def propose(
     if start_supervisor:
         ensure_supervisor(home)
     return view
+
+
+def cost_sidecar(home: Home, plan_id: str) -> Path:
+    """Where a queued plan's projected cost is kept, beside the frozen plan."""
+    return home.plans / f"{plan_id}.cost.json"
+
+
+def plan_recipes(ctx: HomeContext, candidates: list[str]) -> dict[str, Recipe]:
+    """The recipes of a plan's candidates, as the cycle will resolve them."""
+    out = {}
+    for cid in candidates:
+        if (hit := ctx.find(cid)) is not None:
+            out[cid] = resolve_recipe(*hit, ctx.home.models, ctx.home.hf_cache)
+    return out
+
+
+def with_cost(
+    ctx: HomeContext, frozen: FrozenPlan, view: ProposalView
+) -> tuple[ProposalView, str | None]:
+    """The proposal with its projected cost, and the policy's unserved limit applied: an
+    exclusive plan projected over ``service.max_unserved_s`` is held for the maintenance window
+    (said in the answer) or refused (the refusal's words are returned)."""
+    from mcp_infra.core.admission import unserved_limit
+    from mcp_infra.flows import projection
+
+    mode = "exclusive" if view.memory_mode == "exclusive" else "concurrent"
+    cost = projection.plan_cost(
+        ctx.home,
+        frozen,
+        ctx.policy,
+        ctx.live.candidate_id,
+        mode,
+        plan_recipes(ctx, frozen.candidates[1:]),
+    )
+    service = ctx.policy.service
+    action, why = unserved_limit(mode, cost.unserved_s, service.max_unserved_s, ctx.policy.window)
+    if action == "refuse":
+        message = f"plan refused: {why}"
+        refused = view.model_copy(
+            update={"accepted": False, "message": message, "problems": [why], "cost": cost}
+        )
+        return refused, message
+    if action == "hold":
+        cost = cost.model_copy(update={"held": why})
+        verb = "would be held" if view.dry_run else "held"
+        message = f"{view.message}; {verb} for the maintenance window: {why}"
+        return view.model_copy(update={"cost": cost, "message": message}), None
+    return view.model_copy(update={"cost": cost}), None
+
+
+def candidate_cost(
+    ctx: HomeContext, candidate: str, recipe: Recipe, mode: str | None, wait: bool
+) -> PlanCost:
+    """A plan of this candidate alone under the home's policy, projected on this machine."""
+    from mcp_infra.flows import projection
+
+    plan = projection.simulated_plan(ctx.policy, [candidate])
+    try:
+        live = ctx.live.candidate_id
+    except FileNotFoundError:
+        return PlanCost(basis="unknown", why="no managed service is configured (config.yaml)")
+    kind = "exclusive" if mode == "exclusive" else "concurrent"
+    return projection.plan_cost(
+        ctx.home, plan, ctx.policy, live, kind, {candidate: recipe}, wait=wait
+    )
+
+
+def projection_progress(
+    home: Home, plan_id: object, events: list[Any], elapsed_s: float | None
+) -> dict[str, Any]:
+    """The running plan's projected cost (kept beside it when it was proposed) against the
+    elapsed time, and whether the cycle measures what was projected (its MAINTENANCE line
+    names the configurations)."""
+    if not isinstance(plan_id, str):
+        return {}
+    try:
+        cost = read_optional(cost_sidecar(home, plan_id), PlanCost)
+    except CorruptFile:
+        return {}
+    if cost is None:
+        return {"projection": "no projection was made when this plan was proposed"}
+    if cost.minutes is None:
+        return {"projected": cost, "projection": f"projected cost {cost.basis}: {cost.why}"}
+    words = f"projected {cost.minutes:.1f} min (up to {cost.minutes_high:.1f}"
+    words += f" over {cost.seeds} seeds), {cost.rounds} round(s)"
+    if cost.mode == "exclusive":
+        words += f", {cost.unserved_s:.0f} s unserved"
+    if elapsed_s is not None:
+        share = 60 * cost.minutes
+        words += f"; {elapsed_s / 60:.1f} min elapsed ({elapsed_s / share:.0%} of the projection)"
+    measured = next(
+        (e.fields["configurations"] for e in reversed(events) if e.fields.get("configurations")),
+        None,
+    )
+    if isinstance(measured, list) and measured != cost.configurations:
+        words += (
+            f"; projected for {', '.join(cost.configurations)}, the cycle measures "
+            f"{', '.join(str(m) for m in measured)}"
+        )
+    return {"projected": cost, "projection": words}
+
+
+def _audit_plan(
+    home: Home, proposed_by: str, frozen: FrozenPlan, detail: str, accepted: bool = False
+) -> None:
+    home.append_audit(
+        AuditRecord(
+            ts=utcnow(),
+            client=proposed_by[:200],
+            plan_hash=frozen.content_hash,
+            accepted=accepted,
+            plan_id=frozen.plan_id,
+            detail=detail[:300],
+        )
+    )
 
 
 def _raw_hash(raw: Any) -> str:

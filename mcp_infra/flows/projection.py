@@ -12,39 +12,77 @@ the profile gives it: one request prefills its prompt at ``prefill_tps`` and dec
 or, where the configuration has no batched figure (a drafter in ``mlx_lm.server``), are served
 one after another, each waiting for the ones before it. Every fresh start runs a log-normal
 factor faster or slower (``start_spread``) and every request varies on top (``request_spread``).
+
+The ``this-home`` profile (``profile_from_bundle``) is this machine as a sealed bundle measured
+it; ``plan_cost`` prices a plan on this home's newest bundles, cached by what it was priced from,
+for ``propose_plan``, ``registry`` and ``status`` (docs/cost.md).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import queue
 import random
-from collections.abc import Callable, Sequence
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from pydantic import ValidationError
 
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
     ConfigTruth,
     CycleState,
+    CycleSummary,
     Decision,
     EffectiveThresholds,
+    EnvironmentFingerprint,
+    Event,
     FrozenPlan,
     LearnedSpread,
     Plan,
+    PlanCost,
     Policy,
     Recipe,
     Sample,
     TargetProfile,
     Verdict,
 )
+from mcp_infra.contracts import Protocol as MeasureProtocol
 from mcp_infra.core.admission import admit
+from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.stats import derive_seed
 from mcp_infra.core.suites import SuitePrompt
-from mcp_infra.flows.measure import StartResult, StartSpec, annotate_cells, start_plan
+from mcp_infra.flows.measure import (
+    StartResult,
+    StartSpec,
+    annotate_cells,
+    start_plan,
+    timed_tokens,
+)
 from mcp_infra.flows.rounds import Bench, decide_cycle, heldout_check, measure_drift, run_rounds
-from mcp_infra.state.catalog import load_suite
+from mcp_infra.state.catalog import load_policy, load_suite
+from mcp_infra.state.evidence import list_cycles
+from mcp_infra.state.filecache import load_yaml
+from mcp_infra.state.store import (
+    CorruptFile,
+    CycleFiles,
+    Home,
+    private_dir,
+    read_journal_file,
+    read_model,
+    read_optional,
+    sha256_file,
+    write_model,
+)
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 TEXT = "plain simulated answer words that do not repeat themselves at all"
@@ -225,24 +263,30 @@ def project(
     seed: int,
     cycle_minutes: float,
     memory_budget_fraction: float = 0.8,
+    recipes: Mapping[str, Recipe] | None = None,
+    exclusive: bool | None = None,
 ) -> Projection:
     """One cycle of ``plan`` on ``profile`` with candidates behaving as ``truths``: the rounds,
-    the drift re-measure, the decision, the held-out check and the promotion, priced."""
+    the drift re-measure, the decision, the held-out check and the promotion, priced.
+    ``recipes``: the candidates' real recipes where known (their knobs and semantics decide the
+    greedy passes and the quality suite); ``exclusive``: the memory mode the cycle's own
+    admission chose (else it is decided here from the truths' peaks)."""
     server = SimServer(profile, truths, seed)
     clock = server.clock
     bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=clock, now=clock.wall)
     live = _recipe(BASELINE_ID)
-    candidates = {c: _recipe(c) for c in plan.candidates[1:]}
-    exclusive = any(
-        admit(
-            truths[c].peak_gb if c in truths else None,
-            profile.baseline.peak_gb,
-            profile.memory_gb,
-            memory_budget_fraction,
-        ).mode
-        == "exclusive"
-        for c in candidates
-    )
+    candidates = {c: (recipes or {}).get(c) or _recipe(c) for c in plan.candidates[1:]}
+    if exclusive is None:
+        exclusive = any(
+            admit(
+                truths[c].peak_gb if c in truths else None,
+                profile.baseline.peak_gb,
+                profile.memory_gb,
+                memory_budget_fraction,
+            ).mode
+            == "exclusive"
+            for c in candidates
+        )
     # The live service's sanity measurement: short requests one at a time, once.
     live_spec = StartSpec(live, BASELINE_ID, _prompts(plan), _short_c1(plan))
     for batch in start_plan(live_spec):
@@ -327,3 +371,607 @@ def simulated_plan(policy: Policy, candidates: Sequence[str]) -> FrozenPlan:
         registry_hash="",
         policy_hash="",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The this-home profile: a sealed bundle's own measured timings
+# ---------------------------------------------------------------------------------------------
+
+SERIAL_SHARE = 0.7
+"""At n requests in flight, a configuration whose requests each still decode at more than this
+share of their one-at-a-time speed is serving them one after another (no batching)."""
+
+ASSUMED_SPREAD = 0.05
+
+
+class MeasuredCost(NamedTuple):
+    """What a sealed cycle cost: its wall time (summary started_at..ended_at) and the requests
+    its servers answered (every sample of every run, the live check and the online check)."""
+
+    wall_s: float
+    requests: int
+
+
+class BundleProfile(NamedTuple):
+    """A sealed bundle read as a projection's inputs: the profile of this machine, the truths of
+    its plan's candidates, the frozen plan, the recipes (their knobs decide greedy passes and
+    the quality suite), the policy it ran under (None if the bundle lacks it) and what it cost."""
+
+    profile: TargetProfile
+    truths: dict[str, ConfigTruth]
+    plan: FrozenPlan
+    recipes: dict[str, Recipe]
+    policy: Policy | None
+    measured: MeasuredCost
+    exclusive: bool | None = None
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _start_request_s(samples: Sequence[Sample]) -> float:
+    """Seconds one start spent answering requests: timed requests as the union of their send
+    intervals (a concurrency-n batch overlaps), greedy and quality requests (sent one after
+    another, untimed sends) as the sum of their durations."""
+    spans = sorted(
+        (s.t_mono, s.t_mono + s.e2e_s)
+        for s in samples
+        if s.t_mono is not None and s.e2e_s is not None
+    )
+    total, end = 0.0, -math.inf
+    for a, b in spans:
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    untimed = sum(s.e2e_s or 0.0 for s in samples if s.t_mono is None)
+    return total + untimed
+
+
+def _all_samples(run: CandidateRun) -> list[Sample]:
+    return [*run.samples, *run.greedy]
+
+
+def _load_s(runs: Sequence[CandidateRun]) -> float | None:
+    """Median over a configuration's starts of the start's span minus its request time: the
+    load, the readiness probe, the gaps between requests and the stop, all that a start costs
+    besides answering."""
+    out = []
+    for run in runs:
+        by_start: dict[int, list[Sample]] = {}
+        for sample in _all_samples(run):
+            by_start.setdefault(sample.start, []).append(sample)
+        for record in run.rounds:
+            if record.error:
+                continue
+            span = (record.ended_at - record.started_at).total_seconds()
+            out.append(max(0.0, span - _start_request_s(by_start.get(record.start, []))))
+    return _median(out)
+
+
+def _chars(prompt: SuitePrompt) -> int:
+    return sum(len(m.content) for m in prompt.messages)
+
+
+def _batches(samples: Sequence[Sample]) -> list[list[Sample]]:
+    """Timed samples sent together: same start and send order (a batch shares its ``order``)."""
+    groups: dict[tuple[int, int, str], list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.start, s.order, s.phase), []).append(s)
+    return list(groups.values())
+
+
+def _config_truth(
+    runs: Sequence[CandidateRun],
+    prompts: dict[str, SuitePrompt],
+    protocol: MeasureProtocol,
+    chars_per_token: float,
+    diverges: bool,
+) -> ConfigTruth | None:
+    """One configuration's truth from its measured starts (selection and held-out runs)."""
+    timed = [
+        s
+        for run in runs
+        for s in run.samples
+        if s.phase in ("measure", "heldout") and not s.error and s.e2e_s and s.ttft_s is not None
+    ]
+    solo = [s for s in timed if s.concurrency == 1 and s.prompt_id in prompts]
+    if not solo:
+        return None
+
+    def sim_tokens(s: Sample) -> int:
+        return timed_tokens(prompts[s.prompt_id], protocol)
+
+    def sim_prompt(s: Sample) -> int:
+        return prompt_tokens(prompts[s.prompt_id], chars_per_token)
+
+    # Rates that give each measured request its measured time when the simulation sends the
+    # tokens it sends (a prompt's budget): answers that stop early are priced as they ran.
+    decode = _median([sim_tokens(s) / (s.e2e_s - s.ttft_s) for s in solo if s.e2e_s > s.ttft_s])
+    prefill = _median([sim_prompt(s) / s.ttft_s for s in solo if s.ttft_s > 0])
+    if decode is None or prefill is None:
+        return None
+    batch: dict[int, float] = {}
+    for n in sorted({s.concurrency for s in timed if s.concurrency > 1}):
+        group = [b for b in _batches([s for s in timed if s.concurrency == n]) if len(b) == n]
+        group = [b for b in group if all(s.prompt_id in prompts and s.t_mono for s in b)]
+        share = _median([s.decode_tps for b in group for s in b if s.decode_tps])
+        alone = _median([s.decode_tps for s in solo if s.decode_tps])
+        if not group or share is None or alone is None or share > SERIAL_SHARE * alone:
+            continue  # served one after another: the simulation's serial model
+        rates = []
+        for b in group:
+            wall = max(s.t_mono + s.e2e_s for s in b) - min(s.t_mono for s in b)
+            tokens = statistics.mean(sim_tokens(s) for s in b)
+            fill = n * statistics.mean(sim_prompt(s) for s in b) / prefill
+            rates.append(n * tokens / max(wall - fill, 0.1 * wall))
+        batch[n] = round(statistics.median(rates), 3)
+    peaks = [r.peak_memory_gb for r in runs if r.peak_memory_gb]
+    return ConfigTruth(
+        decode_tps=round(decode, 3),
+        batch_tps=batch,
+        prefill_tps=round(prefill, 3),
+        load_s=round(_load_s(runs) or 0.0, 3),
+        peak_gb=round(max(peaks), 4) if peaks else None,
+        diverges=diverges,
+    )
+
+
+def _spreads(runs: Sequence[CandidateRun]) -> tuple[float | None, float | None]:
+    """Start-to-start and request-to-request spread (sd of log decode tok/s) of the selection
+    runs' one-at-a-time requests, prompt effects removed, pooled over configurations: within a
+    start the residual spread; between starts the spread of the start means less the part the
+    requests' own spread explains."""
+    within_ss = within_df = 0.0
+    between_ss = between_df = 0.0
+    per_start_k: list[int] = []
+    for run in runs:
+        rows = [
+            (s.start, s.prompt_id, math.log(s.decode_tps))
+            for s in run.samples
+            if s.phase == "measure" and s.concurrency == 1 and s.decode_tps and not s.error
+        ]
+        if len(rows) < 3:
+            continue
+        grand = statistics.mean(x for _, _, x in rows)
+        by_prompt: dict[str, list[float]] = {}
+        for _, p, x in rows:
+            by_prompt.setdefault(p, []).append(x)
+        effect = {p: statistics.mean(xs) - grand for p, xs in by_prompt.items()}
+        by_start: dict[int, list[float]] = {}
+        for s, p, x in rows:
+            by_start.setdefault(s, []).append(x - effect[p])
+        means = {s: statistics.mean(ys) for s, ys in by_start.items()}
+        within_ss += sum((y - means[s]) ** 2 for s, ys in by_start.items() for y in ys)
+        within_df += len(rows) - len(by_start) - len(by_prompt) + 1
+        if len(means) > 1:
+            between_ss += statistics.variance(means.values()) * (len(means) - 1)
+            between_df += len(means) - 1
+            per_start_k += [len(ys) for ys in by_start.values()]
+    request = math.sqrt(within_ss / within_df) if within_df > 0 else None
+    if between_df <= 0:
+        return None, request
+    k = statistics.mean(per_start_k)
+    start = math.sqrt(max(0.0, between_ss / between_df - (request or 0.0) ** 2 / k))
+    return start, request
+
+
+def _exclusive(journal: Sequence[Event]) -> bool | None:
+    """The memory mode the cycle ran in (its MAINTENANCE line), None if it never said."""
+    for event in journal:
+        if event.state == CycleState.MAINTENANCE and event.fields.get("mode") in (
+            "concurrent",
+            "exclusive",
+        ):
+            return event.fields["mode"] == "exclusive"
+    return None
+
+
+def _live_recipe_id(journal: Sequence[Event]) -> str | None:
+    for event in journal:
+        if event.state == CycleState.BASELINE and isinstance(event.fields.get("recipe"), str):
+            return str(event.fields["recipe"])
+    return None
+
+
+def profile_from_runs(
+    plan: FrozenPlan,
+    runs: Sequence[CandidateRun],
+    verdict: Verdict | None,
+    memory_gb: float,
+    *,
+    name: str = "this-home",
+    live_recipe: str | None = None,
+    source: str | None = None,
+) -> tuple[TargetProfile, dict[str, ConfigTruth]]:
+    """The profile of the machine a cycle ran on, from its measured runs: per configuration the
+    one-request decode and prefill rates, the aggregate rate at each concurrency it batched
+    (none where it served requests one after another), the load (a start's span less its
+    requests), the peak memory and whether its lossless gate failed; the spreads between starts
+    and between requests. ``profile.candidates`` holds every measured configuration by id (the
+    live recipe's id for the baseline, when known), so a later plan can refer to them."""
+    suite = load_suite(plan.protocol.suite)
+    prompts = {p.id: p for p in suite.prompts}
+    ratios = [
+        _chars(prompts[s.prompt_id]) / s.prompt_tokens
+        for run in runs
+        for s in run.samples
+        if s.prompt_id in prompts and s.prompt_tokens
+    ]
+    cpt = round(_median(ratios) or 4.0, 3)
+    failed = {
+        v.candidate
+        for v in (verdict.candidates if verdict else [])
+        if any(g.gate == "lossless" and not g.passed for g in v.gates)
+    }
+    measured = [r for r in runs if r.purpose in ("selection", "heldout")]
+    truths: dict[str, ConfigTruth] = {}
+    for config in plan.candidates:
+        mine = [r for r in measured if r.candidate == config]
+        truth = _config_truth(mine, prompts, plan.protocol, cpt, config in failed)
+        if truth is not None:
+            truths[config] = truth
+    if BASELINE_ID not in truths:
+        raise ValueError("the bundle has no measured baseline run to derive a profile from")
+    start, request = _spreads([r for r in runs if r.purpose == "selection"])
+    base = truths.pop(BASELINE_ID)
+    named = dict(truths)
+    if live_recipe:
+        named[live_recipe] = base
+    source = source or f"plan {plan.plan_id}"
+    assumptions = [
+        f"derived from the runs measured on this machine in {source}",
+        "every request is priced at its prompt's full budget; rates are scaled so each "
+        "measured request takes the time it took",
+        "a configuration whose requests at n in flight each kept over "
+        f"{SERIAL_SHARE:.0%} of their one-at-a-time speed is served one after another",
+        "load_s: a start's span less the time its requests took (load, readiness probe, "
+        "gaps between requests and the stop)",
+    ]
+    if start is None or request is None:
+        assumptions.append(
+            f"spread not measurable from this bundle: {ASSUMED_SPREAD:.0%} assumed where missing"
+        )
+    profile = TargetProfile(
+        name=name,
+        description=f"this machine, as measured in {source}",
+        assumptions=assumptions,
+        memory_gb=memory_gb,
+        baseline=base,
+        candidates=named,
+        start_spread=round(start if start is not None else ASSUMED_SPREAD, 4),
+        request_spread=round(request if request is not None else ASSUMED_SPREAD, 4),
+        chars_per_token=cpt,
+    )
+    return profile, truths
+
+
+def recipes_of(plan: FrozenPlan, runs: Sequence[CandidateRun]) -> dict[str, Recipe]:
+    """Each candidate of the plan as the projection needs its recipe: knobs and semantics (a
+    prompt cache means two greedy passes, a lossy candidate the quality suite)."""
+    out: dict[str, Recipe] = {}
+    for run in runs:
+        if run.candidate in plan.candidates[1:] and run.purpose == "selection":
+            out[run.candidate] = _recipe(run.candidate, run.semantics.value).model_copy(
+                update={"knobs": run.knobs, "candidate_class": run.candidate_class}
+            )
+    return out
+
+
+def replay(found: BundleProfile, seed: int, policy: Policy | None = None) -> Projection:
+    """The bundle's own plan projected on its own profile, in the memory mode it ran in."""
+    policy = policy or found.policy or load_policy("default")
+    return project(
+        found.plan,
+        found.profile,
+        found.truths,
+        seed=seed,
+        cycle_minutes=policy.budgets.cycle_minutes,
+        memory_budget_fraction=policy.service.memory_budget_fraction,
+        recipes=found.recipes,
+        exclusive=found.exclusive,
+    )
+
+
+def measured_cost(bundle: Path) -> MeasuredCost:
+    """A sealed cycle's wall time and the requests its servers answered."""
+    files = CycleFiles(bundle)
+    summary = read_model(files.summary, CycleSummary)
+    requests = 0
+    for path in sorted(files.runs.glob("*.json")):
+        run = read_model(path, CandidateRun)
+        requests += len(run.samples) + len(run.greedy)
+    online = bundle / "online.json"
+    if online.exists():
+        requests += len(read_model(online, CandidateRun).samples)
+    return MeasuredCost((summary.ended_at - summary.started_at).total_seconds(), requests)
+
+
+def profile_from_bundle(bundle: Path) -> BundleProfile:
+    """The this-home profile of a sealed bundle (``profile_from_runs`` over its files), with its
+    plan, recipes, policy and measured cost: what ``project`` needs to replay its plan."""
+    files = CycleFiles(bundle)
+    plan = read_model(files.plan, FrozenPlan)
+    runs = [read_model(p, CandidateRun) for p in sorted(files.runs.glob("*.json"))]
+    verdict = read_optional(files.verdict, Verdict)
+    env = read_optional(files.environment, EnvironmentFingerprint)
+    events, _ = read_journal_file(files.journal)
+    memory_gb = env.memory_gb if env else 0.0
+    if memory_gb <= 0:
+        raise ValueError(f"{bundle} has no environment.json with the machine's memory")
+    profile, truths = profile_from_runs(
+        plan, runs, verdict, memory_gb, live_recipe=_live_recipe_id(events), source=bundle.name
+    )
+    policy_file = bundle / "inputs" / "policy.yaml"
+    policy = Policy.model_validate(load_yaml(policy_file)) if policy_file.exists() else None
+    return BundleProfile(
+        profile,
+        truths,
+        plan,
+        recipes_of(plan, runs),
+        policy,
+        measured_cost(bundle),
+        _exclusive(events),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost said before it is spent: a plan projected on this home's measured timings
+# ---------------------------------------------------------------------------------------------
+
+COST_SEEDS = 3
+COST_RESAMPLES = 200
+"""Bootstrap resamples of the projected selector calls: the cost of a plan is its rounds and
+requests, which do not move with the last digits of an interval's bound (a plan's own cycle
+keeps its protocol's resamples)."""
+COST_BUNDLES = 3
+COST_METHOD = 1
+"""Part of every cached projection's key: raise it when what a projection prices changes."""
+CACHE_KEEP = 64
+NO_FIGURES = (
+    "no sealed cycle in this home to take measured timings from, and the registry's "
+    "manifests state no speed or load figures (only memory and disk)"
+)
+
+
+def sealed_bundles(home: Home, limit: int = COST_BUNDLES) -> list[Path]:
+    """This home's newest sealed bundles, newest first."""
+    out: list[Path] = []
+    for summary in list_cycles(home):
+        files = home.bundle_files(summary.cycle_id)
+        if files.is_sealed():
+            out.append(files.root)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def home_profile(bundles: Sequence[Path]) -> BundleProfile:
+    """The newest bundle's profile (its machine, spreads and plan), with the configurations
+    that only older bundles measured added to ``profile.candidates``."""
+    newest = profile_from_bundle(bundles[0])
+    named = dict(newest.profile.candidates)
+    for older in bundles[1:]:
+        try:
+            other = profile_from_bundle(older)
+        except (ValueError, CorruptFile, OSError, ValidationError):
+            continue
+        for cid, truth in other.profile.candidates.items():
+            named.setdefault(cid, truth)
+    profile = newest.profile.model_copy(update={"candidates": named})
+    return newest._replace(profile=profile)
+
+
+def priced(
+    profile: TargetProfile, candidates: Sequence[str], live_recipe: str
+) -> tuple[TargetProfile, dict[str, ConfigTruth], list[str]] | str:
+    """The profile with the live recipe as its baseline and each candidate's measured truth (one
+    never measured here is priced as the live recipe: no gain), the assumptions that took; or
+    why the plan cannot be priced from this profile."""
+    base = profile.candidates.get(live_recipe)
+    if base is None:
+        return f"the live recipe {live_recipe} was not measured in this home's sealed cycles"
+    truths: dict[str, ConfigTruth] = {}
+    notes: list[str] = []
+    for cid in candidates:
+        truth = profile.candidates.get(cid)
+        if truth is None:
+            notes.append(f"{cid} was never measured here: priced as the live recipe (no gain)")
+            truth = base.model_copy(update={"diverges": False})
+        truths[cid] = truth
+    return profile.model_copy(update={"baseline": base}), truths, notes
+
+
+def _cost_key(
+    bundles: Sequence[Path],
+    plan: FrozenPlan,
+    policy: Policy,
+    live_recipe: str,
+    mode: str,
+    recipes: Mapping[str, Recipe],
+    seeds: int,
+) -> str:
+    parts = {
+        "method": COST_METHOD,
+        "bundles": [sha256_file(CycleFiles(b).manifest) for b in bundles],
+        "candidates": plan.candidates,
+        "thresholds": plan.thresholds.model_dump(mode="json"),
+        "protocol": plan.protocol.model_dump(mode="json"),
+        "auto_promote": {str(k): v for k, v in plan.auto_promote.items()},
+        "recipes": {
+            c: r.model_dump(mode="json", include={"knobs", "semantics"})
+            for c, r in sorted(recipes.items())
+        },
+        "live": live_recipe,
+        "mode": mode,
+        "cycle_minutes": policy.budgets.cycle_minutes,
+        "seeds": seeds,
+        "resamples": COST_RESAMPLES,
+    }
+    return sha256_bytes(json.dumps(parts, sort_keys=True, default=str).encode())[:40]
+
+
+def project_cost(
+    bundles: Sequence[Path],
+    plan: FrozenPlan,
+    policy: Policy,
+    live_recipe: str,
+    mode: Literal["concurrent", "exclusive"],
+    recipes: Mapping[str, Recipe],
+    seeds: int = COST_SEEDS,
+) -> PlanCost:
+    """``plan`` projected over ``seeds`` seeds on the profile of ``bundles`` (newest first),
+    in the memory mode the cycle's admission would choose now."""
+    base = {"configurations": plan.candidates, "mode": mode}
+    if not bundles:
+        return PlanCost(basis="unknown", why=NO_FIGURES, **base)
+    cycles = [b.name for b in bundles]
+    try:
+        found = home_profile(bundles)
+    except (ValueError, CorruptFile, OSError, ValidationError) as exc:
+        why = f"this home's newest sealed cycle {cycles[0]} could not be read: {exc}"
+        return PlanCost(basis="unknown", why=why[:1000], source=cycles, **base)
+    got = priced(found.profile, plan.candidates[1:], live_recipe)
+    if isinstance(got, str):
+        return PlanCost(basis="unknown", why=got, source=cycles, **base)
+    profile, truths, notes = got
+    protocol = plan.protocol.model_copy(
+        update={"bootstrap_resamples": min(plan.protocol.bootstrap_resamples, COST_RESAMPLES)}
+    )
+    quick = plan.model_copy(update={"protocol": protocol})
+    runs = [
+        project(
+            quick,
+            profile,
+            truths,
+            seed=seed,
+            cycle_minutes=policy.budgets.cycle_minutes,
+            memory_budget_fraction=policy.service.memory_budget_fraction,
+            recipes=recipes,
+            exclusive=mode == "exclusive",
+        )
+        for seed in range(seeds)
+    ]
+    outcomes: dict[str, int] = {}
+    for run in runs:
+        outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
+    return PlanCost(
+        basis="this-home",
+        why=f"the product's own round loop over the timings measured in {cycles[0]}",
+        minutes=round(statistics.median(r.minutes for r in runs), 2),
+        minutes_high=round(max(r.minutes for r in runs), 2),
+        rounds=round(statistics.median(r.rounds for r in runs)),
+        requests=round(statistics.median(r.requests for r in runs)),
+        unserved_s=round(statistics.median(r.unserved_s for r in runs), 1),
+        seeds=seeds,
+        outcomes=outcomes,
+        source=cycles,
+        assumptions=[*notes, *profile.assumptions][:20],
+        **base,
+    )
+
+
+def plan_cost(
+    home: Home,
+    plan: FrozenPlan,
+    policy: Policy,
+    live_recipe: str,
+    mode: Literal["concurrent", "exclusive"],
+    recipes: Mapping[str, Recipe],
+    *,
+    wait: bool = True,
+    seeds: int = COST_SEEDS,
+) -> PlanCost:
+    """``project_cost`` on this home's newest sealed bundles, kept in the home's projection
+    cache (``state/projections/``) under a key of the bundles' signed manifests, the plan, the
+    recipes, the live recipe and the mode. ``wait=False`` (a read that must stay fast): a
+    projection not in the cache yet is computed in the background and ``pending`` returned."""
+    bundles = sealed_bundles(home)
+    if not bundles:
+        return PlanCost(basis="unknown", why=NO_FIGURES, configurations=plan.candidates, mode=mode)
+    key = _cost_key(bundles, plan, policy, live_recipe, mode, recipes, seeds)
+    folder = home.projections
+    path = folder / f"{key}.json"
+    with contextlib.suppress(CorruptFile):
+        if (cached := read_optional(path, PlanCost)) is not None:
+            return cached
+
+    def compute() -> PlanCost:
+        try:
+            cost = project_cost(bundles, plan, policy, live_recipe, mode, recipes, seeds)
+        except Exception as exc:  # a projection never breaks the answer it is part of
+            cost = PlanCost(
+                basis="unknown",
+                why=f"the projection failed: {type(exc).__name__}: {exc}"[:1000],
+                configurations=plan.candidates,
+                mode=mode,
+            )
+        private_dir(folder)
+        write_model(path, cost)
+        _prune(folder)
+        return cost
+
+    if wait:
+        return compute()
+    _BACKGROUND.submit(key, compute)
+    return PlanCost(
+        basis="pending",
+        why=f"being projected from {bundles[0].name} (a few seconds); ask again",
+        configurations=plan.candidates,
+        mode=mode,
+    )
+
+
+def _prune(folder: Path, keep: int = CACHE_KEEP) -> None:
+    files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in files[keep:]:
+        old.unlink(missing_ok=True)
+
+
+class _Background:
+    """One daemon thread that computes projections a fast read asked for, each key once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[str, Callable[[], object]]] = queue.Queue()
+        self._keys: set[str] = set()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, key: str, job: Callable[[], object]) -> None:
+        with self._lock:
+            if key in self._keys:
+                return
+            self._keys.add(key)
+            self._queue.put((key, job))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="projections", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                key, job = self._queue.get(timeout=5.0)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
+            try:
+                job()
+            finally:
+                with self._lock:
+                    self._keys.discard(key)
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        """Wait until every submitted projection is done (tests, and a process about to exit)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._keys:
+                    return True
+            time.sleep(0.02)
+        return False
+
+
+_BACKGROUND = _Background()

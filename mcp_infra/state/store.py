@@ -307,6 +307,11 @@ class Home:
         return self.state / "current.json"
 
     @property
+    def projections(self) -> Path:
+        """Projected plan costs, cached by what they were priced from (``flows.projection``)."""
+        return self.state / "projections"
+
+    @property
     def needs_operator_file(self) -> Path:
         """Present while the service could not be restored (a ``NeedsOperatorRecord``)."""
         return self.state / "needs_operator.json"
