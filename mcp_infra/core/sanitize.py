@@ -50,8 +50,10 @@ class PlanRefused(McpInfraError, ValueError):
         self.refused = refused or []
 
 
-LATER_OPTIONAL_FIELDS = frozenset({"timed_max_tokens", "learned_spread", "futility_confidence"})
-"""Protocol fields added after plans were first sealed: unset, they hash as absent."""
+LATER_OPTIONAL_FIELDS = frozenset(
+    {"timed_max_tokens", "learned_spread", "futility_confidence", "quiet_cpu_fraction"}
+)
+"""Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""
 
 
 def policy_hash(policy: Policy) -> str:
