@@ -1014,6 +1014,12 @@ class MachineLoad(Part):
     other_cpu_fraction: float = Field(
         ge=0, description="other_cpu_s over the window's CPU capacity (window_s x cpus)"
     )
+    own_cpu_s: float | None = Field(
+        None,
+        ge=0,
+        description="CPU seconds the left-out processes took: the measurement's own (the "
+        "measured server, the requests this supervisor sent, the front)",
+    )
     steal_s: float | None = Field(
         None, description="CPU seconds a hypervisor gave to other machines (Linux guests)"
     )

@@ -6,6 +6,8 @@ runs over the cost model's simulated starts, with a scripted machine whose other
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -85,6 +87,7 @@ def test_other_cpu_is_the_machine_busy_time_less_ours() -> None:
     load = machine_load(before, after, waited_s=2.0, quiet=True)
     assert load.window_s == 10.0 and load.cpus == 2
     assert load.other_cpu_s == pytest.approx(5.0)
+    assert load.own_cpu_s == pytest.approx(11.0)
     assert load.other_cpu_fraction == pytest.approx(0.25)
     assert load.load_avg_1m == 3.25  # the higher of the two
     assert load.available_memory_fraction == 0.4  # the lower of the two
@@ -168,10 +171,11 @@ def _load(fraction: float) -> MachineLoad:
 
 def test_one_look_says_quiet_wait_or_start_anyway() -> None:
     rule = QuietRule(cpu_fraction=0.25, max_wait_s=5.0, look_s=1.0)
-    assert quiet_step(_load(0.25), rule, 1.0) == "quiet"
-    assert quiet_step(_load(0.5), rule, 1.0) == "wait"
-    assert quiet_step(_load(0.5), rule, 4.0) == "wait"  # one more look still fits
-    assert quiet_step(_load(0.5), rule, 4.5) == "give_up"
+    assert quiet_step(_load(0.25), rule, 1) == "quiet"
+    assert quiet_step(_load(0.5), rule, 1) == "wait"
+    assert quiet_step(_load(0.5), rule, 4) == "wait"  # a fifth look still fits in 5 s
+    assert quiet_step(_load(0.5), rule, 5) == "give_up"
+    assert quiet_step(_load(0.5), QuietRule(0.25, 0.5, 1.0), 1) == "give_up"
 
 
 class ScriptedMachine:
@@ -356,3 +360,15 @@ def test_only_an_open_decision_gains_the_load_words() -> None:
     assert words.startswith("; the machine was busy")
     assert open_verdict_words(_verdict(Decision.REJECTED), [run]) == ""
     assert open_verdict_words(_verdict(Decision.INCONCLUSIVE), [CandidateRun(candidate="c")]) == ""
+
+
+def test_a_child_this_process_waited_for_counts_as_ours() -> None:
+    """The measured server is left out of "other" this way: stopped and reaped by the
+    supervisor, its CPU time lands in the supervisor's own (children) time. A small CPU burner
+    stands in for it here (no server in the fast tier); it burns CPU time, not wall time, so a
+    busy machine cannot make it burn less."""
+    before = load_snapshot()
+    burn = "import time\nwhile time.process_time() < 0.3:\n    pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=120)
+    after = load_snapshot()
+    assert after.own_cpu_s["supervisor"] - before.own_cpu_s["supervisor"] >= 0.3

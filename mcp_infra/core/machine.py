@@ -96,6 +96,7 @@ def machine_load(
         cpus=after.cpus,
         other_cpu_s=round(other, 3),
         other_cpu_fraction=round(min(1.0, other / capacity), 4) if capacity > 0 else 0.0,
+        own_cpu_s=round(ours, 3),
         steal_s=round(steal, 3) if steal is not None else None,
         load_avg_1m=round(max(loads), 2) if loads else None,
         available_memory_fraction=round(min(avail), 4) if avail else None,
@@ -128,13 +129,14 @@ def quiet_rule(service: ServicePolicy) -> QuietRule | None:
 
 
 def quiet_step(
-    load: MachineLoad, rule: QuietRule, waited_s: float
+    load: MachineLoad, rule: QuietRule, looks: int
 ) -> Literal["quiet", "wait", "give_up"]:
-    """After one look: quiet enough to start, look again, or start anyway (another look would
-    pass the rule's bound)."""
+    """After ``looks`` looks, the last one ``load``: quiet enough to start, look again, or start
+    anyway (another look would pass the rule's bound). Counted in looks, not in the seconds a
+    clock shows, so the reading's own overhead never costs the last look."""
     if load.other_cpu_fraction <= rule.cpu_fraction:
         return "quiet"
-    if waited_s + rule.look_s > rule.max_wait_s:
+    if (looks + 1) * rule.look_s > rule.max_wait_s:
         return "give_up"
     return "wait"
 

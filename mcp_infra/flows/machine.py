@@ -60,12 +60,14 @@ class Machine:
         Returns the seconds spent looking and whether the machine was quiet at the end."""
         first = previous = self.read()
         announced = False
+        looks = 0
         while True:
             self.sleep(rule.look_s)
             now = self.read()
+            looks += 1
             load = machine_load(previous, now)
             waited = max(0.0, now.monotonic - first.monotonic)
-            step = quiet_step(load, rule, waited)
+            step = quiet_step(load, rule, looks)
             if step == "quiet" and not announced:
                 return waited, True
             if step != "wait" or not announced:
