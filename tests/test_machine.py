@@ -314,8 +314,8 @@ def _round(fraction: float, **kw: object) -> RoundRecord:
 def test_a_busy_machine_is_named_with_its_figures_and_what_to_do() -> None:
     words = load_sentence([_round(0.6), _round(0.4)])
     assert words.startswith("the machine was busy while it measured")
-    assert "1.00 of the 2 CPUs busy on average (50%)" in words
-    assert "60% in the busiest" in words and "load average up to 5.2" in words
+    assert "1.00 of its 2 CPUs busy on average over 2 server start(s) (50%," in words
+    assert "60% in the busiest start" in words and "load average up to 5.2" in words
     assert "service.quiet_cpu_fraction" in words and "quieter" in words
     assert "memory" not in words
 
@@ -329,7 +329,7 @@ def test_with_the_wait_on_the_advice_is_a_longer_wait() -> None:
 
 def test_short_memory_is_named() -> None:
     words = load_sentence([_round(0.05, available_memory_fraction=0.04, swap_out_bytes=2**30)])
-    assert "memory was short (4% available at the lowest, 1024 MiB swapped)" in words
+    assert "memory was short, 4% available at the lowest and 1024 MiB swapped" in words
     assert "close programs" in words
 
 
@@ -368,7 +368,8 @@ def test_a_child_this_process_waited_for_counts_as_ours() -> None:
     stands in for it here (no server in the fast tier); it burns CPU time, not wall time, so a
     busy machine cannot make it burn less."""
     before = load_snapshot()
-    burn = "import time\nwhile time.process_time() < 0.3:\n    pass\n"
+    burn = "import time\nwhile time.process_time() < 0.5:\n    pass\n"
     subprocess.run([sys.executable, "-c", burn], check=True, timeout=120)
     after = load_snapshot()
-    assert after.own_cpu_s["supervisor"] - before.own_cpu_s["supervisor"] >= 0.3
+    # the kernel counts in clock ticks: a few of them short of the 0.5 s is still ours
+    assert after.own_cpu_s["supervisor"] - before.own_cpu_s["supervisor"] >= 0.4

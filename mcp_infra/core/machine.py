@@ -225,9 +225,9 @@ def load_sentence(rounds: Sequence[RoundRecord], busy_fraction: float = BUSY_CPU
     if s is None:
         return ""
     cpu = (
-        f"other processes kept {s.mean_fraction * s.cpus:.2f} of the {s.cpus} CPUs busy on "
-        f"average ({s.mean_fraction:.0%}) over {s.starts} server start(s), "
-        f"{s.max_fraction:.0%} in the busiest"
+        f"other processes kept {s.mean_fraction * s.cpus:.2f} of its {s.cpus} CPUs busy on "
+        f"average over {s.starts} server start(s) ({s.mean_fraction:.0%}, "
+        f"{s.max_fraction:.0%} in the busiest start)"
     )
     if s.max_load_avg is not None:
         cpu += f", load average up to {s.max_load_avg:.1f}"
@@ -236,38 +236,42 @@ def load_sentence(rounds: Sequence[RoundRecord], busy_fraction: float = BUSY_CPU
     )
     memory = ""
     if memory_short:
-        memory = (
-            f"; memory was short ({s.min_available:.0%} available at the lowest, "
+        lowest = (
+            f"{s.min_available:.0%} available at the lowest and "
             if s.min_available is not None
-            else "; memory was short ("
-        ) + f"{s.swapped_bytes / 2**20:.0f} MiB swapped)"
+            else ""
+        )
+        memory = f", memory was short, {lowest}{s.swapped_bytes / 2**20:.0f} MiB swapped"
     busy = s.mean_fraction > busy_fraction or s.max_fraction > 2 * busy_fraction
     if not busy and not memory_short:
         return (
-            f"the machine was quiet while it measured ({cpu}): the load does not explain the "
-            "open decision; more starts (protocol.max_starts) may settle it"
+            f"the machine was quiet while it measured: {cpu}; the load does not explain the "
+            "open decision, more starts (protocol.max_starts) may settle it"
         )
-    if s.waits:
-        wait = (
-            f"; the starts waited {s.waited_s:.0f} s in all for a quiet machine and "
-            f"{s.busy_after_wait} of {s.waits} started busy all the same"
-        )
-        advice = (
+    wait = (
+        f", the starts waited {s.waited_s:.0f} s in all for a quiet machine and "
+        f"{s.busy_after_wait} of {s.waits} started busy all the same"
+        if s.waits
+        else ""
+    )
+    advice = []
+    if busy and s.waits:
+        advice.append(
             "run it again when the machine is quieter, or allow a longer wait "
             "(service.quiet_wait_s)"
         )
-    else:
-        wait = ""
-        advice = (
+    elif busy:
+        advice.append(
             "run it again when the machine is quieter, or set service.quiet_cpu_fraction in "
-            "the policy so each start first waits (up to service.quiet_wait_s) for a quiet "
-            "machine"
+            "the policy so that each start first waits (up to service.quiet_wait_s) for a "
+            "quiet machine"
         )
     if memory_short:
-        advice += "; close programs that hold memory, or measure fewer candidates at once"
+        advice.append("close programs that hold memory, or measure fewer candidates at once")
     return (
-        f"the machine was busy while it measured ({cpu}{memory}{wait}): other load slows "
-        f"the starts unevenly and widens the intervals; {advice}"
+        f"the machine was {'busy' if busy else 'short of memory'} while it measured: "
+        f"{cpu}{memory}{wait}; other load slows the starts unevenly and widens the intervals, "
+        f"so {', and '.join(advice)}"
     )
 
 
