@@ -10,6 +10,7 @@ machine's load around each server start (the same calls on Linux and macOS).
 from __future__ import annotations
 
 import contextlib
+import resource
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -161,8 +162,8 @@ user time too; steal is time a hypervisor gave to other machines, kept apart).""
 
 
 def _cpu_of(proc: psutil.Process) -> float:
-    """A process's CPU seconds, with those of its children it has waited for (Linux; macOS
-    reports the process alone)."""
+    """Another process's CPU seconds, with those of its children it has waited for (Linux;
+    macOS reports the process alone)."""
     times = proc.cpu_times()
     return (
         times.user
@@ -170,6 +171,14 @@ def _cpu_of(proc: psutil.Process) -> float:
         + getattr(times, "children_user", 0.0)
         + getattr(times, "children_system", 0.0)
     )
+
+
+def _own_and_reaped_cpu_s() -> float:
+    """This process's CPU seconds and its waited-for children's (getrusage: the same on Linux
+    and macOS, where psutil reports no children's time)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def load_snapshot(exclude: Sequence[ProcessRecord] = ()) -> LoadSnapshot:
@@ -180,7 +189,7 @@ def load_snapshot(exclude: Sequence[ProcessRecord] = ()) -> LoadSnapshot:
     cpu = psutil.cpu_times()
     fields = cpu._asdict()
     busy = sum(v for k, v in fields.items() if k not in IDLE_FIELDS)
-    ours = {"supervisor": _cpu_of(psutil.Process())}
+    ours = {"supervisor": _own_and_reaped_cpu_s()}
     for record in exclude:
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(record.pid)
