@@ -44,11 +44,13 @@ from mcp_infra.core.machine import (
     waiting_text,
 )
 from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, policy_hash
+from mcp_infra.flows.api import CycleView, cycle_progress
 from mcp_infra.flows.machine import Machine
 from mcp_infra.flows.projection import NullJournal, SimServer, simulated_plan
 from mcp_infra.flows.rounds import Bench, run_rounds
 from mcp_infra.procs.usage import load_snapshot
 from mcp_infra.state.catalog import load_policy
+from mcp_infra.state.store import Home
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -373,3 +375,34 @@ def test_a_child_this_process_waited_for_counts_as_ours() -> None:
     after = load_snapshot()
     # the kernel counts in clock ticks: a few of them short of the 0.5 s is still ours
     assert after.own_cpu_s["supervisor"] - before.own_cpu_s["supervisor"] >= 0.4
+
+
+def test_status_says_a_start_is_waiting_for_a_quiet_machine(bare_home: Home) -> None:
+    """The cycle's progress line (what `status` and the demo print) names the wait while it
+    lasts, from the journal alone: the lines a real wait writes, after a start's entry."""
+    where = {"candidate": "c1", "round": 0, "start": 0, "index": 2, "total": 3, "phase": "measure"}
+    fake = ScriptedMachine([1.8])
+    lines = Lines()
+    entry = Event(
+        ts=T0,
+        cycle_id="c",
+        state=CycleState.EXPERIMENT,
+        message="round 1: c1, start 1",
+        fields={"step": "enter", **where},
+    )
+    Machine(fake.read, sleep=fake.sleep).wait_quiet(QuietRule(0.25, 2.5), lines, where)
+    waiting, ended = lines.events  # two looks, then it gives up
+    for event in (entry, waiting):
+        bare_home.append_event(event)
+    current = CycleView(  # state/current.json as the journal's last line left it
+        cycle_id="c", state="EXPERIMENT", message=waiting.message, candidate="c1", index=2, total=3
+    )
+    view = cycle_progress(bare_home, current)
+    assert view.progress is not None and "measuring c1" in view.progress
+    assert (
+        "waiting for a quiet machine before this start: other processes used 1.80 of 2 CPUs"
+        in view.progress
+    )
+    bare_home.append_event(ended)
+    view = cycle_progress(bare_home, current.model_copy(update={"message": ended.message}))
+    assert view.progress is not None and "waiting for a quiet machine" not in view.progress
