@@ -415,7 +415,21 @@ class ServicePolicy(Part):
         description="live requests overlapping a measurement round above which it is repeated",
     )
     max_round_repeats: int = Field(2, ge=0, le=10)
-    quiet_wait_s: float = Field(60.0, ge=0, le=3600)
+    quiet_wait_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="with quiet_cpu_fraction set: the longest a server start waits for a quiet "
+        "machine before it is measured anyway (its round records the load)",
+    )
+    quiet_cpu_fraction: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="wait before each server start until processes other than this supervisor, "
+        "the front and the servers it measures use at most this share of the CPUs (over a "
+        "1-second look), at most quiet_wait_s; None: never wait (core.machine)",
+    )
     max_unserved_s: float | None = Field(
         None,
         ge=0,
@@ -1007,6 +1021,49 @@ class Verdict(Contract):
     )
 
 
+class MachineLoad(Part):
+    """What the rest of the machine did while one server start ran (core.machine, from two
+    psutil readings): a busy machine slows starts unevenly and widens the intervals, so each
+    round says how busy it was."""
+
+    window_s: float = Field(ge=0, description="seconds between the two readings")
+    cpus: int = Field(ge=1, description="logical CPUs of the machine")
+    other_cpu_s: float = Field(
+        ge=0,
+        description="CPU seconds of every process other than this supervisor (with the servers "
+        "it started and reaped, the measured one included) and the front",
+    )
+    other_cpu_fraction: float = Field(
+        ge=0, description="other_cpu_s over the window's CPU capacity (window_s x cpus)"
+    )
+    own_cpu_s: float | None = Field(
+        None,
+        ge=0,
+        description="CPU seconds the left-out processes took: the measurement's own (the "
+        "measured server, the requests this supervisor sent, the front)",
+    )
+    steal_s: float | None = Field(
+        None, description="CPU seconds a hypervisor gave to other machines (Linux guests)"
+    )
+    load_avg_1m: float | None = Field(
+        None, description="the higher 1-minute load average of the two readings (ours included)"
+    )
+    available_memory_fraction: float | None = Field(
+        None, ge=0, le=1, description="the lower available/total memory of the two readings"
+    )
+    swap_in_bytes: int | None = Field(None, ge=0)
+    swap_out_bytes: int | None = Field(None, ge=0)
+    waited_s: float | None = Field(
+        None,
+        ge=0,
+        description="seconds the start waited for a quiet machine first (service."
+        "quiet_cpu_fraction); None when the policy does not wait",
+    )
+    quiet: bool | None = Field(
+        None, description="whether the machine was quiet when the wait ended; None: no wait"
+    )
+
+
 class RoundRecord(Part):
     """One fresh server process of one configuration in one measurement round (flows.measure)."""
 
@@ -1023,6 +1080,9 @@ class RoundRecord(Part):
         "(co-tenant load); None when no counter was available",
     )
     error: str | None = None
+    machine: MachineLoad | None = Field(
+        None, description="the rest of the machine's load while it ran; None: not read"
+    )
 
 
 class CellFigures(Part):
@@ -1161,6 +1221,7 @@ class JournalStep(StrEnum):
     ENTER = "enter"
     MEASURING = "measuring"  # EXPERIMENT: a fresh server is ready and being measured
     JUDGED = "judged"  # EXPERIMENT: the selector's look after a round
+    QUIET = "quiet"  # EXPERIMENT: a start waits for a quiet machine (fields: waiting, figures)
     DRIFT = "drift"  # SELECT: the baseline re-measured for drift
     WORKLOAD = "workload"  # SELECT: a decisive workload cell kept the baseline
     HELDOUT = "heldout"  # SELECT: the winner's held-out confirmation begins

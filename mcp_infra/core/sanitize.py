@@ -59,6 +59,7 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "heldout_repeats",
         "learn_spread",
         "max_unserved_s",
+        "quiet_cpu_fraction",
     }
 )
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""

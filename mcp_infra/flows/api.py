@@ -41,6 +41,7 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
+from mcp_infra.core.machine import waiting_text
 from mcp_infra.core.preflight import Check, manifest_hash, preflight
 from mcp_infra.core.progress import Progress, left_text, progress
 from mcp_infra.core.sanitize import PlanRefused, nearest_text, parse_plan, sanitize
@@ -423,6 +424,8 @@ def cycle_progress(home: Home, cycle: CycleView) -> CycleView:
         parts.append(f"step {update['step']} of {update['steps']}")
     if left := left_text(where):
         parts.append(left + (" of measuring" if where.phase == "measure" else ""))
+    if waiting := waiting_text(events):
+        parts.append(waiting)
     update["progress"] = ", ".join(parts)
     update.update(projection_progress(home, update.get("plan_id"), events, update.get("elapsed_s")))
     modes = [e.fields for e in events if e.fields.get("mode")]

@@ -42,12 +42,14 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.admission import admit, expected_downtime_s
 from mcp_infra.core.gates import compare_greedy, smoke_failures
+from mcp_infra.core.machine import open_verdict_words, quiet_rule
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.flows import impact
+from mcp_infra.flows.machine import Machine
 from mcp_infra.flows.measure import (
     SERVER_START_ERRORS,
     annotate_cells,
@@ -310,6 +312,9 @@ class CycleContext:
             run_start=server_starter(self.home, self.config, self.cycle_id),
             start_errors=SERVER_START_ERRORS,
             live_traffic=self.traffic,
+            machine=Machine(
+                usage.machine_reader(self.home), quiet_rule(self.loaded.policy.service)
+            ),
         )
 
 
@@ -492,6 +497,9 @@ def select_step(c: CycleContext) -> CycleResult | None:
     write_model(c.files.verdict, c.verdict)
     if c.verdict.selected is None:
         reason = c.verdict.reason + _workload_words(c.runs, c.plan)
+        reason += open_verdict_words(
+            c.verdict, [c.baseline, *c.runs.values()], c.loaded.policy.service.quiet_cpu_fraction
+        )
         if not is_serving(c.home, c.live, c.config):  # the live server died during the cycle
             reason = f"{reason}; the live service stopped answering during the cycle"
             c.journal(

@@ -40,6 +40,7 @@ from mcp_infra.contracts import Protocol as MeasureProtocol
 from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import cell_regressions, decisive_view
+from mcp_infra.flows.machine import Machine
 from mcp_infra.flows.measure import StartResult, StartSpec, prompts_by_class
 from mcp_infra.state.catalog import load_suite
 
@@ -74,7 +75,8 @@ class StartFailed(RuntimeError):
 @dataclass(frozen=True)
 class Bench:
     """What measurement needs of a cycle: the frozen plan, its journal, how one start is
-    measured, the clock, and the live-traffic counter (None where no front counts)."""
+    measured, the clock, the live-traffic counter (None where no front counts) and the machine's
+    other load (None: not read, never waited for)."""
 
     plan: FrozenPlan
     journal: Journal
@@ -83,6 +85,7 @@ class Bench:
     clock: Callable[[], float] = time.monotonic
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     live_traffic: LiveTraffic | None = None
+    machine: Machine | None = None
 
 
 class Slot(NamedTuple):
@@ -245,6 +248,7 @@ def one_start(
         step=JournalStep.ENTER,  # the pause seam and recovery read a start like any state entry
         **where,
     )
+    opened = bench.machine.open(journal, where) if bench.machine else None
     began = bench.now()
     live0 = bench.live_traffic() if bench.live_traffic else None
 
@@ -261,6 +265,7 @@ def one_start(
                 port=port,
                 live_requests=live1 - live0 if live0 is not None and live1 is not None else None,
                 error=error,
+                machine=bench.machine.close(opened) if bench.machine and opened else None,
             )
         )
 

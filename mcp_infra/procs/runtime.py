@@ -372,10 +372,20 @@ def _is_zombie(proc: psutil.Process) -> bool:
         return True
 
 
-def _reap(pid: int) -> None:
-    """Collect our own child's exit status so it does not linger as a zombie."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+def _reap(pid: int, timeout: float = 2.0) -> None:
+    """Collect our own child's exit status so it does not linger as a zombie (and its CPU time
+    counts as this process's children's at once: ``core.machine`` leaves the measured server out
+    of the machine's other load that way). A server tearing down a large memory map already
+    shows as a zombie before it can be collected, so this waits a little for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            collected, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child, or already collected
+            return
+        if collected or time.monotonic() >= deadline:
+            return
+        time.sleep(0.02)
 
 
 class MemorySampler:

@@ -3,19 +3,25 @@
 ``cycle_start`` reads the supervisor's CPU time and any readable energy counter when a cycle
 begins; ``snapshot`` records a server's CPU time and peak memory (first and latest reading) in
 ``<cycle>/usage/``, called before each server is stopped and when the cycle is sealed.
+``load_snapshot`` reads the machine's counters that ``core.machine`` turns into the rest of the
+machine's load around each server start (the same calls on Linux and macOS).
 """
 
 from __future__ import annotations
 
 import contextlib
+import resource
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
 
 from mcp_infra.contracts import CycleCost, ProcessRecord, ProcessUsage, UsageStart
+from mcp_infra.core.machine import LoadSnapshot
+from mcp_infra.procs.front import front_record
 from mcp_infra.procs.runtime import vm_hwm
-from mcp_infra.state.store import Home, read_optional, utcnow, write_model
+from mcp_infra.state.store import CorruptFile, Home, read_optional, utcnow, write_model
 
 POWERCAP = Path("/sys/class/powercap")
 
@@ -46,7 +52,6 @@ def own_cpu_s() -> float:
 def snapshot_service(cycle_dir: Path, home: Home, label: str | None = None) -> None:
     """Snapshot the stable server by its record; an unreadable record is skipped, not raised."""
     from mcp_infra.state.context import service_record
-    from mcp_infra.state.store import CorruptFile
 
     try:
         record = service_record(home)
@@ -145,3 +150,82 @@ def cycle_cost(home: Home, cycle_id: str, speedup_pct: float | None) -> CycleCos
         )
     except (OSError, ValueError, psutil.Error):
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The rest of the machine's load
+# ---------------------------------------------------------------------------------------------
+
+IDLE_FIELDS = ("idle", "iowait", "steal", "guest", "guest_nice")
+"""CPU time fields that are not this machine's processes at work (Linux counts guest time in
+user time too; steal is time a hypervisor gave to other machines, kept apart)."""
+
+
+def _cpu_of(proc: psutil.Process) -> float:
+    """Another process's CPU seconds, with those of its children it has waited for (Linux;
+    macOS reports the process alone)."""
+    times = proc.cpu_times()
+    return (
+        times.user
+        + times.system
+        + getattr(times, "children_user", 0.0)
+        + getattr(times, "children_system", 0.0)
+    )
+
+
+def _own_and_reaped_cpu_s() -> float:
+    """This process's CPU seconds and its waited-for children's (getrusage: the same on Linux
+    and macOS, where psutil reports no children's time)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def load_snapshot(exclude: Sequence[ProcessRecord] = ()) -> LoadSnapshot:
+    """The machine's cumulative counters now. This process's CPU time counts its reaped
+    children: the measured server is one once it has been stopped (``runtime.stop_server``
+    reaps it), so its whole run is left out of "other". ``exclude``: more processes of ours
+    (the front), each by pid and start time so a reused pid is never counted as ours."""
+    cpu = psutil.cpu_times()
+    fields = cpu._asdict()
+    busy = sum(v for k, v in fields.items() if k not in IDLE_FIELDS)
+    ours = {"supervisor": _own_and_reaped_cpu_s()}
+    for record in exclude:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(record.pid)
+            if abs(proc.create_time() - record.create_time) <= 1.0:
+                ours[f"{record.role}:{record.pid}:{record.create_time:.2f}"] = _cpu_of(proc)
+    load = None
+    with contextlib.suppress(OSError, AttributeError):
+        load = psutil.getloadavg()[0]
+    memory = psutil.virtual_memory()
+    swap_in = swap_out = None
+    with contextlib.suppress(OSError, RuntimeError):
+        swap = psutil.swap_memory()
+        swap_in, swap_out = int(swap.sin), int(swap.sout)
+    return LoadSnapshot(
+        monotonic=time.monotonic(),
+        cpus=psutil.cpu_count() or 1,
+        busy_cpu_s=busy,
+        steal_s=fields.get("steal"),
+        own_cpu_s=ours,
+        load_avg_1m=load,
+        available_memory_fraction=min(1.0, memory.available / memory.total)
+        if memory.total
+        else None,
+        swap_in_bytes=swap_in,
+        swap_out_bytes=swap_out,
+    )
+
+
+def machine_reader(home: Home) -> Callable[[], LoadSnapshot]:
+    """A reading of the machine that leaves out this supervisor, the servers it reaped and the
+    home's front (its record is read each time: a front restarted by the healer is still ours)."""
+
+    def read() -> LoadSnapshot:
+        front = None
+        with contextlib.suppress(CorruptFile, OSError):
+            front = front_record(home)
+        return load_snapshot([front] if front else [])
+
+    return read

@@ -1,0 +1,408 @@
+"""The rest of the machine's load around each server start (``core.machine``, ``flows.machine``):
+the arithmetic from two readings, the bounded wait for a quiet machine, the words an open verdict
+gains, and the round loop carrying the figures. Pure parts run on made-up readings; the round loop
+runs over the cost model's simulated starts, with a scripted machine whose other load is known
+(a real machine's load cannot be set by a test). The real reading runs once, on this machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mcp_infra.contracts import (
+    BASELINE_ID,
+    CandidateRun,
+    CandidateVerdict,
+    ConfigTruth,
+    CycleState,
+    Decision,
+    Event,
+    JournalStep,
+    Knobs,
+    MachineLoad,
+    Recipe,
+    RoundRecord,
+    ServicePolicy,
+    TargetProfile,
+    Verdict,
+)
+from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.machine import (
+    LoadSnapshot,
+    QuietRule,
+    load_sentence,
+    machine_load,
+    open_verdict_words,
+    quiet_rule,
+    quiet_step,
+    summarize,
+    waiting_text,
+)
+from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, policy_hash
+from mcp_infra.flows.api import CycleView, cycle_progress
+from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.projection import NullJournal, SimServer, simulated_plan
+from mcp_infra.flows.rounds import Bench, run_rounds
+from mcp_infra.procs.usage import load_snapshot
+from mcp_infra.state.catalog import load_policy
+from mcp_infra.state.store import Home
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def snap(t: float, busy: float, own: dict[str, float] | None = None, **kw: object) -> LoadSnapshot:
+    return LoadSnapshot(monotonic=t, cpus=2, busy_cpu_s=busy, own_cpu_s=own or {}, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Two readings to figures
+# ---------------------------------------------------------------------------------------------
+
+
+def test_other_cpu_is_the_machine_busy_time_less_ours() -> None:
+    before = snap(
+        100.0,
+        1000.0,
+        {"supervisor": 50.0, "front:7:1.00": 3.0},
+        load_avg_1m=1.5,
+        available_memory_fraction=0.6,
+        swap_in_bytes=10,
+        swap_out_bytes=0,
+        steal_s=4.0,
+    )
+    after = snap(
+        110.0,
+        1016.0,  # 16 CPU seconds in 10 s on 2 CPUs
+        # the supervisor's 10 s include the measured server it reaped; the front took 1 s
+        {"supervisor": 60.0, "front:7:1.00": 4.0},
+        load_avg_1m=3.25,
+        available_memory_fraction=0.4,
+        swap_in_bytes=4106,
+        swap_out_bytes=2048,
+        steal_s=4.5,
+    )
+    load = machine_load(before, after, waited_s=2.0, quiet=True)
+    assert load.window_s == 10.0 and load.cpus == 2
+    assert load.other_cpu_s == pytest.approx(5.0)
+    assert load.own_cpu_s == pytest.approx(11.0)
+    assert load.other_cpu_fraction == pytest.approx(0.25)
+    assert load.load_avg_1m == 3.25  # the higher of the two
+    assert load.available_memory_fraction == 0.4  # the lower of the two
+    assert (load.swap_in_bytes, load.swap_out_bytes) == (4096, 2048)
+    assert load.steal_s == pytest.approx(0.5)
+    assert (load.waited_s, load.quiet) == (2.0, True)
+
+
+def test_an_excluded_process_that_started_inside_the_window_counts_whole() -> None:
+    # the front restarted by its healer: the new one's CPU is all inside the window; the old
+    # one's last part is unread and counts as other
+    before = snap(0.0, 0.0, {"supervisor": 1.0, "front:7:1.00": 9.0})
+    after = snap(10.0, 8.0, {"supervisor": 3.0, "front:8:2.00": 1.5})
+    assert machine_load(before, after).other_cpu_s == pytest.approx(8.0 - 2.0 - 1.5)
+
+
+def test_the_figures_never_go_negative_or_past_the_machine() -> None:
+    # our own reaped children can make "ours" exceed the machine's busy time by a tick
+    load = machine_load(snap(0.0, 10.0, {"supervisor": 0.0}), snap(1.0, 11.0, {"supervisor": 1.2}))
+    assert load.other_cpu_s == 0.0 and load.other_cpu_fraction == 0.0
+    assert machine_load(snap(0.0, 0.0), snap(1.0, 5.0)).other_cpu_fraction == 1.0
+    assert machine_load(snap(5.0, 0.0), snap(5.0, 0.0)).other_cpu_fraction == 0.0
+    missing = machine_load(snap(0.0, 0.0), snap(1.0, 1.0))
+    assert missing.load_avg_1m is None and missing.swap_in_bytes is None
+
+
+def test_this_machine_can_be_read() -> None:
+    """The real psutil reading (no server involved): two readings make valid figures."""
+    first = load_snapshot()
+    second = load_snapshot()
+    assert first.cpus >= 1 and "supervisor" in first.own_cpu_s
+    assert second.busy_cpu_s >= first.busy_cpu_s
+    load = machine_load(first, second)
+    assert 0.0 <= load.other_cpu_fraction <= 1.0
+    assert load.available_memory_fraction is not None and 0 < load.available_memory_fraction <= 1
+
+
+def test_a_round_record_from_before_the_load_figures_still_validates() -> None:
+    old = {
+        "config": "baseline",
+        "start": 0,
+        "round": 0,
+        "started_at": T0.isoformat(),
+        "ended_at": T0.isoformat(),
+    }
+    assert RoundRecord.model_validate(old).machine is None
+    with pytest.raises(ValueError):
+        MachineLoad.model_validate(
+            {"window_s": 1, "cpus": 2, "other_cpu_s": 0, "other_cpu_fraction": 0, "surprise": 1}
+        )
+
+
+def test_the_quiet_setting_leaves_existing_policy_hashes_alone() -> None:
+    policy = load_policy("default")
+    assert policy.service.quiet_cpu_fraction is None
+    body = policy.model_dump(mode="json")
+    del body["service"]["quiet_cpu_fraction"]
+    before = sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS - {"quiet_cpu_fraction"}))
+    assert policy_hash(policy) == before
+    busy = policy.model_copy(
+        update={"service": policy.service.model_copy(update={"quiet_cpu_fraction": 0.2})}
+    )
+    assert policy_hash(busy) != before
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting for a quiet machine
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_policy_waits_only_with_a_threshold_and_time_to_wait() -> None:
+    assert quiet_rule(ServicePolicy()) is None
+    assert quiet_rule(ServicePolicy(quiet_cpu_fraction=0.2, quiet_wait_s=0)) is None
+    rule = quiet_rule(ServicePolicy(quiet_cpu_fraction=0.2, quiet_wait_s=30))
+    assert rule is not None and (rule.cpu_fraction, rule.max_wait_s) == (0.2, 30)
+
+
+def _load(fraction: float) -> MachineLoad:
+    return MachineLoad(window_s=1, cpus=2, other_cpu_s=2 * fraction, other_cpu_fraction=fraction)
+
+
+def test_one_look_says_quiet_wait_or_start_anyway() -> None:
+    rule = QuietRule(cpu_fraction=0.25, max_wait_s=5.0, look_s=1.0)
+    assert quiet_step(_load(0.25), rule, 1) == "quiet"
+    assert quiet_step(_load(0.5), rule, 1) == "wait"
+    assert quiet_step(_load(0.5), rule, 4) == "wait"  # a fifth look still fits in 5 s
+    assert quiet_step(_load(0.5), rule, 5) == "give_up"
+    assert quiet_step(_load(0.5), QuietRule(0.25, 0.5, 1.0), 1) == "give_up"
+
+
+class ScriptedMachine:
+    """A machine whose other processes take ``cores[i]`` CPUs during look i (then the last)."""
+
+    def __init__(self, cores: list[float]) -> None:
+        self.t = 0.0
+        self.busy = 0.0
+        self.cores = cores
+        self.looks = 0
+
+    def read(self) -> LoadSnapshot:
+        return snap(self.t, self.busy, {"supervisor": 0.0})
+
+    def sleep(self, seconds: float) -> None:
+        rate = self.cores[min(self.looks, len(self.cores) - 1)]
+        self.t += seconds
+        self.busy += rate * seconds
+        self.looks += 1
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(
+        self, state: CycleState, message: str, step: JournalStep | None = None, **fields: object
+    ) -> None:
+        fields = {"step": step.value if step else "enter", **fields}
+        self.events.append(Event(ts=T0, cycle_id="c", state=state, message=message, fields=fields))
+
+
+def test_a_quiet_machine_costs_one_look_and_no_journal_line() -> None:
+    fake = ScriptedMachine([0.1])
+    journal = Lines()
+    machine = Machine(fake.read, QuietRule(0.25, 30.0), sleep=fake.sleep)
+    opened = machine.open(journal, {"candidate": "c1"})
+    assert (opened.waited_s, opened.quiet) == (1.0, True)
+    assert journal.events == []
+
+
+def test_a_busy_machine_is_waited_for_and_status_says_so() -> None:
+    fake = ScriptedMachine([1.6, 1.6, 1.6, 0.2])
+    journal = Lines()
+    machine = Machine(fake.read, QuietRule(0.25, 30.0), sleep=fake.sleep)
+    waited, quiet = machine.wait_quiet(QuietRule(0.25, 30.0), journal, {"candidate": "c1"})
+    assert (waited, quiet) == (4.0, True)
+    first, last = journal.events
+    assert first.fields["waiting"] is True and first.fields["candidate"] == "c1"
+    assert first.fields["other_cpu_fraction"] == pytest.approx(0.8)
+    assert "waiting for a quiet machine" in first.message and "1.60 of 2 CPUs" in first.message
+    assert waiting_text([first]) == first.message  # what `status` shows meanwhile
+    assert last.fields["waiting"] is False and "quiet after 4 s" in last.message
+    assert waiting_text(journal.events) is None
+
+
+def test_the_wait_is_bounded_and_then_measures_anyway() -> None:
+    fake = ScriptedMachine([2.0])
+    journal = Lines()
+    machine = Machine(fake.read, QuietRule(0.25, 5.5), sleep=fake.sleep)
+    opened = machine.open(journal, {})
+    assert opened.quiet is False and opened.waited_s == 5.0  # a sixth look would pass 5.5 s
+    assert [e.fields["waiting"] for e in journal.events] == [True, False]
+    assert "still busy after 5 s" in journal.events[-1].message
+    assert "measuring anyway" in journal.events[-1].message
+
+
+# ---------------------------------------------------------------------------------------------
+# The round loop carries the figures
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_start_of_the_round_loop_records_the_machine_load() -> None:
+    profile = TargetProfile.model_validate(
+        yaml.safe_load(
+            (
+                Path(__file__).resolve().parents[1] / "benchmarks/profiles/qwen27b-m5pro.yaml"
+            ).read_text()
+        )
+    )
+    fast = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
+    server = SimServer(profile, {"sim:fast": fast}, seed=3)
+
+    def read() -> LoadSnapshot:  # one other core busy all along, on the simulated clock
+        return snap(server.clock(), 1.0 * server.clock(), {"supervisor": 0.0})
+
+    plan = simulated_plan(load_policy("single-user"), ["sim:fast"])
+    bench = Bench(
+        plan=plan,
+        journal=NullJournal(),
+        run_start=server,
+        clock=server.clock,
+        now=server.clock.wall,
+        machine=Machine(read),
+    )
+    recipe = Recipe(
+        candidate_id="sim:fast",
+        template="mlx_lm_server",
+        model_path="/m",
+        knobs=Knobs(prompt_cache_size=0),
+        candidate_class="acceleration_plugin",  # type: ignore[arg-type]
+    )
+    baseline = recipe.model_copy(update={"candidate_id": BASELINE_ID})
+    base, runs = run_rounds(bench, baseline, {"sim:fast": recipe}, deadline=1e9)
+    rounds = base.rounds + runs["sim:fast"].rounds
+    assert rounds and all(r.machine is not None for r in rounds)
+    for r in rounds:
+        assert r.machine is not None and r.machine.window_s > 0
+        assert r.machine.other_cpu_fraction == pytest.approx(0.5)
+        assert r.machine.waited_s is None  # the policy does not wait
+    assert "busy" in load_sentence(rounds)
+
+
+# ---------------------------------------------------------------------------------------------
+# What an open verdict says
+# ---------------------------------------------------------------------------------------------
+
+
+def _round(fraction: float, **kw: object) -> RoundRecord:
+    load = MachineLoad.model_validate(
+        {
+            "window_s": 10.0,
+            "cpus": 2,
+            "other_cpu_s": 20 * fraction,
+            "other_cpu_fraction": fraction,
+            "load_avg_1m": 5.2,
+            "available_memory_fraction": 0.5,
+            "swap_in_bytes": 0,
+            "swap_out_bytes": 0,
+            **kw,
+        }
+    )
+    return RoundRecord(config="c", start=0, round=0, started_at=T0, ended_at=T0, machine=load)
+
+
+def test_a_busy_machine_is_named_with_its_figures_and_what_to_do() -> None:
+    words = load_sentence([_round(0.6), _round(0.4)])
+    assert words.startswith("the machine was busy while it measured")
+    assert "1.00 of its 2 CPUs busy on average over 2 server start(s) (50%," in words
+    assert "60% in the busiest start" in words and "load average up to 5.2" in words
+    assert "service.quiet_cpu_fraction" in words and "quieter" in words
+    assert "memory" not in words
+
+
+def test_with_the_wait_on_the_advice_is_a_longer_wait() -> None:
+    busy = _round(0.6, waited_s=60.0, quiet=False)
+    words = load_sentence([busy, _round(0.1, waited_s=3.0, quiet=True)])
+    assert "waited 63 s in all" in words and "1 of 2 started busy" in words
+    assert "service.quiet_wait_s" in words
+
+
+def test_short_memory_is_named() -> None:
+    words = load_sentence([_round(0.05, available_memory_fraction=0.04, swap_out_bytes=2**30)])
+    assert "memory was short, 4% available at the lowest and 1024 MiB swapped" in words
+    assert "close programs" in words
+
+
+def test_a_quiet_machine_says_the_load_does_not_explain_it() -> None:
+    words = load_sentence([_round(0.05), _round(0.1)])
+    assert words.startswith("the machine was quiet")
+    assert "more starts" in words
+    # the policy's own threshold is the bar where it sets one
+    assert load_sentence([_round(0.1)], busy_fraction=0.05).startswith("the machine was busy")
+
+
+def test_no_figures_no_words() -> None:
+    bare = RoundRecord(config="c", start=0, round=0, started_at=T0, ended_at=T0)
+    assert summarize([bare]) is None and load_sentence([bare]) == ""
+
+
+def _verdict(decision: Decision) -> Verdict:
+    return Verdict(
+        candidates=[CandidateVerdict(candidate="c", decision=decision, reasons=[])],
+        selected=None,
+        reason="no candidate qualified, baseline kept",
+    )
+
+
+def test_only_an_open_decision_gains_the_load_words() -> None:
+    run = CandidateRun(candidate="c", rounds=[_round(0.7)])
+    words = open_verdict_words(_verdict(Decision.INCONCLUSIVE), [run])
+    assert words.startswith("; the machine was busy")
+    assert open_verdict_words(_verdict(Decision.REJECTED), [run]) == ""
+    assert open_verdict_words(_verdict(Decision.INCONCLUSIVE), [CandidateRun(candidate="c")]) == ""
+
+
+def test_a_child_this_process_waited_for_counts_as_ours() -> None:
+    """The measured server is left out of "other" this way: stopped and reaped by the
+    supervisor, its CPU time lands in the supervisor's own (children) time. A small CPU burner
+    stands in for it here (no server in the fast tier); it burns CPU time, not wall time, so a
+    busy machine cannot make it burn less."""
+    before = load_snapshot()
+    burn = "import time\nwhile time.process_time() < 0.5:\n    pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=120)
+    after = load_snapshot()
+    # the kernel counts in clock ticks: a few of them short of the 0.5 s is still ours
+    assert after.own_cpu_s["supervisor"] - before.own_cpu_s["supervisor"] >= 0.4
+
+
+def test_status_says_a_start_is_waiting_for_a_quiet_machine(bare_home: Home) -> None:
+    """The cycle's progress line (what `status` and the demo print) names the wait while it
+    lasts, from the journal alone: the lines a real wait writes, after a start's entry."""
+    where = {"candidate": "c1", "round": 0, "start": 0, "index": 2, "total": 3, "phase": "measure"}
+    fake = ScriptedMachine([1.8])
+    lines = Lines()
+    entry = Event(
+        ts=T0,
+        cycle_id="c",
+        state=CycleState.EXPERIMENT,
+        message="round 1: c1, start 1",
+        fields={"step": "enter", **where},
+    )
+    Machine(fake.read, sleep=fake.sleep).wait_quiet(QuietRule(0.25, 2.5), lines, where)
+    waiting, ended = lines.events  # two looks, then it gives up
+    for event in (entry, waiting):
+        bare_home.append_event(event)
+    current = CycleView(  # state/current.json as the journal's last line left it
+        cycle_id="c", state="EXPERIMENT", message=waiting.message, candidate="c1", index=2, total=3
+    )
+    view = cycle_progress(bare_home, current)
+    assert view.progress is not None and "measuring c1" in view.progress
+    assert (
+        "waiting for a quiet machine before this start: other processes used 1.80 of 2 CPUs"
+        in view.progress
+    )
+    bare_home.append_event(ended)
+    view = cycle_progress(bare_home, current.model_copy(update={"message": ended.message}))
+    assert view.progress is not None and "waiting for a quiet machine" not in view.progress
