@@ -30,7 +30,6 @@ from mcp_infra.contracts import (
     FrozenPlan,
     JournalStep,
     Manifest,
-    NeedsOperatorRecord,
     Outcome,
     ProcessRecord,
     Recipe,
@@ -69,6 +68,7 @@ from mcp_infra.procs.front import live_request_count
 from mcp_infra.procs.runtime import PortBusy, ServerStartError
 from mcp_infra.procs.service import (
     ServiceError,
+    SwitchFailed,
     adopt,
     backend_url,
     ensure_serving,
@@ -86,6 +86,7 @@ from mcp_infra.state.context import (
     HomeContext,
     active_recipe,
     load_config,
+    mark_needs_operator,
     service_record,
     window_state,
 )
@@ -752,8 +753,18 @@ def _verify_and_switch(
         step=JournalStep.PASSED,
     )
     journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe; switching the front")
-    commit(home, live, winner)
-    switched = adopt(home, new, config, reason=f"promoted {winner.candidate_id}")
+    try:  # the old backend stops only once the front confirms the new route
+        switched = adopt(home, new, config, reason=f"promoted {winner.candidate_id}")
+    except SwitchFailed as exc:
+        reason = f"the front did not take the new route: {str(exc)[:300]}"
+        journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER, serving=exc.serving)
+        if exc.serving == live.candidate_id:
+            journal(
+                CycleState.ROLLBACK, f"{live.candidate_id} serves as before", step=JournalStep.DONE
+            )
+            return CycleResult(Outcome.ROLLED_BACK, None, f"{reason}; {live.candidate_id} serves")
+        return rolled_back(home, journal, reason)
+    commit(home, live, winner)  # after the switch: recovery keeps a journaled COMMIT either way
     journal(
         CycleState.COMMIT,
         f"front switched to {winner.candidate_id} ({switched})",
@@ -857,12 +868,6 @@ def restore(
         stopped=stopped,
     )
     return outcome
-
-
-def mark_needs_operator(home: Home, cycle_id: str, reason: str) -> None:
-    write_model(
-        home.needs_operator_file, NeedsOperatorRecord(cycle_id=cycle_id, reason=reason, ts=utcnow())
-    )
 
 
 def seal(
