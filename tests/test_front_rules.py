@@ -318,7 +318,7 @@ BODIES = st.one_of(
 )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(METHODS, TARGETS, HEADERS, BODIES)
 def test_fuzzed_requests_never_break_the_front_or_reach_a_backend_unchecked(
     front_port: int, method: bytes, target: bytes, headers: list[bytes], body: bytes
