@@ -417,7 +417,8 @@ def test_cost_section(sealed_home: tuple[Home, str], capsys: pytest.CaptureFixtu
     assert (cost["measurement_s_per_speedup_pct"] is not None) == (gain is not None and gain > 0)
     assert cost["energy_note"]
     assert cli.main(["--home", str(home.root), "evidence", "show", cycle_id]) == 0
-    assert "downtime of the stable port" in capsys.readouterr().out
+    out = capsys.readouterr().out  # one downtime figure: what the front counted, when it did
+    assert ("time the stable port did not serve" in out) != ("downtime of the stable port" in out)
 
 
 @pytest.mark.slow

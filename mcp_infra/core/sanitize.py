@@ -77,19 +77,21 @@ def shown_name(key: object) -> str:
     return "<a field whose name is not a plain word>"
 
 
-def _limit_text(kind: str, ctx: dict[str, Any]) -> str | None:
-    """The limit a value broke, in plain words ("at most 3 items, got 10")."""
+def limit_words(kind: str, ctx: dict[str, Any]) -> str | None:
+    """The limit a value broke, in plain words ("at most 3 items, got 10"), from a pydantic
+    error's type and context; None for an error that is not about a limit."""
     got = ctx.get("actual_length")
     tail = f", got {got}" if got is not None else ""
-    if kind == "too_long":
-        return f"at most {ctx.get('max_length')} items{tail}"
-    if kind == "too_short":
-        return f"at least {ctx.get('min_length')} item(s){tail}"
-    if kind == "string_too_long":
-        return f"text is too long (at most {ctx.get('max_length')} characters)"
-    if kind == "string_too_short":
-        return "text is empty (at least 1 character)"
-    return None
+    words = {
+        "too_long": f"at most {ctx.get('max_length')} items{tail}",
+        "too_short": f"at least {ctx.get('min_length')} item(s){tail}",
+        "string_too_long": f"text is too long (at most {ctx.get('max_length')} characters)",
+        "string_too_short": "text is empty (at least 1 character)",
+        "less_than_equal": f"at most {ctx.get('le')}",
+        "greater_than_equal": f"at least {ctx.get('ge')}",
+        "literal_error": f"must be one of {ctx.get('expected', 'the allowed values')}",
+    }
+    return words.get(kind)
 
 
 def _describe_errors(exc: ValidationError) -> list[str]:
@@ -99,7 +101,7 @@ def _describe_errors(exc: ValidationError) -> list[str]:
         loc = ".".join(str(p) if isinstance(p, int) else shown_name(p) for p in err["loc"])
         kind = err["type"]
         ctx = err.get("ctx") or {}
-        message = _limit_text(kind, ctx) or {
+        message = limit_words(kind, ctx) or {
             "extra_forbidden": "unknown field (allowed: "
             + ", ".join(_ALLOWED.get(_parent(err["loc"]), ()))
             + ")",

@@ -49,6 +49,7 @@ from mcp_infra.core.sanitize import (
     PlanRefused,
     check_shape,
     has_non_finite,
+    limit_words,
     policy_hash,
     shown_name,
 )
@@ -153,7 +154,6 @@ ARGUMENTS: dict[str, type[_Args]] = {
 
 _KINDS = {
     "missing": "required",
-    "string_too_short": "text is empty",
     "string_pattern_mismatch": "not a well-formed id",
     "string_type": "must be a string",
     "bool_type": "must be true or false",
@@ -165,16 +165,8 @@ _KINDS = {
 
 def _kind(err: Any) -> str:
     """One validation error in our words, with the limit it broke."""
-    kind, ctx = err["type"], err.get("ctx") or {}
-    if kind == "string_too_long":
-        return f"text is too long (at most {ctx.get('max_length')} characters)"
-    if kind == "less_than_equal":
-        return f"at most {ctx.get('le')}"
-    if kind == "greater_than_equal":
-        return f"at least {ctx.get('ge')}"
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected', 'the allowed values')}"
-    return _KINDS.get(kind, f"invalid ({kind})")
+    kind = err["type"]
+    return limit_words(kind, err.get("ctx") or {}) or _KINDS.get(kind, f"invalid ({kind})")
 
 
 def argument_problems(tool: str, arguments: Any) -> list[str]:
