@@ -325,7 +325,41 @@ def _chart_reason(data: Loaded, i: int) -> str:
     failed = [item.gates[j].gate for j in _failed_gates(data, i)]
     if failed:
         return f"{', '.join(failed)} gate{'s' if len(failed) > 1 else ''} failed"
+    short = _short_of(data, i)
+    if short is not None:
+        return "interval below the " + ("A/A noise floor" if short == "floor" else "threshold")
     return item.reasons[0][:60] + ("…" if len(item.reasons[0]) > 60 else "")
+
+
+def _short_of(data: Loaded, i: int) -> str | None:
+    """Which bar an inconclusive interval's lower end does not clear: "floor" (the A/A noise
+    floor) or "threshold" (the required speedup), or None when it is another reason."""
+    assert data.verdict is not None
+    item = data.verdict.candidates[i]
+    if item.ci_low is None:
+        return None
+    if item.noise_floor is not None and item.ci_low <= item.noise_floor:
+        return "floor"
+    if data.plan is not None and item.ci_low < 1 + data.plan.thresholds.min_speedup_pct / 100:
+        return "threshold"
+    return None
+
+
+def _why_inconclusive(data: Loaded, i: int) -> str:
+    """Bound: the interval's lower end against the bar it does not clear, else the reason."""
+    src, at = data.src, pointer("verdict.json", "candidates", i)
+    short = _short_of(data, i)
+    if short == "floor":
+        return (
+            f"the interval's lower end {src.num(f'{at}/ci_low', 'x3')} does not clear the A/A "
+            f"noise floor {src.num(f'{at}/noise_floor', 'x3')}"
+        )
+    if short == "threshold":
+        return (
+            f"the interval's lower end {src.num(f'{at}/ci_low', 'x3')} does not clear the "
+            f"required {src.num(pointer('plan.json', 'thresholds', 'min_speedup_pct'), 'required')}"
+        )
+    return src.text(f"{at}/reasons/0", limit=120)
 
 
 def _interval(src: Sources, ref: str, low: str, high: str, fmt: str = "x3") -> str:
@@ -349,7 +383,7 @@ def summary_table(data: Loaded, held: HeldOut | None) -> str:
         elif status == "rejected":
             decision += f": {_why_rejected(data, i)}"
         elif status == "inconclusive":
-            decision += f": {src.text(f'{at}/reasons/0', limit=120)}"
+            decision += f": {_why_inconclusive(data, i)}"
         level = (
             f" <span class='muted'>at {src.num(f'{at}/interval_level', 'level')}</span>"
             if item.interval_level is not None
@@ -565,7 +599,9 @@ def candidates_chart(data: Loaded) -> str:
             continue
         status = _status(data, i)
         label = item.candidate + (
-            f"\nrejected: {_chart_reason(data, i)}" if status == "rejected" else f"\n{status}"
+            f"\n{status}: {_chart_reason(data, i)}"
+            if status in ("rejected", "inconclusive")
+            else f"\n{status}"
         )
         points.append(
             Point(label, item.speedup_estimate, item.ci_low, item.ci_high, status, item.noise_floor)
@@ -1207,7 +1243,7 @@ def cost_html(data: Loaded) -> str:
                 f"{src.text(f'{si}/mode_reason')})</span>",
             ],
             [
-                "clients held while switching",
+                "requests the front held",
                 f"{src.num(f'{si}/requests_held', 'int')} (longest "
                 f"{src.num(f'{si}/longest_hold_s', 's2')})",
             ],
