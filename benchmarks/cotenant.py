@@ -128,14 +128,15 @@ def bundle_row(evidence: Path) -> dict[str, Any]:
         "outcome": summary.outcome.value,
         "selected": summary.selected,
         "decisions": " ".join(
-            f"{v.candidate.split(':')[-1]}:{v.decision.value[:5]}" for v in verdict.candidates
+            f"{v.candidate.split(':')[-1]}:{v.decision.value}" for v in verdict.candidates
         ),
         "decided": decided,
         "starts": len(rounds),
         "other_mean": round(load.mean_fraction, 3) if load else None,
         "other_max": round(load.max_fraction, 3) if load else None,
         "load_max": load.max_load_avg if load else None,
-        "waited_s": round(load.waited_s, 1) if load else None,
+        "waited_s": round(load.waited_s, 1) if load and load.waits else None,
+        "started_busy": load.busy_after_wait if load and load.waits else None,
         "names_load": "the machine was" in summary.reason,
         "reason": summary.reason,
     }
@@ -188,6 +189,7 @@ def main() -> int:
             ("other_max", "other max"),
             ("load_max", "loadavg max"),
             ("waited_s", "waited s"),
+            ("started_busy", "started busy"),
             ("names_load", "names load"),
         ]
         print(_common.table(rows, columns))
