@@ -182,3 +182,18 @@ def baseline_run(plan: FrozenPlan, greedy: list[Sample], tps: float = 10.0) -> C
         greedy=[s.model_copy(update={"candidate": BASELINE_ID}) for s in greedy],
         peak_memory_gb=0.2,
     )
+
+
+def seal_one(
+    home: Home, plan: FrozenPlan, candidate: str = "demo-tiny:draft-k2", tps: float = 9.0
+) -> CycleSummary:
+    """Seal ``plan`` with one lossless candidate at a SYNTHETIC ``tps`` against the baseline's
+    10 tok/s (slower by default: the cycle keeps the baseline)."""
+    ids = {pid: list(range(1, 17)) for pid in prompts(plan)}
+    run = CandidateRun(
+        candidate=candidate,
+        samples=timing(candidate, plan, tps),
+        greedy=greedy_ids(candidate, plan, ids),
+        peak_memory_gb=0.3,
+    )
+    return seal(home, plan, baseline_run(plan, greedy_ids("baseline", plan, ids)), [run])

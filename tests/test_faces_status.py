@@ -179,9 +179,8 @@ async def test_a_proposal_followed_sends_progress_until_sealed(
     import threading
 
     from conftest import make_home
-    from synthetic_bundle import baseline_run, greedy_ids, prompts, seal, timing
+    from synthetic_bundle import seal_one
 
-    from mcp_infra.contracts import CandidateRun
     from mcp_infra.demo.models import build_demo_models
     from mcp_infra.state.store import read_model
 
@@ -206,14 +205,7 @@ async def test_a_proposal_followed_sends_progress_until_sealed(
                 journal(event.state, event.message, **fields)
                 time.sleep(0.35)
             home.current_file.unlink()
-            ids = {pid: list(range(1, 17)) for pid in prompts(plan)}
-            run = CandidateRun(
-                candidate="demo-tiny:draft-k2",
-                samples=timing("demo-tiny:draft-k2", plan, 9.0),
-                greedy=greedy_ids("demo-tiny:draft-k2", plan, ids),
-                peak_memory_gb=0.3,
-            )
-            seal(home, plan, baseline_run(plan, greedy_ids("baseline", plan, ids)), [run])
+            seal_one(home, plan)
             for entry in home.queued():
                 home.retire(entry)
             home.current_file.unlink(missing_ok=True)

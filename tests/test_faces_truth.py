@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 from conftest import make_home
 from mcp import Client
-from synthetic_bundle import baseline_run, freeze, greedy_ids, prompts, seal, timing
+from synthetic_bundle import freeze, seal_one
 
-from mcp_infra.contracts import CandidateRun
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.faces import cli
 from mcp_infra.faces.mcp_server import build_server
@@ -32,16 +31,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def sealed(tmp_path: Path) -> tuple[Home, str]:
     home = make_home(tmp_path / "home", build_demo_models(tmp_path / "models"))
-    plan = freeze(home, ["demo-tiny:draft-k2"])
-    ids = {pid: list(range(1, 17)) for pid in prompts(plan)}
-    run = CandidateRun(
-        candidate="demo-tiny:draft-k2",
-        samples=timing("demo-tiny:draft-k2", plan, 9.0),
-        greedy=greedy_ids("demo-tiny:draft-k2", plan, ids),
-        peak_memory_gb=0.3,
-    )
-    summary = seal(home, plan, baseline_run(plan, greedy_ids("baseline", plan, ids)), [run])
-    return home, summary.cycle_id
+    return home, seal_one(home, freeze(home, ["demo-tiny:draft-k2"])).cycle_id
 
 
 def forge(home: Home, cycle_id: str, *, rehash: bool) -> None:

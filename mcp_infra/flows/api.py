@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -1021,6 +1022,10 @@ class EvidenceView(View):
 PAGE_SIZE = 40
 
 
+_views: dict[tuple[str, str | None, int], tuple[Any, EvidenceView]] = {}
+_views_lock = threading.Lock()
+
+
 def evidence_view(
     home: Home,
     cycle_id: str | None = None,
@@ -1028,27 +1033,48 @@ def evidence_view(
     page: int = 1,
     limit: int = 20,
 ) -> EvidenceView:
+    """The cycle list, or one cycle's section. One cycle's view is a function of its bundle's
+    files (and the home's keys): it is kept while their stamps are unchanged."""
     if not cycle_id:
-        cycles = evidence_mod.list_cycles(home)
-        size = max(1, min(limit, 100))
-        pages = max(1, -(-len(cycles) // size))
-        page = min(max(1, page), pages)
-        shown, flagged = [], {}
-        for summary in cycles[(page - 1) * size : page * size]:
-            checked, problem = checked_summary(home, summary)
-            shown.append(checked)
-            if problem:
-                flagged[summary.cycle_id] = problem
-        return EvidenceView(
-            cycles=shown,
-            not_verified=flagged,
-            page=page,
-            pages=pages,
-            verify_command=evidence_mod.verify_command(home, "CYCLE") if cycles else None,
-        )
+        return _cycle_list(home, page, limit)
     bundle = evidence_mod.bundle_path(home, cycle_id)
-    summary = evidence_mod.read_model(CycleFiles(bundle).summary, CycleSummary)
     owner = home if bundle.resolve().parent == home.evidence.resolve() else None
+    stamp = evidence_mod.bundle_stamp(bundle, owner)
+    key = (str(bundle), section, page)
+    with _views_lock:
+        hit = _views.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1].model_copy()  # callers copy with updates; none changes a view
+    view = _cycle_view(home, bundle, owner, section, page)
+    with _views_lock:
+        _views[key] = (stamp, view)
+    return view.model_copy()
+
+
+def _cycle_list(home: Home, page: int, limit: int) -> EvidenceView:
+    cycles = evidence_mod.list_cycles(home)
+    size = max(1, min(limit, 100))
+    pages = max(1, -(-len(cycles) // size))
+    page = min(max(1, page), pages)
+    shown, flagged = [], {}
+    for summary in cycles[(page - 1) * size : page * size]:
+        checked, problem = checked_summary(home, summary)
+        shown.append(checked)
+        if problem:
+            flagged[summary.cycle_id] = problem
+    return EvidenceView(
+        cycles=shown,
+        not_verified=flagged,
+        page=page,
+        pages=pages,
+        verify_command=evidence_mod.verify_command(home, "CYCLE") if cycles else None,
+    )
+
+
+def _cycle_view(
+    home: Home, bundle: Path, owner: Home | None, section: Section | None, page: int
+) -> EvidenceView:
+    summary = evidence_mod.read_model(CycleFiles(bundle).summary, CycleSummary)
     view = EvidenceView(
         cycle_id=summary.cycle_id,
         section=section or "summary",

@@ -198,10 +198,10 @@ def integrity(bundle: Path, home: Home | None = None) -> Verification:
     return result
 
 
-def verify_cached(bundle: Path, home: Home | None = None) -> Verification:
-    """``verify`` for the read surfaces: every check, recomputed only when a file it reads
-    changed (the bundle, its siblings' manifests and signatures, the home's keys and chain
-    head). `evidence verify` itself never uses a cache."""
+def bundle_stamp(bundle: Path, home: Home | None = None) -> Stamp:
+    """Stamps of every file a bundle's verification and views read: its own files, its
+    siblings' manifests and signatures (the chain), the home's keys and chain head, the key
+    beside a copy."""
     siblings = [
         f
         for sibling in sorted(bundle.parent.iterdir() if bundle.parent.is_dir() else [])
@@ -210,12 +210,19 @@ def verify_cached(bundle: Path, home: Home | None = None) -> Verification:
     ]
     key = key_for(bundle, home)
     keys = _files(signing.keys_dir(home)) if home is not None else []
-    stamp = _stamps([*_files(bundle), *siblings, *keys, *([key] if key else [])])
+    return _stamps([*_files(bundle), *siblings, *keys, *([key] if key else [])])
+
+
+def verify_cached(bundle: Path, home: Home | None = None) -> Verification:
+    """``verify`` for the read surfaces: every check, recomputed only when a file it reads
+    changed (``bundle_stamp``). `evidence verify` itself never uses a cache."""
+    stamp = bundle_stamp(bundle, home)
     cache_key = ("full", str(bundle))
     with _lock:
         hit = _cache.get(cache_key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
+    key = key_for(bundle, home)
     result = verify(bundle, key=None if home else key, home=home)
     with _lock:
         _cache[cache_key] = (stamp, result)
