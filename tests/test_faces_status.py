@@ -147,7 +147,10 @@ async def test_an_idle_subscriber_is_told_nothing(bare_home: Home, anyio_backend
                 while not told:
                     await anyio.sleep(0.05)
             await anyio.sleep(0.5)
-            assert told == [STATUS_URI] and notifier.sent == 1
+            # two journal lines: one notice, or two when a look fell between them (a busy
+            # machine), never more, and only for the status resource
+            assert set(told) == {STATUS_URI} and 1 <= len(told) <= 2
+            assert notifier.sent == len(told)
 
 
 def _run_cycle_events_from(home: Home, start: int, stop: int) -> None:
