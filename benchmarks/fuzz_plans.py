@@ -2,11 +2,12 @@
 
 What: anything an agent sends must end as a valid frozen plan or a clear refusal: never a crash,
 a candidate outside the registry, a threshold looser than the policy allows, or a refusal that
-repeats a key the sender invented. Each input goes through the product's own `parse_plan` and
-`freeze_plan` against a real demo home (the demo models, this machine's host facts); the inputs
-come from a seeded generator (plans nearly valid, plans with anything in any field, their JSON
-text, any JSON, any text), independent of the property test in tests/test_fuzz_plans.py, which
-asserts the same invariants with hypothesis on a few hundred examples.
+repeats a key the sender invented (a plain word excepted). Each input goes through the product's
+own `parse_plan` and `freeze_plan` against a real demo home (the demo models, this machine's
+host facts); the inputs come from a seeded generator (plans nearly valid, plans with anything in
+any field, their JSON text, any JSON, any text), independent of the property test in
+tests/test_fuzz_plans.py, which asserts the same invariants with hypothesis on a few hundred
+examples.
 
 Target: no invariant broken (exit status 1 if one is; the first breaches are printed).
 Takes: 10,000 inputs took 53 s on this 2-core machine (loaded); --smoke: 50 inputs, seconds.
@@ -29,7 +30,7 @@ import _common
 
 from mcp_infra.contracts import BASELINE_ID, FrozenPlan
 from mcp_infra.core.preflight import all_candidates
-from mcp_infra.core.sanitize import PlanRefused, parse_plan
+from mcp_infra.core.sanitize import PlanRefused, parse_plan, shown_name
 from mcp_infra.demo.homes import make_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.flows.api import freeze_plan
@@ -158,8 +159,14 @@ def breaches(ctx: HomeContext, raw: Any) -> tuple[str, list[str]]:
         broken = [] if message.startswith("plan refused") else ["refusal not in our words"]
         broken += ["refusal over 2000 characters"] if len(message) >= 2000 else []
         if isinstance(raw, dict):
-            invented = [k for k in raw if k not in PLAN_FIELDS and len(k) > 3 and k in message]
-            if invented:  # only where the same refusal for renamed keys names them anyway
+            # A plain-word key is named back on purpose (shown_name); any other must not be,
+            # except where the same refusal for renamed keys says it anyway.
+            invented = [
+                k
+                for k in raw
+                if k not in PLAN_FIELDS and len(k) > 3 and shown_name(k) != k and k in message
+            ]
+            if invented:
                 renamed = {
                     (f"k{i}" if k in invented else k): v for i, (k, v) in enumerate(raw.items())
                 }
