@@ -579,19 +579,26 @@ STEPS: tuple[tuple[str, Step], ...] = (
 )
 """The cycle, in order. Every step after the experiment checks the time budget first."""
 
-BUDGETED = frozenset({"drift", "select", "confirm", "promote"})
+PAST_BUDGET: dict[str, str] = {"drift": "skip", "confirm": "end", "promote": "end"}
+"""What a spent time budget does to a step: the drift re-measure is skipped (selection is cheap
+and still runs, so a decision the rounds reached is recorded, not thrown away); the held-out
+check and the promotion are not started and the baseline is kept."""
 
 
 def run_steps(c: CycleContext, steps: Sequence[tuple[str, Step]] = STEPS) -> CycleResult:
     """Run the steps in order until one ends the cycle. A step that would start past the
-    cycle's time budget ends it instead, keeping the baseline and saying where the time ran out
-    (selection is cheap and still runs: a decision the rounds reached is not thrown away)."""
+    cycle's time budget is skipped or ends the cycle (``PAST_BUDGET``), saying where the time
+    ran out."""
     for name, step in steps:
-        if name in BUDGETED and name != "select" and c.clock() > c.deadline:
-            reason = (
+        if name in PAST_BUDGET and c.clock() > c.deadline:
+            spent = (
                 f"the cycle's time budget ({c.loaded.policy.budgets.cycle_minutes:g} min) ran "
-                f"out before the {name} step; the baseline is kept"
+                f"out before the {name} step"
             )
+            if PAST_BUDGET[name] == "skip":
+                c.journal(CycleState.SELECT, f"{spent}; it is skipped", step=JournalStep.NOTE)
+                continue
+            reason = f"{spent}; the baseline is kept"
             c.journal(CycleState.SELECT, reason, step=JournalStep.NOTE)
             return CycleResult(Outcome.KEPT_BASELINE, None, reason)
         result = step(c)
