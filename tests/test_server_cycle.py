@@ -51,7 +51,7 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
         async with stdio_client(home, mode="legacy") as client:
             before = (await client.call_tool("status", {})).structured_content["service"]
             assert before["healthy"] is True and before["pid"] and before["since"]
-            assert "answered GET /health" in before["health_check"]  # no completion sent
+            assert "healthy (GET /health" in before["health_check"]  # no completion sent
 
             result = await client.call_tool(
                 "propose_plan",
@@ -94,7 +94,7 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
     assert cycle["started_at"] and cycle["elapsed_s"] >= 0
     live = seen["status"]["service"]
     # status sends no completion: the front's last probe (GET /health) and its age
-    assert live["healthy"] is True and "answered GET /health" in live["health_check"]
+    assert live["healthy"] is True and "healthy (GET /health" in live["health_check"]
     assert live["backend_health_age_s"] is not None and live["front_pid"]
     assert seen["status"]["supervisor_running"] is True
 
