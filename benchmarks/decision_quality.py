@@ -12,7 +12,8 @@ Two protocols run on the same draws:
 * early stopping, exactly as the cycle runs it: one new start per configuration per round;
   from round ``min_starts`` on, ``select`` is called after each round; a candidate that is
   qualified or rejected stops, an inconclusive one gets another start while rounds remain
-  (``max_starts``);
+  (``max_starts``); with a learned spread and a futility stop, the rounds before
+  ``min_starts`` are judged for rejections only (``rounds.early_rejections``);
 * a fixed protocol of the same maximum size: ``max_starts`` starts each, one decision
   (``min_starts == max_starts``, so a single look).
 
@@ -54,6 +55,7 @@ from mcp_infra.contracts import (
     Sample,
 )
 from mcp_infra.core.selector import select
+from mcp_infra.flows.rounds import early_rejections
 
 BASELINE = "baseline"
 CANDIDATE = "sim:candidate"
@@ -174,10 +176,13 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
     per_start = setup.prompts * setup.repeats
 
     early = None
-    for n in range(setup.min_starts, setup.max_starts + 1):
+    first = 1 if early_rejections(staged) else setup.min_starts  # rounds.run_rounds's rule
+    for n in range(first, setup.max_starts + 1):
         base = [s for st in base_starts[:n] for s in st]
         cand = [s for st in cand_starts[:n] for s in st]
         decision, low, high = _decide(base, cand, setup, staged)
+        if n < setup.min_starts and decision != Decision.REJECTED:
+            continue  # before min_starts a look only rejects
         if decision != Decision.INCONCLUSIVE or n == setup.max_starts:
             early = Outcome(decision, low <= true_speedup <= high, n, 2 * n * per_start)
             break

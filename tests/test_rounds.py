@@ -169,3 +169,34 @@ def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(tmp_pat
     other = plan.protocol.model_copy(update={"max_tokens": plan.protocol.max_tokens + 1})
     assert learned_spread(home, other, ended) is None  # another answer length: not comparable
     assert learned_spread(home, plan.protocol, ended + timedelta(days=60)) is None  # too old
+
+
+def _one_candidate(truth: ConfigTruth, *, learned: bool, seed: int) -> tuple[int, str]:
+    """(the candidate's starts, why it stopped) under the single-user policy, one candidate."""
+    policy = load_policy("single-user")
+    plan = simulated_plan(policy, ["sim:c"])
+    protocol = plan.protocol.model_copy(
+        update={"learned_spread": LearnedSpread(sd=0.055, df=8) if learned else None}
+    )
+    plan = plan.model_copy(update={"protocol": protocol})
+    server = SimServer(PROFILE, {"sim:c": truth}, seed=seed)
+    bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
+    _, runs = run_rounds(bench, _recipe(BASELINE_ID), {"sim:c": _recipe("sim:c")}, deadline=1e9)
+    return runs["sim:c"].starts, runs["sim:c"].stopped
+
+
+SLOW = ConfigTruth(decode_tps=12.0, prefill_tps=300, load_s=15, peak_gb=10)  # 0.66x
+
+
+def test_with_a_learned_spread_a_hopeless_candidate_is_rejected_after_its_first_start() -> None:
+    assert _one_candidate(SLOW, learned=True, seed=1) == (1, "rejected after 1 start(s) (round 1)")
+    # Without a learned spread one start gives no interval: the first look is at min_starts.
+    starts, stopped = _one_candidate(SLOW, learned=False, seed=1)
+    assert starts == 2 and stopped.startswith("rejected after 2 start(s)")
+
+
+def test_before_min_starts_a_look_never_qualifies() -> None:
+    """A clear 1.9x winner is not qualified on one start, however clear: min_starts holds."""
+    for seed in range(5):
+        starts, stopped = _one_candidate(FAST, learned=True, seed=seed)
+        assert starts == 2 and stopped.startswith("qualified after 2 start(s)"), stopped

@@ -11,6 +11,10 @@ Every configuration, the baseline recipe included, is measured in at least
 round ``min_starts`` on, the selector judges all data after each round (``interim``: the drift
 check is the final call's); a candidate it qualifies or rejects stops, and another round runs
 only while a decision is open (``next_round``). A failed gate stops a candidate after any round.
+Where a learned start-to-start spread gives the first start an interval and the protocol has a
+futility stop, the rounds before ``min_starts`` are judged too, for rejections only
+(``early_rejections``): stopping a candidate that cannot qualify never makes a false
+qualification likelier, and it saves a whole round of starts on a plan that holds no gain.
 """
 
 from __future__ import annotations
@@ -368,10 +372,19 @@ def run_rounds(
         if on_round:
             on_round(base_run, [i.run() for i in items.values()])
         open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
-        if rounds_done >= protocol.min_starts and open_:
-            open_ = _judge_round(bench, base_run, items, open_, rounds_done, last_round_s)
+        early = rounds_done < protocol.min_starts
+        if open_ and (not early or early_rejections(protocol)):
+            open_ = _judge_round(
+                bench, base_run, items, open_, rounds_done, last_round_s, rejections_only=early
+            )
     base.stopped = f"measured in {base.starts} start(s) alongside the candidates"
     return base.run(), {name: item.run() for name, item in items.items()}
+
+
+def early_rejections(protocol: MeasureProtocol) -> bool:
+    """Whether the rounds before ``min_starts`` are judged for rejections: only where a learned
+    spread gives one start an interval and the protocol stops futile candidates."""
+    return protocol.learned_spread is not None and protocol.futility_confidence is not None
 
 
 def _drop_failed_gates(
@@ -400,9 +413,12 @@ def _judge_round(
     open_: list[str],
     rounds: int,
     round_s: float,
+    *,
+    rejections_only: bool = False,
 ) -> list[str]:
     """The selector on all data so far (an interim look: the drift check is the final call's);
-    decided candidates stop. Returns the candidates still open."""
+    decided candidates stop (before ``min_starts``, ``rejections_only``: rejected ones only).
+    Returns the candidates still open."""
     plan = bench.plan
     verdict = select(
         decisive_view(base_run, plan.protocol),
@@ -413,13 +429,16 @@ def _judge_round(
         interim=True,
     )
     still = open_decisions(verdict, open_)
+    if rejections_only:
+        rejected = {v.candidate for v in verdict.candidates if v.decision == Decision.REJECTED}
+        still = [name for name in open_ if name not in rejected]
     decided = {
         v.candidate: v.decision.value for v in verdict.candidates if v.candidate not in still
     }
     for name, decision in decided.items():
         items[name].stopped = f"{decision} after {items[name].starts} start(s) (round {rounds})"
     for v in verdict.candidates:
-        if v.decision == Decision.QUALIFIED and v.auto_promote:
+        if v.decision == Decision.QUALIFIED and v.auto_promote and not rejections_only:
             items[v.candidate].qualified_at = v.speedup_estimate
     best = max((i.qualified_at for i in items.values() if i.qualified_at), default=None)
     for name in outrun(verdict, still, best, plan.thresholds.tie_tolerance_pct):
