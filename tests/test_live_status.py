@@ -5,6 +5,8 @@ subscriptions/listen (2026-07-28); a journal event appended by the supervisor's 
 
 from __future__ import annotations
 
+import os
+import signal
 import warnings
 from typing import Any
 
@@ -16,7 +18,7 @@ from mcp_clients import stdio_client
 from mcp_infra.contracts import CycleState
 from mcp_infra.faces.live_status import STATUS_URI, fingerprint
 from mcp_infra.faces.mcp_server import build_server
-from mcp_infra.procs.front import ask_front
+from mcp_infra.procs.front import ask_front, front_record
 from mcp_infra.state.store import Home
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +155,8 @@ async def test_an_idle_subscriber_beside_a_real_front_is_told_nothing(
 ) -> None:
     """The front probes its backend every 2 s and writes its status file only when what it
     says changed; over 12 s of probing (asked of the front itself, so it is known to run), an
-    idle subscriber hears nothing. A real state change is then told once."""
+    idle subscriber hears nothing. A real state change is then told once. Then the front is
+    stopped (alive, not answering): status says the service is not healthy, and why."""
     from mcp_infra.flows import api as app
     from mcp_infra.procs.service import ensure_serving
     from mcp_infra.state.context import load_config
@@ -189,3 +192,18 @@ async def test_an_idle_subscriber_beside_a_real_front_is_told_nothing(
                 await anyio.sleep(0.05)
         await anyio.sleep(1.5)
         assert told == [STATUS_URI]
+
+    # A front whose process lives but does not answer (stopped, as a wedged event loop would
+    # be) is no healthy service, whatever its last status file says; it is again once it runs.
+    front = front_record(home)
+    assert front is not None
+    os.kill(front.pid, signal.SIGSTOP)
+    try:
+        service = app.status(home).service
+        assert service is not None and service.healthy is False
+        assert "did not answer its own GET /health" in service.health_check
+    finally:
+        os.kill(front.pid, signal.SIGCONT)
+    with anyio.fail_after(10):
+        while not healthy():
+            await anyio.sleep(0.2)

@@ -46,7 +46,13 @@ from mcp_infra.core.machine import waiting_text
 from mcp_infra.core.preflight import Check, manifest_hash, preflight
 from mcp_infra.core.progress import Progress, left_text, progress
 from mcp_infra.core.sanitize import PlanRefused, nearest_text, parse_plan, sanitize
-from mcp_infra.procs.front import front_record, front_status, read_route, status_age_s
+from mcp_infra.procs.front import (
+    ask_front,
+    front_record,
+    front_status,
+    read_route,
+    status_age_s,
+)
 from mcp_infra.procs.runtime import is_running, port_owner_is
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
@@ -208,15 +214,19 @@ def status(home: Home) -> StatusView:
         problems.append(str(exc))
     alive = record is not None and is_running(record)
     endpoint = f"http://{config.host}:{config.port}/v1"
-    # Never a request on a status call: the front probes its backend every few seconds (GET
-    # /v1/models, no completion) and writes what it saw; status reads that, with its age.
+    # Never a backend request on a status call: the front probes its backend every few seconds
+    # (no completion) and says what it saw; status asks the front, with the probe's age.
     front = None
     try:
         front = front_record(home)
     except CorruptFile as exc:
         problems.append(str(exc))
     front_alive = front is not None and is_running(front) and port_owner_is(front, config.port)
-    fstat = front_status(home) if front_alive else None
+    # The front's word of this instant (its own GET /health, no backend request): a front
+    # whose process lives but does not answer is not a healthy service, whatever its last
+    # written status file says.
+    answered = ask_front(home, timeout=1.0) if front_alive else None
+    fstat = answered or (front_status(home) if front_alive else None)
     probed = fstat.backend if fstat else None
     probe_age = (
         round((utcnow() - probed.checked_at).total_seconds(), 1)
@@ -229,6 +239,7 @@ def status(home: Home) -> StatusView:
     adopted = fstat is not None and route is not None and fstat.generation == route.generation
     healthy = bool(
         front_alive
+        and answered
         and alive
         and fstat
         and adopted
@@ -249,6 +260,8 @@ def status(home: Home) -> StatusView:
         if front_alive
         else "no front on the stable port"
     )
+    if front_alive and answered is None:
+        how += "; the front did not answer its own GET /health within 1 s"
     if fstat and fstat.mode == "hold":
         how += "; the front is holding requests while backends swap"
     if fstat and route and not adopted:
