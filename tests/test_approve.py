@@ -15,6 +15,7 @@ from synthetic_bundle import baseline_run, freeze, seal, timing
 
 from mcp_infra.contracts import CandidateRun, Decision, FrozenPlan, Outcome
 from mcp_infra.core.preflight import find_candidate
+from mcp_infra.core.workload import request_class_of
 from mcp_infra.faces import cli
 from mcp_infra.flows.approve import ApprovalRefused, approve
 from mcp_infra.procs import bench
@@ -29,7 +30,15 @@ KV8 = "demo-tiny:kv8"
 
 
 def real_greedy(base_url: str, candidate: str, plan: FrozenPlan):
+    """Greedy outputs of the prompts a cycle's greedy pass sends: the selection prompts of the
+    workload's request classes (``measure.start_plan``)."""
     suite = load_suite(plan.protocol.suite)
+    classes = {cell.request_class for cell in plan.protocol.workload}
+    chosen = [
+        p
+        for p in suite.prompts
+        if p.split == "selection" and request_class_of(p.prompt_class) in classes
+    ]
     return [
         bench.greedy_chat(
             base_url,
@@ -39,7 +48,7 @@ def real_greedy(base_url: str, candidate: str, plan: FrozenPlan):
             candidate=candidate,
             prompt_id=p.id,
         )
-        for p in suite.prompts
+        for p in chosen
     ]
 
 
