@@ -23,12 +23,15 @@ SMOKE_HELP = (
     "speed or decision target by"
 )
 # What a smoke run's cycles measure on top of the lean `test` policy (mcp_infra.demo.homes): the
-# fewest requests and tokens a cycle accepts, so that it goes through every state quickly.
+# fewest starts, requests and tokens a cycle accepts, so that it goes through every state
+# quickly (one start per configuration: a smoke proves the script runs, not what it measures).
 SMOKE_PROTOCOL: dict[str, object] = {
     "repeats": 1,
     "warmup": 0,
     "max_tokens": 8,
     "bootstrap_resamples": 100,
+    "min_starts": 1,
+    "max_starts": 1,
 }
 
 
