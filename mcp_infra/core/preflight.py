@@ -22,7 +22,11 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 
-RUNTIME_PACKAGES = {"mlx_lm_server": "mlx-lm", "mlx_vlm_server": "mlx-vlm"}
+RUNTIME_PACKAGES = {
+    "mlx_lm_server": "mlx-lm",
+    "mlx_vlm_server": "mlx-vlm",
+    "mlx_lm_distributed": "mlx-lm",
+}
 
 
 class HostFacts(Part):
