@@ -60,6 +60,12 @@ TemplateName = Literal["mlx_lm_server", "mlx_vlm_server", "mlx_lm_distributed"]
 DISTRIBUTED_TEMPLATE = "mlx_lm_distributed"
 
 
+def _unset(value: object) -> bool:
+    """Split knobs are left out of a dump while unset, so every manifest, recipe and record
+    that does not split dumps, and hashes, exactly as before they existed."""
+    return value is None
+
+
 class Knobs(Part):
     """Typed launch knobs. Launch templates turn these, and nothing else, into argv."""
 
@@ -75,16 +81,21 @@ class Knobs(Part):
     max_kv_size: int | None = Field(None, ge=256, le=1_048_576)
     ranks: int | None = Field(
         None,
+        exclude_if=_unset,
         ge=2,
         le=16,
         description="split the model over this many ranks through mlx.launch (template "
         "mlx_lm_distributed); the ranks run on the hosts of the home's config, never a plan's",
     )
     backend: Literal["ring", "jaccl", "mpi"] | None = Field(
-        None, description="mlx.launch backend (ring: TCP; jaccl: RDMA over Thunderbolt 5; mpi)"
+        None,
+        exclude_if=_unset,
+        description="mlx.launch backend (ring: TCP; jaccl: RDMA over Thunderbolt 5; mpi)",
     )
     split: Literal["tensor", "pipeline"] | None = Field(
-        None, description="tensor parallel (mlx_lm.server's default) or --pipeline"
+        None,
+        exclude_if=_unset,
+        description="tensor parallel (mlx_lm.server's default) or --pipeline",
     )
 
     @model_validator(mode="after")

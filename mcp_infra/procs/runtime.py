@@ -31,6 +31,7 @@ from mcp_infra.contracts import (
     ProcessRecord,
     Recipe,
 )
+from mcp_infra.core.distributed import backend_of, split_of
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.bench import served_model
 from mcp_infra.procs.distributed import (
@@ -152,8 +153,12 @@ def build_argv(
         raise ValueError("port out of range")
     python = python or sys.executable
     if recipe.template == DISTRIBUTED_TEMPLATE:
-        if launch is None or not recipe.knobs.ranks:
+        knobs = recipe.knobs
+        if launch is None or not knobs.ranks:
             raise ValueError("a split recipe needs ranks and a placed launch")
+        placed = (launch.backend, launch.split, len(launch.hosts))
+        if placed != (backend_of(knobs), split_of(knobs), knobs.ranks):
+            raise ValueError(f"the launch {placed} was not placed for this recipe's knobs")
         return distributed_argv(mlx_lm_server_argv(recipe, host, port, python), python, launch)
     if recipe.knobs.ranks:
         raise ValueError(f"ranks need the {DISTRIBUTED_TEMPLATE} template")

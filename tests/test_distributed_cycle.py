@@ -1,0 +1,196 @@
+"""A split recipe in real cycles: the splittable demo target in one process is the baseline, the
+same folder over 2 ranks on this machine through ``mlx.launch --backend ring`` is the candidate
+(real launcher, real ranks, real ring collectives over TCP on 127.0.0.1).
+
+Faults are real: a rank SIGKILLed while its start is measured, a supervisor SIGKILLed while
+the split candidate is measured. Afterwards no rank may run: the orphan check looks for every
+mlx server process serving this home's models (launchers and ranks alike)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+from faultkit import inspect, project_servers, queue_plan, start_live, supervisor, wait_for
+from test_safety_paths import on_journal
+
+from mcp_infra.contracts import (
+    CandidateRun,
+    CycleState,
+    DistributedEvidence,
+    Event,
+    JournalStep,
+    Outcome,
+    ProcessRecord,
+    RankRecord,
+    Verdict,
+)
+from mcp_infra.demo.homes import make_split_home
+from mcp_infra.flows.cycle import operator_recover, supervise
+from mcp_infra.state import evidence
+from mcp_infra.state.context import service_record
+from mcp_infra.state.store import CycleFiles, Home, file_safe, read_model, read_optional
+
+SPLIT = "demo-split:tp2-ring"
+PLAN = {"hypothesis": "two ranks share the work", "candidates": [SPLIT]}
+# The split decodes about ten times slower than one process on a 2-core machine (two ranks
+# and their ring share the cores with the live backend): short answers keep each start short.
+SPLIT_PROTOCOL: dict[str, object] = {"repeats": 1, "warmup": 0, "max_tokens": 8}
+
+
+def measuring_split(start: int):  # noqa: ANN201 - a predicate over journal events
+    def when(event: Event) -> bool:
+        return (
+            event.state == CycleState.EXPERIMENT
+            and event.step == JournalStep.MEASURING
+            and event.fields.get("candidate") == SPLIT
+            and event.fields.get("start") == start
+        )
+
+    return when
+
+
+def split_record(home: Home) -> ProcessRecord:
+    for path in sorted(home.candidates_dir.glob("*.json")):
+        record = read_optional(path, ProcessRecord)
+        if record is not None and record.launch is not None:
+            return record
+    raise AssertionError("no split server is recorded")
+
+
+def alive(rank: RankRecord) -> bool:
+    try:
+        proc = psutil.Process(rank.pid or -1)
+        return proc.status() != psutil.STATUS_ZOMBIE and (
+            abs(proc.create_time() - (rank.create_time or 0)) < 0.05
+        )
+    except psutil.Error:
+        return False
+
+
+def test_a_split_candidate_is_measured_judged_and_a_killed_rank_rejects_it(
+    tmp_path: Path, demo_models: dict[str, Path]
+) -> None:
+    """Round 1 measures the split fully (gates, evidence); in round 2 rank 1 is SIGKILLed while
+    its start is measured: the candidate is rejected with that rank's own log, and no rank of
+    either start is left running."""
+    began = time.monotonic()
+    home = make_split_home(
+        tmp_path / "home", demo_models, min_starts=2, max_starts=2, **SPLIT_PROTOCOL
+    )
+    start_live(home)
+    queue_plan(home, PLAN)
+    killed: list[RankRecord] = []
+
+    def kill_rank_1() -> None:
+        (rank,) = [r for r in split_record(home).launch.ranks if r.rank == 1]  # type: ignore[union-attr]
+        assert alive(rank) and rank.pid
+        os.kill(rank.pid, signal.SIGKILL)
+        killed.append(rank)
+
+    with on_journal(home, measuring_split(1), kill_rank_1) as acted:
+        (summary,) = supervise(home)
+    assert acted and killed, f"the split's second start was never measured: {summary.reason}"
+    assert summary.outcome == Outcome.KEPT_BASELINE, summary.reason
+
+    bundle = evidence.bundle_path(home, summary.cycle_id)
+    verdict = read_model(CycleFiles(bundle).verdict, Verdict)
+    (judged,) = verdict.candidates
+    assert judged.candidate == SPLIT and judged.decision.value == "rejected"
+    why = " ".join(judged.reasons)
+    assert "rank 1 on host local exited with code -9" in why, judged.reasons
+    gates = {g.gate: g for g in judged.gates}
+    assert "lossless" not in gates  # judged as lossy ...
+    agreement = gates["agreement"]  # ... with the lossless comparison reported
+    assert agreement.detail.startswith("split over 2 ranks, judged as lossy; lossless comparison: ")
+    assert agreement.comparisons and all(c.compared == "token_ids" for c in agreement.comparisons)
+    for comparison in agreement.comparisons:
+        assert comparison.identical == (comparison.first_divergence is None)
+
+    run = read_model(CycleFiles(bundle).runs / f"{file_safe(SPLIT)}.json", CandidateRun)
+    assert run.knobs.ranks == 2 and run.knobs.backend == "ring" and run.knobs.split == "tensor"
+    assert run.semantics.value == "lossy" and run.starts == 2
+
+    split = read_model(CycleFiles(bundle).distributed, DistributedEvidence)
+    hosts = {p.name: p for p in split.hosts}
+    assert hosts["local"].reachable and hosts["local"].packages == hosts["control-plane"].packages
+    assert hosts["local"].models == hosts["control-plane"].models
+    assert [(e.start, e.launch.backend, e.launch.split) for e in split.launches] == [
+        (0, "ring", "tensor"),
+        (1, "ring", "tensor"),
+    ]
+    for launch in split.launches:
+        assert launch.launch.hosts == ["local", "local"]
+        assert [r.rank for r in launch.launch.ranks] == [0, 1]
+        for rank in launch.launch.ranks:
+            assert rank.env["MLX_RANK"] == str(rank.rank) and "MLX_HOSTFILE" in rank.env
+            assert not alive(rank), f"rank {rank.rank} (pid {rank.pid}) still runs"
+        hostfile = json.loads(Path(launch.launch.hostfile).read_text())
+        assert [h["ssh"] for h in hostfile["hosts"]] == ["127.0.0.1", "127.0.0.1"]
+    assert killed[0].pid in {r.pid for r in split.launches[1].launch.ranks}
+
+    after = inspect(home)
+    assert after.serving == "demo-split:single" and after.healthy
+    assert after.orphans == [] and after.verified
+    base = read_model(CycleFiles(bundle).runs / "baseline.json", CandidateRun)
+    identical = sum(c.identical for c in agreement.comparisons)
+    print(
+        f"\nsplit cycle with a killed rank: {time.monotonic() - began:.1f} s; first starts "
+        f"ready in {base.rounds[0].ended_at - base.rounds[0].started_at} (baseline, measured "
+        f"whole) vs {run.rounds[0].ended_at - run.rounds[0].started_at} (split); median decode "
+        f"{_median(base)} vs {_median(run)} tok/s; greedy identical {identical} of "
+        f"{len(agreement.comparisons)}; peak {base.peak_memory_gb:.2f} vs "
+        f"{run.peak_memory_gb:.2f} GB"
+    )
+
+
+def _median(run: CandidateRun) -> str:
+    speeds = sorted(s.decode_tps for s in run.samples if s.decode_tps and s.start == 0)
+    return f"{speeds[len(speeds) // 2]:.1f}" if speeds else "-"
+
+
+def test_recover_after_a_killed_supervisor_leaves_no_rank_running(
+    tmp_path: Path, demo_models: dict[str, Path]
+) -> None:
+    """The supervisor is SIGKILLed while the split candidate is measured: its launcher and both
+    ranks outlive it (their own session). ``recover`` ends every one of them."""
+    began = time.monotonic()
+    home = make_split_home(
+        tmp_path / "home", demo_models, min_starts=1, max_starts=1, **SPLIT_PROTOCOL
+    )
+    start_live(home)
+    queue_plan(home, PLAN)
+    proc = supervisor(home)
+    try:
+        wait_for(
+            lambda: any(
+                measuring_split(0)(e)
+                for folder in (home.cycles.iterdir() if home.cycles.is_dir() else [])
+                for e in home.read_journal(folder.name)[0]
+            ),
+            240,
+            "the split candidate to be measured",
+            proc,
+        )
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    record = split_record(home)
+    assert record.launch is not None and len(record.launch.ranks) == 2
+    assert all(alive(r) for r in record.launch.ranks), "the ranks outlive the supervisor"
+    live = service_record(home)
+    assert live is not None
+    assert set(project_servers(home)) - {live.pid}, "the launcher and its ranks still run"
+
+    operator_recover(home)
+    for rank in record.launch.ranks:
+        assert not alive(rank), f"rank {rank.rank} (pid {rank.pid}) still runs after recover"
+    after = inspect(home)
+    assert after.orphans == [], after.orphans
+    assert after.serving == "demo-split:single" and after.healthy
+    assert after.interrupted and after.verified
+    print(f"\nrecover after a killed supervisor: {time.monotonic() - began:.1f} s")
