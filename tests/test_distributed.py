@@ -384,3 +384,58 @@ def test_a_split_reports_the_lossless_comparison_and_is_judged_lossy() -> None:
     assert gate.comparisons[0].first_divergence == 2
     strict = split_agreement([greedy([1, 2, 3], "b")], [greedy([1, 2, 4], "c")], 1.0, 2)
     assert not strict.passed
+
+
+def test_ranks_left_by_a_launcher_killed_alone_are_stopped_by_its_group(tmp_path: Path) -> None:
+    """A real process group stands in for a launch (a leader in its own session and one child;
+    no mlx server in the fast tier): the leader is SIGKILLed alone, like a launcher, and
+    ``stop_server`` still ends the child it left in the group."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    from mcp_infra.procs.runtime import stop_server
+
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert leader.stdout is not None
+    child = psutil.Process(int(leader.stdout.readline()))
+    record = ProcessRecord(
+        role="candidate",
+        pid=leader.pid,
+        pgid=leader.pid,
+        create_time=psutil.Process(leader.pid).create_time(),
+        argv=[sys.executable],
+        host="127.0.0.1",
+        port=8123,
+        log_path=str(tmp_path / "split.log"),
+        candidate_id=SPLIT,
+        started_at=utcnow(),
+        launch=launch(),
+    )
+    leader.send_signal(signal.SIGKILL)
+    leader.wait(timeout=10)
+    assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+    assert stop_server(record, grace=3.0) == "ranks stopped (TERM)"
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    assert stop_server(record, grace=1.0) == "not running"
+    plain = record.model_copy(update={"launch": None})
+    assert stop_server(plain, grace=1.0) == "not running"
+
+
+def test_only_the_ranks_placed_here_count_against_this_machine() -> None:
+    from mcp_infra.core.distributed import local_ranks
+
+    assert local_ranks([local(2)], 2) == 2
+    remote = ClusterHost(name="b", ssh="192.168.1.11", slots=3)
+    assert local_ranks([local(1), remote], 4) == 1

@@ -42,6 +42,11 @@ def place_ranks(hosts: list[ClusterHost], ranks: int) -> list[ClusterHost]:
     return placed
 
 
+def local_ranks(hosts: list[ClusterHost], ranks: int) -> int:
+    """How many of the ranks run on this machine (the rest on other hosts)."""
+    return sum(1 for h in place_ranks(hosts, ranks) if h.local)
+
+
 def hostfile(placed: list[ClusterHost], backend: str) -> dict[str, Any]:
     """The JSON hostfile of ``mlx.launch --hostfile``: one entry per rank, in rank order."""
     entries = []

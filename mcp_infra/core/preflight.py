@@ -62,6 +62,9 @@ class Preflight(Part):
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.passed]
 
 
+SPLIT_DEMO = "demo:split-target"
+
+
 def manifest_hash(manifest: Manifest) -> str:
     return sha256_bytes(canonical_json(manifest.model_dump(mode="json", by_alias=True)))
 
@@ -243,7 +246,15 @@ def preflight(
         hint = "; ".join(
             (
                 ["run `mcp-infra demo` to build the demo models"]
-                if any(k.startswith("demo:") for k in missing)
+                if any(k.startswith("demo:") and k != SPLIT_DEMO for k in missing)
+                else []
+            )
+            + (
+                [
+                    "the splittable demo target is built by "
+                    "mcp_infra.demo.models.build_split_target(<home>/models)"
+                ]
+                if SPLIT_DEMO in missing
                 else []
             )
             + (

@@ -398,9 +398,7 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
     A split server whose launcher is gone (killed alone) still has its recorded local ranks
     in that group: they are ended the same way."""
     if not is_running(record):
-        if not live_ranks(record):
-            return "not running"
-        return _stop_orphaned_ranks(record, grace)
+        return _stop_orphaned_ranks(record, grace) if _launch_left(record) else "not running"
     try:
         os.killpg(record.pgid, signal.SIGTERM)
     except ProcessLookupError:
@@ -426,18 +424,35 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
     return "killed (ignored TERM)"
 
 
+def _launch_left(record: ProcessRecord) -> bool:
+    """A split server whose launcher is gone still has members in its process group: its
+    local ranks. They are its own: a recorded rank by pid and start time; any other member by
+    the group id and a start after the launcher's (the kernel hands out no pid that a live
+    process group still carries, so the group is the launcher's)."""
+    if record.launch is None:
+        return False
+    if live_ranks(record):
+        return True
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if (
+                _pgid(proc.pid) == record.pgid
+                and proc.create_time() >= record.create_time - 0.05
+                and not _is_zombie(proc)
+            ):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def _stop_orphaned_ranks(record: ProcessRecord, grace: float) -> str:
-    """The launcher died; its recorded local ranks (same pid and start time) did not."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for rank in live_ranks(record):  # only ranks with a pid and a matching start time
-            if rank.pid is not None and rank.pid > 1:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(rank.pid, sig)
-        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
-        while live_ranks(record) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not live_ranks(record):
-            return "ranks stopped (" + ("TERM" if sig == signal.SIGTERM else "KILL") + ")"
+    """The launcher died alone; the ranks left in its process group are ended as one."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(record.pgid, sig)
+        if _wait_group_gone(record.pgid, wait):
+            return f"ranks stopped ({sig.name.removeprefix('SIG')})"
     return "ranks still running"
 
 
