@@ -126,12 +126,28 @@ def test_a_split_candidate_is_measured_and_judged_with_its_split_recorded(
     base = read_model(CycleFiles(bundle).runs / "baseline.json", CandidateRun)
     identical = sum(c.identical for c in agreement.comparisons)
     print(
-        f"\nsplit cycle: {time.monotonic() - began:.1f} s; speedup "
+        f"\nsplit cycle: {time.monotonic() - began:.1f} s; start to ready "
+        f"{_ready_s(home, summary.cycle_id)}; speedup "
         f"{judged.speedup_estimate}x ({judged.ci_low} to {judged.ci_high}); median decode "
         f"{_median(base)} vs {_median(run)} tok/s; greedy identical {identical} of "
         f"{len(agreement.comparisons)}; peak {base.peak_memory_gb:.2f} vs "
         f"{run.peak_memory_gb:.2f} GB"
     )
+
+
+def _ready_s(home: Home, cycle_id: str) -> dict[str, float]:
+    """Seconds from each configuration's first start being journaled to its readiness."""
+    events, _ = home.read_journal(cycle_id)
+    entered: dict[str, float] = {}
+    ready: dict[str, float] = {}
+    for e in events:
+        name = e.fields.get("candidate")
+        if e.state == CycleState.EXPERIMENT and name and e.fields.get("start") == 0:
+            if e.step == JournalStep.ENTER:
+                entered.setdefault(name, e.ts.timestamp())
+            elif e.step == JournalStep.MEASURING and name in entered:
+                ready.setdefault(name, round(e.ts.timestamp() - entered[name], 1))
+    return ready
 
 
 def _median(run: CandidateRun) -> str:
