@@ -102,13 +102,15 @@ def plan_launch(recipe: Recipe, hosts: list[ClusterHost], log_path: Path) -> Lau
     path = log_path.with_name(f"{log_path.stem}.hosts.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode())  # mlx.launch's format
+    log_dir = log_path.with_name(f"{log_path.stem}.ranks")
+    log_dir.mkdir(parents=True, exist_ok=True)  # local ranks log here (procs/rank.py)
     return LaunchRecord(
         backend=backend,  # type: ignore[arg-type]
         split=split_of(knobs),  # type: ignore[arg-type]
         hosts=[h.name for h in placed],
         ring_port=free_port_run(len(placed)),
         hostfile=str(path),
-        log_dir=str(log_path.with_name(f"{log_path.stem}.ranks")),
+        log_dir=str(log_dir),
     )
 
 
@@ -216,7 +218,9 @@ def launch_log_tail(record: ProcessRecord, limit: int = 600) -> str:
     if dead is not None:
         rank, how = dead
         host = launch.hosts[rank] if rank < len(launch.hosts) else "?"
-        tail = _tail(rank_log(launch, rank), limit) or "(empty)"
+        tail = _tail(rank_log(launch, rank), limit) or (
+            f"(none of its own here; the launcher's) {launcher[-limit:]}"
+        )
         return f"rank {rank} on host {host} {how}; its log tail: {tail}"
     parts = [
         f"rank {i}: {_tail(rank_log(launch, i), limit // 2) or '(empty)'}"

@@ -3,8 +3,8 @@
 ``--log-dir DIR -- ARGV...``: send this rank's output to ``DIR/rank-<MLX_RANK>.log`` and become
 ARGV (an exec: the same process, so the launcher and its process group see the server itself).
 mlx.launch merges every rank's output into one stream; a log per rank is what lets a failed
-candidate say which rank died and show that rank's own tail. Where the folder cannot be made
-(a remote host without it) the output stays with the launcher.
+candidate say which rank died and show that rank's own tail. Where the folder does not exist
+(a remote host) the output stays with the launcher, which forwards it to its own log.
 
 ``--probe PATH...``: print this host's facts for preflight (packages, model fingerprints,
 memory) as one JSON line.
@@ -18,9 +18,12 @@ from pathlib import Path
 
 
 def _redirect(log_dir: str) -> None:
+    """Only into a folder that exists: the control plane makes it before the launch, so a
+    rank on another host (without that folder) keeps its output with the launcher."""
     rank = os.environ.get("MLX_RANK", "0")
+    if not Path(log_dir).is_dir():
+        return
     try:
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
         fd = os.open(
             str(Path(log_dir) / f"rank-{int(rank)}.log"),
             os.O_WRONLY | os.O_CREAT | os.O_APPEND,
