@@ -712,9 +712,6 @@ class ClusterHost(Part):
         description="jaccl: the RDMA device towards each host in order (null for itself)",
     )
     slots: int = Field(1, ge=1, le=16, description="ranks this host may run")
-    memory_gb: float | None = Field(
-        None, gt=0, le=8192, description="its memory (a remote host's; this machine's is read)"
-    )
 
     @field_validator("ips")
     @classmethod

@@ -92,7 +92,7 @@ def admit_hosts(
                 Check(
                     name=f"memory:{name}",
                     passed=False,
-                    detail=f"host {name}: its memory is unknown (set memory_gb in the config)",
+                    detail=f"host {name}: its memory is unknown (the probe did not read it)",
                 )
             )
             continue
