@@ -56,7 +56,14 @@ class Semantics(StrEnum):
     LOSSY = "lossy"
 
 
-TemplateName = Literal["mlx_lm_server", "mlx_vlm_server"]
+TemplateName = Literal["mlx_lm_server", "mlx_vlm_server", "mlx_lm_distributed"]
+DISTRIBUTED_TEMPLATE = "mlx_lm_distributed"
+
+
+def _unset(value: object) -> bool:
+    """Split knobs are left out of a dump while unset, so every manifest, recipe and record
+    that does not split dumps, and hashes, exactly as before they existed."""
+    return value is None
 
 
 class Knobs(Part):
@@ -72,6 +79,32 @@ class Knobs(Part):
     prefill_step_size: int | None = Field(None, ge=16, le=65_536)
     prompt_cache_size: int | None = Field(None, ge=0, le=1024)
     max_kv_size: int | None = Field(None, ge=256, le=1_048_576)
+    ranks: int | None = Field(
+        None,
+        exclude_if=_unset,
+        ge=2,
+        le=16,
+        description="split the model over this many ranks through mlx.launch (template "
+        "mlx_lm_distributed); the ranks run on the hosts of the home's config, never a plan's",
+    )
+    backend: Literal["ring", "jaccl", "mpi"] | None = Field(
+        None,
+        exclude_if=_unset,
+        description="mlx.launch backend (ring: TCP; jaccl: RDMA over Thunderbolt 5; mpi)",
+    )
+    split: Literal["tensor", "pipeline"] | None = Field(
+        None,
+        exclude_if=_unset,
+        description="tensor parallel (mlx_lm.server's default) or --pipeline",
+    )
+
+    @model_validator(mode="after")
+    def _distributed_knobs(self) -> Knobs:
+        if self.ranks is None and (self.backend or self.split):
+            raise ValueError("backend and split need ranks")
+        if self.ranks is not None and self.draft:
+            raise ValueError("mlx_lm.server refuses draft models in distributed mode")
+        return self
 
     def cost_key(self) -> tuple[int, int]:
         """Ordering used to prefer the cheaper of two tied candidates."""
@@ -87,7 +120,7 @@ class ArtifactRef(Part):
     role: Literal["target", "draft"]
     repo: Annotated[str, Field(pattern=REPO_PATTERN)] | None = None
     revision: Annotated[str, Field(pattern=REVISION_PATTERN)] | None = None
-    demo: Literal["target", "draft"] | None = Field(
+    demo: Literal["target", "draft", "split-target"] | None = Field(
         None, description="name of a model that `mcp-infra demo` builds into the home directory"
     )
     size_gb: float | None = Field(None, ge=0, le=2048)
@@ -190,9 +223,20 @@ class Manifest(Contract):
         if len(set(ids)) != len(ids):
             raise ValueError("variant ids must be unique")
         has_draft = any(a.role == "draft" for a in self.artifacts)
+        distributed = self.runtime.template == DISTRIBUTED_TEMPLATE
         for variant in self.variants:
             if variant.knobs.draft and not has_draft:
                 raise ValueError(f"variant {variant.id} asks for a draft but none is listed")
+            if distributed != (variant.knobs.ranks is not None):
+                raise ValueError(
+                    f"variant {variant.id}: ranks is set exactly when the template is "
+                    f"{DISTRIBUTED_TEMPLATE}"
+                )
+            if distributed and self.semantics_of(variant) != Semantics.LOSSY:
+                raise ValueError(
+                    f"variant {variant.id} is split over ranks: its greedy tokens may differ "
+                    "from one process's (reduction order), so its semantics must be lossy"
+                )
         return self
 
     def draft_artifact(self) -> ArtifactRef | None:
@@ -641,6 +685,137 @@ class Recipe(Contract):
         return self.model_dump_json(include={"template", "model_path", "draft_path", "knobs"})
 
 
+LOCAL_HOST = "127.0.0.1"
+HOSTNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$"
+
+
+class ClusterHost(Part):
+    """One machine that may run ranks of a split recipe (config.yaml ``distributed.hosts``).
+    Hosts exist only in the home's own configuration: a plan or a manifest names a distributed
+    candidate (how many ranks, which backend and split), never a host."""
+
+    name: Annotated[str, Field(pattern=ID_PATTERN)]
+    ssh: Annotated[str, Field(pattern=HOSTNAME_PATTERN)] = Field(
+        LOCAL_HOST,
+        description="what mlx.launch reaches it by: 127.0.0.1 is this machine (no ssh); any "
+        "other name or address is reached over ssh (user, port and keys from ~/.ssh/config)",
+    )
+    ssh_port: int = Field(22, ge=1, le=65535, description="checked for reachability by preflight")
+    ips: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="addresses the ring backend connects over (default: ssh, if an address)",
+    )
+    rdma: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None] = Field(
+        default_factory=list,
+        max_length=16,
+        description="jaccl: the RDMA device towards each host in order (null for itself)",
+    )
+    slots: int = Field(1, ge=1, le=16, description="ranks this host may run")
+
+    @field_validator("ips")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for item in value:
+            ipaddress.ip_address(item)  # ValueError names the bad one
+        return value
+
+    @property
+    def local(self) -> bool:
+        return self.ssh == LOCAL_HOST
+
+    def ring_ips(self) -> list[str]:
+        """Addresses the ring backend uses: ``ips``, else ``ssh`` when it is an address."""
+        import ipaddress
+
+        if self.ips:
+            return list(self.ips)
+        try:
+            ipaddress.ip_address(self.ssh)
+        except ValueError:
+            return []
+        return [self.ssh]
+
+
+def _local_only() -> list[ClusterHost]:
+    return [ClusterHost(name="local", ssh=LOCAL_HOST, slots=2)]
+
+
+class DistributedConfig(Part):
+    """config.yaml ``distributed:``: the machines split recipes may use, in rank order."""
+
+    hosts: list[ClusterHost] = Field(default_factory=_local_only, min_length=1, max_length=16)
+    reach_timeout_s: float = Field(
+        3.0, gt=0, le=60, description="preflight: the longest wait for a host to answer"
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> DistributedConfig:
+        names = [h.name for h in self.hosts]
+        if len(set(names)) != len(names):
+            raise ValueError("distributed host names must be unique")
+        return self
+
+
+class HostProbe(Part):
+    """What preflight found on one configured host: reachable as configured, its packages, the
+    fingerprints of the model folders a split recipe loads there, its memory."""
+
+    name: str
+    ssh: str
+    reachable: bool
+    detail: str = ""
+    packages: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, str] = Field(default_factory=dict, description="path -> fingerprint")
+    memory_gb: float | None = None
+    python: str | None = None
+
+
+class RankRecord(Part):
+    """One rank of a split server: where it runs and, on this machine, its process."""
+
+    rank: int = Field(ge=0)
+    host: str = Field(description="the configured host's name")
+    pid: int | None = Field(None, description="local ranks only")
+    create_time: float | None = None
+    log_path: str | None = None
+    env: dict[str, str] = Field(
+        default_factory=dict, description="the rank's MLX_* environment as it started"
+    )
+
+
+class LaunchRecord(Part):
+    """How a split server was launched: mlx.launch's backend and split, its hosts and ranks."""
+
+    backend: Literal["ring", "jaccl", "mpi"]
+    split: Literal["tensor", "pipeline"]
+    hosts: list[str]
+    ring_port: int | None = Field(None, description="mlx.launch --starting-port")
+    hostfile: str = Field(description="the JSON hostfile given to mlx.launch")
+    log_dir: str = Field(description="where each local rank writes rank-<n>.log")
+    ranks: list[RankRecord] = Field(default_factory=list)
+
+
+class LaunchEvidence(Part):
+    """One split server start measured in a cycle: the configuration, start, port and launch."""
+
+    candidate: str
+    start: int = Field(ge=0)
+    round: int = Field(ge=0)
+    port: int
+    launch: LaunchRecord
+
+
+class DistributedEvidence(Contract):
+    """cycles/<id>/distributed.json: the hosts a cycle's split recipes ran on, as preflight
+    found them, and every split start with its backend, split mode and ranks' environment."""
+
+    hosts: list[HostProbe] = Field(default_factory=list)
+    launches: list[LaunchEvidence] = Field(default_factory=list)
+
+
 class ProcessRecord(Contract):
     """A server the project started: enough to find it again, never confused with a stranger."""
 
@@ -656,6 +831,9 @@ class ProcessRecord(Contract):
     cycle_id: str | None = None
     started_at: datetime
     ready_s: float | None = Field(None, description="seconds from start until it answered")
+    launch: LaunchRecord | None = Field(
+        None, description="a split server: pid and pgid are mlx.launch's; its ranks are here"
+    )
 
 
 class FrontConfig(Part):
@@ -726,6 +904,7 @@ class ServiceConfig(Contract):
     policy: Annotated[str, Field(pattern=ID_PATTERN)] = "default"
     baseline: Recipe
     front: FrontConfig = Field(default_factory=FrontConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
 
 class FrontRoute(Contract):

@@ -590,3 +590,21 @@ def lossy_agreement(
         detail=detail,
         comparisons=comparisons,
     )
+
+
+def split_agreement(
+    baseline: Sequence[Sample],
+    candidate: Sequence[Sample],
+    min_identical_fraction: float,
+    ranks: int,
+) -> GateResult:
+    """A model split over ranks: the lossless comparison is reported with its first divergence
+    (a split changes the order of reductions, so greedy tokens may part from one process's),
+    and the recipe is judged as lossy, by the agreement it keeps."""
+    lossless = compare_greedy(baseline, candidate)
+    agreement = lossy_agreement(baseline, candidate, min_identical_fraction)
+    words = (
+        f"split over {ranks} ranks, judged as lossy; lossless comparison: {lossless.detail}; "
+        f"agreement: {agreement.detail}"
+    )
+    return agreement.model_copy(update={"detail": words})

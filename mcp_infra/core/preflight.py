@@ -22,7 +22,11 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 
-RUNTIME_PACKAGES = {"mlx_lm_server": "mlx-lm", "mlx_vlm_server": "mlx-vlm"}
+RUNTIME_PACKAGES = {
+    "mlx_lm_server": "mlx-lm",
+    "mlx_vlm_server": "mlx-vlm",
+    "mlx_lm_distributed": "mlx-lm",
+}
 
 
 class HostFacts(Part):
@@ -56,6 +60,9 @@ class Preflight(Part):
 
     def failures(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.passed]
+
+
+SPLIT_DEMO = "demo:split-target"
 
 
 def manifest_hash(manifest: Manifest) -> str:
@@ -239,7 +246,15 @@ def preflight(
         hint = "; ".join(
             (
                 ["run `mcp-infra demo` to build the demo models"]
-                if any(k.startswith("demo:") for k in missing)
+                if any(k.startswith("demo:") and k != SPLIT_DEMO for k in missing)
+                else []
+            )
+            + (
+                [
+                    "the splittable demo target is built by "
+                    "mcp_infra.demo.models.build_split_target(<home>/models)"
+                ]
+                if SPLIT_DEMO in missing
                 else []
             )
             + (

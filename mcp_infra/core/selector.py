@@ -54,7 +54,13 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
-from mcp_infra.core.gates import compare_greedy, lossy_agreement, quality_gate, smoke_gate
+from mcp_infra.core.gates import (
+    compare_greedy,
+    lossy_agreement,
+    quality_gate,
+    smoke_gate,
+    split_agreement,
+)
 from mcp_infra.core.stats import (
     ASSUMED_START_NOISE,
     SpeedupSummary,
@@ -123,6 +129,15 @@ def run_gates(
     gates: list[GateResult] = []
     if run.semantics == Semantics.LOSSLESS:
         gates.append(compare_greedy(baseline.greedy, run.greedy))
+    elif run.knobs.ranks:
+        gates.append(
+            split_agreement(
+                baseline.greedy,
+                run.greedy,
+                thresholds.lossy_min_identical_fraction,
+                run.knobs.ranks,
+            )
+        )
     else:
         gates.append(
             lossy_agreement(baseline.greedy, run.greedy, thresholds.lossy_min_identical_fraction)

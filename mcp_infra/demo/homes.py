@@ -13,11 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from mcp_infra.contracts import Recipe, ServiceConfig
+from mcp_infra.contracts import LOCAL_HOST, ClusterHost, DistributedConfig, Recipe, ServiceConfig
+from mcp_infra.demo.models import build_split_target
 from mcp_infra.procs.runtime import free_port
 from mcp_infra.procs.service import stop_service, stop_stray_candidates
 from mcp_infra.state.catalog import policy_dir
-from mcp_infra.state.store import CorruptFile, Home, write_model
+from mcp_infra.state.store import CorruptFile, Home, read_model, write_model
 
 TEST_POLICY = "test"
 
@@ -118,6 +119,36 @@ def make_home(
                 template="mlx_lm_server",
                 model_path=str(home.models / "target"),
             ),
+        ),
+    )
+    return home
+
+
+SPLIT_BASELINE = "demo-split:single"
+
+
+def make_split_home(root: Path, models: dict[str, Path], **protocol: object) -> Home:
+    """A home like ``make_home`` whose live recipe is the splittable demo target in one
+    process (built beside the demo models on first use), so ``demo-split:tp2-ring`` (the same
+    folder over 2 ranks on this machine) is measured against it. Its config names this machine
+    as the only distributed host, with 2 slots."""
+    home = make_home(root, models, **protocol)
+    folder = build_split_target(models["target"].parent)
+    config = read_model(home.config, ServiceConfig)
+    baseline = Recipe(
+        candidate_id=SPLIT_BASELINE,
+        template="mlx_lm_server",
+        model_path=str(home.models / folder.name),  # through the home's link, like make_home
+    )
+    write_model(
+        home.config,
+        config.model_copy(
+            update={
+                "baseline": baseline,
+                "distributed": DistributedConfig(
+                    hosts=[ClusterHost(name="local", ssh=LOCAL_HOST, slots=2)]
+                ),
+            }
         ),
     )
     return home

@@ -338,3 +338,41 @@ def build_demo_models(models_dir: Path, spec: DemoSpec = DEFAULT_SPEC) -> dict[s
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+# A target that tensor parallelism can split over 2 ranks: mlx_lm shards attention by heads, so
+# its query and KV heads must be divisible by the rank count (the demo target has one KV head).
+# Fewer layers than the demo target, so two ranks load in seconds on a small machine.
+SPLIT_SPEC = DemoSpec(num_attention_heads=2, num_key_value_heads=2, target_extra_layers=6)
+SPLIT_NAME = "split-target"
+
+
+def build_split_target(models_dir: Path, spec: DemoSpec = SPLIT_SPEC) -> Path:
+    """Build (or reuse) ``models_dir/split-target``: built only where a split recipe needs it,
+    so the demo target and everything that uses it stay as they are."""
+    models_dir = Path(models_dir)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    out = models_dir / SPLIT_NAME
+    if _marker_ok(out, spec):
+        return out
+    with _build_lock(models_dir):
+        if _marker_ok(out, spec):
+            return out
+        tok = _build_tokenizer(spec)
+        ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+        _, target_w = _build_weights(spec, sorted(ids.values()))
+        staging = Path(tempfile.mkdtemp(prefix=".demo-build-", dir=models_dir))
+        try:
+            _write_model(
+                staging / SPLIT_NAME,
+                spec,
+                SPLIT_NAME,
+                target_w,
+                spec.draft_layers + spec.target_extra_layers,
+                tok.to_str(pretty=True) + "\n",
+                ids,
+            )
+            _replace_dir(staging / SPLIT_NAME, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return out

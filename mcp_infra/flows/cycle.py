@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from mcp_infra.contracts import (
     CurrentCycle,
     CycleState,
     CycleSummary,
+    DistributedEvidence,
     Event,
     FrozenPlan,
     JournalStep,
@@ -42,7 +44,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.admission import admit, expected_downtime_s
 from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.machine import open_verdict_words, quiet_rule
-from mcp_infra.core.preflight import find_candidate, preflight
+from mcp_infra.core.preflight import Preflight, find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
@@ -64,6 +66,7 @@ from mcp_infra.flows.rounds import (
     run_rounds,
 )
 from mcp_infra.procs import bench, usage
+from mcp_infra.procs.distributed import preflight_hosts
 from mcp_infra.procs.front import live_request_count
 from mcp_infra.procs.runtime import PortBusy, ServerStartError
 from mcp_infra.procs.service import (
@@ -358,11 +361,46 @@ def preflight_step(c: CycleContext) -> CycleResult | None:
             recipe = resolve_recipe(manifest, variant, c.home.models, c.home.hf_cache)
             c.runs[candidate] = not_started(candidate, recipe, f"artifact check failed: {exc}")
         c.recipes[candidate] = recipe
+        if variant.knobs.ranks:
+            check = _with_hosts(c, candidate, manifest, variant, recipe, check)
         if not check.passed and candidate not in c.runs:
             c.runs[candidate] = not_started(
                 candidate, recipe, "preflight: " + "; ".join(check.failures())
             )
     return None
+
+
+def _with_hosts(
+    c: CycleContext,
+    candidate: str,
+    manifest: Manifest,
+    variant: Variant,
+    recipe: Recipe,
+    check: Preflight,
+) -> Preflight:
+    """A split candidate's preflight with its per-host checks (the configured hosts its ranks
+    are placed on, probed now); what each host said is kept for the evidence."""
+    checks, probes = preflight_hosts(
+        c.config.distributed,
+        manifest,
+        variant,
+        recipe,
+        c.loaded.policy.service.memory_budget_fraction,
+        sys.executable,
+    )
+    kept = read_optional(c.files.distributed, DistributedEvidence) or DistributedEvidence()
+    seen = {p.name for p in kept.hosts}
+    kept.hosts.extend(p for p in probes if p.name not in seen)
+    write_model(c.files.distributed, kept)
+    failed = [f"{x.name}: {x.detail}" for x in checks if not x.passed]
+    c.journal(
+        CycleState.PREFLIGHT,
+        f"hosts of {candidate}: " + ("; ".join(failed) if failed else "every check passed"),
+        candidate=candidate,
+        hosts=[x.model_dump(mode="json") for x in checks],
+    )
+    merged = [*check.checks, *checks]
+    return check.model_copy(update={"checks": merged, "passed": all(x.passed for x in merged)})
 
 
 def prepare_step(c: CycleContext) -> CycleResult | None:

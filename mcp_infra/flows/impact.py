@@ -13,9 +13,11 @@ import psutil
 
 from mcp_infra.contracts import Manifest, Part, Policy, ProcessRecord, ServiceImpact, Variant
 from mcp_infra.core.admission import Admission, Mode, admit, combine, expected_downtime_s
+from mcp_infra.core.distributed import local_ranks
 from mcp_infra.procs.front import fresh_status, front_status, read_route, set_route
 from mcp_infra.procs.runtime import is_running
 from mcp_infra.state import memory
+from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_optional, write_model
 
 IMPACT_FILE = "service_impact.json"
@@ -43,6 +45,10 @@ def expected_peak_gb(
         if peaks:
             return max(peaks), "measured in an earlier cycle (recipe memory)"
     declared = manifest.resources.memory_gb or manifest.max_peak_memory_gb
+    if declared and variant.knobs.ranks:  # one rank's need, times the ranks on this machine
+        with contextlib.suppress(Exception):
+            here = local_ranks(load_config(home).distributed.hosts, variant.knobs.ranks)
+            return declared * here, f"manifest resources.memory_gb x {here} rank(s) here"
     return (declared, "manifest resources.memory_gb") if declared else (None, "unknown")
 
 

@@ -45,7 +45,9 @@ from typing import Any, Literal, NamedTuple
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
+    DistributedEvidence,
     FrozenPlan,
+    LaunchEvidence,
     ProcessRecord,
     Protocol,
     Recipe,
@@ -62,12 +64,12 @@ from mcp_infra.procs.runtime import (
     PortBusy,
     ServerStartError,
     free_port,
-    is_running,
-    log_tail,
+    server_log_tail,
+    whole,
 )
 from mcp_infra.procs.service import start_candidate, stop_candidate
 from mcp_infra.state.catalog import load_suite
-from mcp_infra.state.store import Home, utcnow
+from mcp_infra.state.store import Home, read_optional, utcnow, write_model
 
 # ---------------------------------------------------------------------------------------------
 # Pure planning
@@ -290,8 +292,8 @@ def measure_start(
     protocol = spec.protocol
 
     def keep(into: list[Sample], sample: Sample) -> None:
-        if sample.error and server is not None and not is_running(server):
-            tail = log_tail(server.log_path, 300)
+        if sample.error and server is not None and not whole(server):
+            tail = server_log_tail(server, 300)
             died = f"server process exited during measurement; log tail: {tail}"
             into.append(sample.model_copy(update={"error": died}))
             raise ServerDied(died)
@@ -379,6 +381,7 @@ def server_starter(
     def run(spec: StartSpec, ready: Callable[[int], None]) -> StartResult:
         record = _start(home, config, spec.recipe, cycle_id, spec.protocol)
         try:
+            keep_launch(home, cycle_id, spec, record)
             ready(record.port)
             result = measure_start(f"http://{config.host}:{record.port}", spec, server=record)
         finally:
@@ -388,6 +391,25 @@ def server_starter(
         return result
 
     return run
+
+
+def keep_launch(home: Home, cycle_id: str, spec: StartSpec, record: ProcessRecord) -> None:
+    """A split start's launch (hosts, backend, split, each rank's environment) added to the
+    cycle's ``distributed.json``, sealed with its evidence."""
+    if record.launch is None:
+        return
+    path = home.cycle_files(cycle_id).distributed
+    kept = read_optional(path, DistributedEvidence) or DistributedEvidence()
+    kept.launches.append(
+        LaunchEvidence(
+            candidate=spec.candidate,
+            start=spec.start,
+            round=spec.round_index,
+            port=record.port,
+            launch=record.launch,
+        )
+    )
+    write_model(path, kept)
 
 
 # ---------------------------------------------------------------------------------------------

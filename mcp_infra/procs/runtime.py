@@ -24,9 +24,23 @@ from typing import IO
 import httpx2 as httpx
 import psutil
 
-from mcp_infra.contracts import ProcessRecord, Recipe
+from mcp_infra.contracts import (
+    DISTRIBUTED_TEMPLATE,
+    ClusterHost,
+    LaunchRecord,
+    ProcessRecord,
+    Recipe,
+)
+from mcp_infra.core.distributed import backend_of, split_of
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.bench import served_model
+from mcp_infra.procs.distributed import (
+    distributed_argv,
+    find_ranks,
+    launch_log_tail,
+    live_ranks,
+    plan_launch,
+)
 from mcp_infra.state.store import Home, flock_held, open_append, utcnow
 
 LOOPBACK = "127.0.0.1"
@@ -124,14 +138,40 @@ TEMPLATES = {"mlx_lm_server": mlx_lm_server_argv, "mlx_vlm_server": mlx_vlm_serv
 
 
 def build_argv(
-    recipe: Recipe, port: int, host: str = LOOPBACK, python: str | None = None
+    recipe: Recipe,
+    port: int,
+    host: str = LOOPBACK,
+    python: str | None = None,
+    launch: LaunchRecord | None = None,
 ) -> list[str]:
-    """The one way a recipe becomes a command line."""
+    """The one way a recipe becomes a command line. A split recipe (``mlx_lm_distributed``)
+    is mlx.launch around the ``mlx_lm_server`` argv of one rank, with the ``launch`` its
+    hosts were placed in (``distributed.plan_launch``)."""
     if host != LOOPBACK:
         raise ValueError("servers are bound to 127.0.0.1 only")
     if not 1024 <= port <= 65535:
         raise ValueError("port out of range")
-    return TEMPLATES[recipe.template](recipe, host, port, python or sys.executable)
+    python = python or sys.executable
+    if recipe.template == DISTRIBUTED_TEMPLATE:
+        knobs = recipe.knobs
+        if launch is None or not knobs.ranks:
+            raise ValueError("a split recipe needs ranks and a placed launch")
+        placed = (launch.backend, launch.split, len(launch.hosts))
+        if placed != (backend_of(knobs), split_of(knobs), knobs.ranks):
+            raise ValueError(f"the launch {placed} was not placed for this recipe's knobs")
+        return distributed_argv(mlx_lm_server_argv(recipe, host, port, python), python, launch)
+    if recipe.knobs.ranks:
+        raise ValueError(f"ranks need the {DISTRIBUTED_TEMPLATE} template")
+    return TEMPLATES[recipe.template](recipe, host, port, python)
+
+
+def runs_recipe(record: ProcessRecord, recipe: Recipe) -> bool:
+    """Does the recorded process run exactly this recipe's command?"""
+    try:
+        expected = build_argv(recipe, record.port, python=record.argv[0], launch=record.launch)
+    except ValueError:
+        return False
+    return record.argv == expected
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,11 +257,19 @@ def start_server(
     hf_cache: Path | None = None,
     python: str | None = None,
     argv: list[str] | None = None,
+    hosts: list[ClusterHost] | None = None,
 ) -> tuple[ProcessRecord, subprocess.Popen[bytes]]:
-    """Start a server in its own session. Refuses a busy port (never kills what holds it)."""
+    """Start a server in its own session. Refuses a busy port (never kills what holds it). A
+    split recipe runs its ranks on ``hosts`` (the home's configured ones) through mlx.launch;
+    its local ranks share the launcher's session and process group."""
     if port_open(port):
         raise PortBusy(f"port {port} is already in use by a process mcp-infra did not start here")
-    command = argv or build_argv(recipe, port, python=python)
+    launch = None
+    if recipe.template == DISTRIBUTED_TEMPLATE:
+        if not hosts:
+            raise ValueError("a split recipe needs the configured hosts")
+        launch = plan_launch(recipe, hosts, log_path)
+    command = argv or build_argv(recipe, port, python=python, launch=launch)
     with open_append(log_path) as log:
         proc = subprocess.Popen(  # argv list, never a shell
             command,
@@ -244,8 +292,35 @@ def start_server(
         candidate_id=recipe.candidate_id,
         cycle_id=cycle_id,
         started_at=utcnow(),
+        launch=launch,
     )
     return record, proc
+
+
+def with_ranks(record: ProcessRecord) -> ProcessRecord:
+    """A split server's record with its ranks found (their pids, start times, environments)."""
+    if record.launch is None:
+        return record
+    launch = record.launch.model_copy(update={"ranks": find_ranks(record)})
+    return record.model_copy(update={"launch": launch})
+
+
+def whole(record: ProcessRecord) -> bool:
+    """The recorded server runs, and so does every recorded local rank of a split one (a
+    rank that died fails the whole server, even before mlx.launch has stopped the others)."""
+    if not is_running(record):
+        return False
+    if record.launch is None:
+        return True
+    recorded = [r for r in record.launch.ranks if r.pid is not None]
+    return len(live_ranks(record)) == len(recorded)
+
+
+def server_log_tail(record: ProcessRecord, limit: int = 600) -> str:
+    """Why a server failed, from its log: a split server's names the rank that died first."""
+    if record.launch is not None:
+        return launch_log_tail(record, limit)
+    return log_tail(record.log_path, limit)
 
 
 def log_tail(path: str | Path, limit: int = 1500) -> str:
@@ -299,7 +374,7 @@ def wait_ready(record: ProcessRecord, timeout: float, poll: float = 0.25) -> flo
         if not is_running(record):
             raise ServerStartError(
                 f"server for {record.candidate_id} exited before it was ready; log tail: "
-                f"{log_tail(record.log_path, 600)}"
+                f"{server_log_tail(record, 600)}"
             )
         if port_owner_is(record, record.port):
             result = probe(base)
@@ -308,20 +383,22 @@ def wait_ready(record: ProcessRecord, timeout: float, poll: float = 0.25) -> flo
             if result.error:
                 raise ServerStartError(
                     f"server for {record.candidate_id} cannot serve: {result.error}; log tail: "
-                    f"{log_tail(record.log_path, 400)}"
+                    f"{server_log_tail(record, 400)}"
                 )
         if time.monotonic() - start > timeout:
             raise ServerStartError(
                 f"server for {record.candidate_id} not ready after {timeout:.0f} s; log tail: "
-                f"{log_tail(record.log_path, 600)}"
+                f"{server_log_tail(record, 600)}"
             )
         time.sleep(poll)
 
 
 def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
-    """TERM the recorded process group, wait, then KILL it. Only ever a process we recorded."""
+    """TERM the recorded process group, wait, then KILL it. Only ever a process we recorded.
+    A split server whose launcher is gone (killed alone) still has its recorded local ranks
+    in that group: they are ended the same way."""
     if not is_running(record):
-        return "not running"
+        return _stop_orphaned_ranks(record, grace) if _launch_left(record) else "not running"
     try:
         os.killpg(record.pgid, signal.SIGTERM)
     except ProcessLookupError:
@@ -345,6 +422,38 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
     _reap(record.pid)
     _wait_group_gone(record.pgid, 5.0)
     return "killed (ignored TERM)"
+
+
+def _launch_left(record: ProcessRecord) -> bool:
+    """A split server whose launcher is gone still has members in its process group: its
+    local ranks. They are its own: a recorded rank by pid and start time; any other member by
+    the group id and a start after the launcher's (the kernel hands out no pid that a live
+    process group still carries, so the group is the launcher's)."""
+    if record.launch is None:
+        return False
+    if live_ranks(record):
+        return True
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if (
+                _pgid(proc.pid) == record.pgid
+                and proc.create_time() >= record.create_time - 0.05
+                and not _is_zombie(proc)
+            ):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def _stop_orphaned_ranks(record: ProcessRecord, grace: float) -> str:
+    """The launcher died alone; the ranks left in its process group are ended as one."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(record.pgid, sig)
+        if _wait_group_gone(record.pgid, wait):
+            return f"ranks stopped ({sig.name.removeprefix('SIG')})"
+    return "ranks still running"
 
 
 def _wait_group_gone(pgid: int, timeout: float) -> bool:

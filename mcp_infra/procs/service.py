@@ -42,16 +42,17 @@ from mcp_infra.procs.runtime import (
     ServerStartError,
     ServiceBusy,
     backend_url,
-    build_argv,
     free_port,
     is_running,
     port_open,
     port_owner_is,
     probe_completion,
+    runs_recipe,
     service_lock,
     start_server,
     stop_server,
     wait_ready,
+    with_ranks,
 )
 from mcp_infra.state.context import active_recipe, load_config, service_record
 from mcp_infra.state.store import Home, file_safe, read_optional, write_model
@@ -116,7 +117,7 @@ def is_serving(home: Home, recipe: Recipe, config: ServiceConfig) -> bool:
     record = service_record(home)
     if record is None or not is_running(record):
         return False
-    if record.argv != build_argv(recipe, record.port, python=record.argv[0]):
+    if not runs_recipe(record, recipe):
         return False
     route = read_route(home)
     if (
@@ -180,6 +181,7 @@ def start_backend(
                 log_path=log,
                 cycle_id=cycle_id,
                 hf_cache=home.hf_cache,
+                hosts=load_config(home).distributed.hosts if recipe.knobs.ranks else None,
             )
         except PortBusy as exc:
             last = exc
@@ -193,7 +195,7 @@ def start_backend(
                 last = exc
                 continue
             raise
-        record = record.model_copy(update={"ready_s": round(waited, 2)})
+        record = with_ranks(record).model_copy(update={"ready_s": round(waited, 2)})
         write_model(candidate_record_path(home, port), record)
         return record
     raise ServerStartError(f"no free port could be bound after {tries} tries: {last}")
@@ -349,7 +351,7 @@ def ensure_serving(home: Home, recipe: Recipe, config: ServiceConfig, **kwargs: 
         if (
             record is not None
             and is_running(record)
-            and record.argv == build_argv(recipe, record.port, python=record.argv[0])
+            and runs_recipe(record, recipe)
             and probe_completion(backend_url(record))
         ):
             url = backend_url(record)
@@ -425,7 +427,7 @@ def _heal(home: Home, timeout: float) -> HealResult:
     if not front_running(home):
         return HealResult("nothing", "the front is not running")
     recipe = active_recipe(home)
-    if record.argv != build_argv(recipe, record.port, python=record.argv[0]):
+    if not runs_recipe(record, recipe):
         return HealResult(
             "failed",
             f"the dead backend ran {record.candidate_id}, not the active recipe "

@@ -32,6 +32,7 @@ BUNDLE_FILES = (
     CycleFiles.JOURNAL,
     "online.json",
     "service_impact.json",
+    CycleFiles.DISTRIBUTED,
 )
 SIGNATURE = CycleFiles.SIGNATURE
 

@@ -44,7 +44,11 @@ def host_facts(home_root: Path, models_dir: Path, hf_cache: Path | None = None) 
         if (v := installed_version(name))
     }
     home_root.mkdir(parents=True, exist_ok=True)
-    available = [f"demo:{name}" for name in ("target", "draft") if (models_dir / name).is_dir()]
+    available = [
+        f"demo:{name}"
+        for name in ("target", "draft", "split-target")
+        if (models_dir / name).is_dir()
+    ]
     problems: dict[str, list[str]] = {}
     shared = hub.hub_cache()
     for cache in hub_caches(hf_cache):

@@ -159,9 +159,15 @@ class CycleFiles:
     ENVIRONMENT = "environment.json"
     SIGNATURE = "SIGNATURE.dsse.json"
     BASELINE_RUN = "baseline.json"
+    DISTRIBUTED = "distributed.json"
 
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    @property
+    def distributed(self) -> Path:
+        """Split recipes: the hosts as preflight found them and every launch with its ranks."""
+        return self.root / self.DISTRIBUTED
 
     @property
     def plan(self) -> Path:
