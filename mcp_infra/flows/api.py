@@ -50,7 +50,7 @@ from mcp_infra.procs.front import front_record, front_status, read_route, status
 from mcp_infra.procs.runtime import is_running, port_owner_is
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
-from mcp_infra.state import memory
+from mcp_infra.state import memory, runtimes
 from mcp_infra.state.artifacts import (
     PREPARE_IGNORES,
     HubError,
@@ -553,7 +553,7 @@ def registry_view(
     ctx = HomeContext(home)
     manifests, policy, facts = ctx.manifests, ctx.policy, ctx.facts
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
+        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
         for m in manifests.values()
         for v in m.variants
         if not candidate_id or f"{m.id}:{v.id}" == candidate_id
@@ -725,7 +725,9 @@ def plan_recipes(ctx: HomeContext, candidates: list[str]) -> dict[str, Recipe]:
     out = {}
     for cid in candidates:
         if (hit := ctx.find(cid)) is not None:
-            out[cid] = resolve_recipe(*hit, ctx.home.models, ctx.home.hf_cache)
+            out[cid] = resolve_recipe(
+                *hit, ctx.home.models, ctx.home.hf_cache, runtimes=ctx.home.runtimes
+            )
     return out
 
 
@@ -869,7 +871,9 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
         for variant in manifest.variants:
             cid = f"{manifest.id}:{variant.id}"
             checks[cid] = preflight(manifest, variant, policy, facts, require_artifacts=True)
-            recipes[cid] = resolve_recipe(manifest, variant, home.models, home.hf_cache)
+            recipes[cid] = resolve_recipe(
+                manifest, variant, home.models, home.hf_cache, runtimes=home.runtimes
+            )
     live_peak = _last_baseline_peak(home)
     p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
@@ -1217,11 +1221,41 @@ def prepare_candidate(
         raise HubError(
             f"{candidate_id}: preflight fails, nothing downloaded: " + "; ".join(blocking)
         )
-    if any(a.demo for a in (manifest.target, *manifest.artifacts)) and not candidate_artifacts(
-        manifest, variant.knobs.draft
-    ):
-        raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
-    return hub.prepare(
+    spec = manifest.environment_of(variant)
+    built = None
+    if spec is not None:
+        try:
+            built = runtimes.build(
+                spec,
+                home.runtimes,
+                policy,
+                offline=bool(offline) or None,
+                progress=progress,
+            )
+        except runtimes.RuntimeEnvError as exc:
+            raise HubError(f"{candidate_id}: {exc}") from exc
+        after = HomeContext(home).preflight(manifest, variant)  # its --help is known now
+        flags = [
+            f"{c.name}: {c.detail}"
+            for c in after.checks
+            if c.name.startswith("runtime_") and not c.passed
+        ]
+        if flags:
+            raise HubError(
+                f"{candidate_id}: the environment is built, but preflight fails: "
+                + "; ".join(flags)
+            )
+    if not candidate_artifacts(manifest, variant.knobs.draft):
+        if built is None and any(a.demo for a in (manifest.target, *manifest.artifacts)):
+            raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
+        return PrepareResult(
+            candidate=candidate_id,
+            cache=str(cache or hub.hub_cache()),
+            offline=bool(offline),
+            artifacts=[],
+            runtime=built,
+        )
+    result = hub.prepare(
         manifest,
         candidate_id,
         variant.knobs.draft,
@@ -1230,6 +1264,7 @@ def prepare_candidate(
         offline=offline,
         progress=progress,
     )
+    return result.model_copy(update={"runtime": built})
 
 
 def init_service(home: Home, candidate: str, port: int) -> str:
