@@ -81,8 +81,13 @@ class Preflight(Part):
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.passed]
 
 
+MANIFEST_LATER_FIELDS = frozenset({"environment"})
+"""Manifest fields added later: absent while None, so a manifest frozen before keeps its hash."""
+
+
 def manifest_hash(manifest: Manifest) -> str:
-    return sha256_bytes(canonical_json(manifest.model_dump(mode="json", by_alias=True)))
+    data = manifest.model_dump(mode="json", by_alias=True)
+    return sha256_bytes(canonical_json(data, absent_when_none=MANIFEST_LATER_FIELDS))
 
 
 def registry_hash(manifests: dict[str, Manifest]) -> str:

@@ -31,6 +31,7 @@ from mcp_infra.contracts import (
     CycleSummary,
     FrozenPlan,
     Knobs,
+    Manifest,
     NeedsOperatorRecord,
     PlanChange,
     PlanCost,
@@ -39,11 +40,19 @@ from mcp_infra.contracts import (
     ServiceConfig,
     ServiceImpact,
     SupervisorRecord,
+    Variant,
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.machine import waiting_text
-from mcp_infra.core.preflight import Check, manifest_hash, preflight
+from mcp_infra.core.preflight import (
+    Check,
+    HostFacts,
+    env_hash,
+    env_label,
+    manifest_hash,
+    preflight,
+)
 from mcp_infra.core.progress import Progress, left_text, progress
 from mcp_infra.core.sanitize import PlanRefused, nearest_text, parse_plan, sanitize
 from mcp_infra.procs.front import front_record, front_status, read_route, status_age_s
@@ -60,6 +69,7 @@ from mcp_infra.state.artifacts import (
     resolve_recipe,
 )
 from mcp_infra.state.context import HomeContext, service_record
+from mcp_infra.state.hostfacts import installed_version
 from mcp_infra.state.signing import home_fingerprint
 from mcp_infra.state.spread import learned_spread
 from mcp_infra.state.store import (
@@ -477,6 +487,56 @@ class LearnedView(View):
     )
 
 
+class RuntimeView(View):
+    """A runtime candidate's environment: what the control plane has installed, what would be
+    built (or is), and its size."""
+
+    env_hash: str
+    label: str
+    site: str
+    installed: dict[str, str] = Field(
+        description="the control plane's own version of each pinned package ('-': not installed)"
+    )
+    pinned: dict[str, str] = Field(description="what the environment is built with")
+    built: bool
+    path: str
+    size_bytes: int | None = Field(
+        None, description="on disk once built; before, the download the manifest states"
+    )
+    size_basis: str = Field(description="'on disk' or 'download (stated)' or 'unknown'")
+    problems: list[str] = Field(default_factory=list)
+
+
+def runtime_view(
+    home: Home, manifest: Manifest, variant: Variant, facts: HostFacts
+) -> RuntimeView | None:
+    spec = manifest.environment_of(variant)
+    if spec is None:
+        return None
+    digest = env_hash(spec, facts.python, facts.platform, facts.shared_site)
+    built = facts.runtimes.get(digest)
+    stated = runtimes.download_bytes(spec)
+    size, basis = (
+        (built.size_bytes, "on disk")
+        if built
+        else (stated, "download (stated)")
+        if all(p.size_bytes is not None for p in spec.packages)
+        else (None, "unknown")
+    )
+    return RuntimeView(
+        env_hash=digest,
+        label=env_label(spec),
+        site=spec.site,
+        installed={p.name: installed_version(p.name) or "-" for p in spec.packages},
+        pinned={p.name: p.version for p in spec.packages},
+        built=built is not None,
+        path=str(runtimes.folder(home.runtimes, digest)),
+        size_bytes=size,
+        size_basis=basis,
+        problems=built.problems[:5] if built else [],
+    )
+
+
 class CandidateView(View):
     id: str
     title: str
@@ -492,6 +552,9 @@ class CandidateView(View):
         "of this class be promoted without a person",
     )
     learned: list[LearnedView] = Field(default_factory=list)
+    runtime: RuntimeView | None = Field(
+        None, description="its own runtime environment, if it names one (runtime upgrades)"
+    )
     skip: str | None = Field(None, description="why recipe memory would refuse it in a plan now")
     memory_mode: str | None = Field(
         None,
@@ -595,6 +658,7 @@ def registry_view(
                     checks=check.checks,
                     auto_promote=bool(policy.auto_promote.get(manifest.class_of(variant), False)),
                     learned=learned.get(cid, [])[-5:],
+                    runtime=runtime_view(home, manifest, variant, facts),
                 )
             )
     live = ctx.live.candidate_id if ctx.configured else None

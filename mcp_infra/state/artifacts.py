@@ -672,17 +672,14 @@ def resolve_recipe(
 ) -> Recipe:
     """The recipe a candidate runs as: template, knobs, local paths of its artifacts, and the
     runtime environment it runs from when its manifest names one (``runtimes``: the home's
-    ``runtimes/`` folder). About to be used (``fingerprint`` given), every hub snapshot and the
-    environment are checked against their inventory and lock (``ArtifactTampered``,
-    ``runtimes.RuntimeTampered``, ``runtimes.RuntimeMissing``); otherwise the environment is
-    named by its lock as built, unchecked, or left out while it is not built."""
+    ``runtimes/`` folder; without it, for views only, none is named). About to be used
+    (``fingerprint`` given), every hub snapshot and the environment are checked against their
+    inventory and lock (``ArtifactTampered``, ``runtimes.RuntimeTampered``,
+    ``runtimes.RuntimeMissing``); otherwise the environment is named by its lock as built,
+    unchecked, or left out while it is not built."""
     spec = manifest.environment_of(variant)
     runtime: RecipeRuntime | None = None
-    if spec is not None:
-        if runtimes is None:
-            raise ValueError(
-                f"{manifest.id}:{variant.id} names a runtime environment: pass runtimes"
-            )
+    if spec is not None and runtimes is not None:
         if callable(fingerprint):
             runtime = ensure_runtime(spec, runtimes)
         elif (lock := read_lock(runtime_folder(runtimes, spec_hash(spec)))) is not None:

@@ -481,39 +481,53 @@ def build(
         builder = _install(spec, env, runtime_dir, log, say)
         say("reading the launch templates' --help in the new environment")
         shared = control_site() if spec.site == "shared" else None
-        packages = visible_packages(env_site(env), shared)
-        names = {p.name for p in packages}
+        names = {p.name for p in visible_packages(env_site(env), shared)}
         helps = {
             template: _read_help(env_python(env), template, log)
             for template, package in TEMPLATE_PACKAGE.items()
             if package in names
         }
         say("hashing every file of the environment")
-        files = inventory(env)
-        lock = RuntimeLock(
-            env_hash=digest,
-            spec=spec,
-            python=str(env_python(env)),
-            python_version=control_python(),
-            platform=platform_tag(),
-            shared_site=shared,
-            packages=packages,
-            lock_digest=lock_digest(packages),
-            accepted_flags={t: help_flags(text) for t, text in helps.items()},
-            help_sha256={t: sha256_bytes(text.encode()) for t, text in helps.items()},
-            files=files,
-            files_digest=inventory_digest(files),
-            size_bytes=sum(f.size for f in files),
-            built_at=utcnow(),
-            build_s=round(time.monotonic() - started, 2),
-            builder=builder,
-        )
+        lock = make_lock(spec, runtime_dir, helps, builder, time.monotonic() - started)
     except BaseException:
         shutil.rmtree(env, ignore_errors=True)
         raise
     write_model(runtime_dir / LOCK_FILE, lock)
-    say(f"built: {len(packages)} packages visible, {lock.size_bytes / 1e6:.1f} MB on disk")
+    say(f"built: {len(lock.packages)} packages visible, {lock.size_bytes / 1e6:.1f} MB on disk")
     return _result(lock, runtime_dir, label, False, started, download_bytes(spec))
+
+
+def make_lock(
+    spec: RuntimeEnvSpec,
+    runtime_dir: Path,
+    helps: dict[str, str],
+    builder: str,
+    build_s: float | None = None,
+) -> RuntimeLock:
+    """The lock of the environment in ``runtime_dir``: what it sees, its servers' flags (from
+    their ``--help`` texts), every file's sha256."""
+    env = runtime_dir / ENV_DIR
+    shared = control_site() if spec.site == "shared" else None
+    packages = visible_packages(env_site(env), shared)
+    files = inventory(env)
+    return RuntimeLock(
+        env_hash=runtime_dir.name,
+        spec=spec,
+        python=str(env_python(env)),
+        python_version=control_python(),
+        platform=platform_tag(),
+        shared_site=shared,
+        packages=packages,
+        lock_digest=lock_digest(packages),
+        accepted_flags={t: help_flags(text) for t, text in helps.items()},
+        help_sha256={t: sha256_bytes(text.encode()) for t, text in helps.items()},
+        files=files,
+        files_digest=inventory_digest(files),
+        size_bytes=sum(f.size for f in files),
+        built_at=utcnow(),
+        build_s=None if build_s is None else round(build_s, 2),
+        builder=builder,
+    )
 
 
 def _install(
