@@ -549,7 +549,10 @@ def _install(
     tell(f"installing {len(spec.packages)} pinned package(s), hashes required")
     common = ["--no-deps", "--require-hashes", "-r", str(requirements)]
     if uv:
-        argv = [uv, "pip", "install", "--python", str(env_python(env)), *common]
+        argv = [uv, "pip", "install", "--python", str(env_python(env)), "--compile-bytecode"]
+        argv += (
+            common  # bytecode as pip writes it: nothing is compiled later, into the lock's files
+        )
     else:
         argv = [
             sys.executable,
