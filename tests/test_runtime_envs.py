@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mcp_infra.contracts import (
     CycleState,
@@ -21,16 +22,20 @@ from mcp_infra.contracts import (
     Knobs,
     Manifest,
     PinnedPackage,
+    Plan,
     Recipe,
     RuntimeEnvSpec,
 )
 from mcp_infra.core.preflight import HostFacts, RuntimeFacts, env_hash, pin_problems, preflight
+from mcp_infra.core.sanitize import PlanRefused
 from mcp_infra.core.templates import help_flags, template_flags, unknown_flags
+from mcp_infra.flows.api import freeze_plan
 from mcp_infra.procs.runtime import ServerStartError, build_argv, free_port, start_server
 from mcp_infra.state import audit, memory, runtimes
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy, load_registry
-from mcp_infra.state.store import CycleFiles, read_model, write_model
+from mcp_infra.state.context import HomeContext
+from mcp_infra.state.store import CycleFiles, Home, read_model, write_model
 
 HELP = Path(__file__).parent / "runtime-help"
 REAL_SHA = "5c0991248cfff5872503d74f466d2532dd8cb7fb3670cb9be7a06d7305dadc04"  # mlx-lm 0.32.2
@@ -206,20 +211,28 @@ def test_the_shipped_runtime_manifest_is_pinned_to_a_real_release() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def fake_env(runtimes_dir: Path, env: RuntimeEnvSpec, version: str = "1.0.0") -> Path:
+def fake_env(
+    runtimes_dir: Path,
+    env: RuntimeEnvSpec,
+    help_file: str = "mlx-lm-0.32.2-server.txt",
+) -> Path:
     """A built environment as `runtimes.build` leaves it, without pip: an interpreter link,
-    one package with its dist-info, and its lock."""
+    its pinned packages with their dist-info, and its lock (with a recorded --help)."""
     folder = runtimes.folder(runtimes_dir, runtimes.spec_hash(env))
     site = runtimes.env_site(folder / runtimes.ENV_DIR)
-    (site / "fakepkg").mkdir(parents=True)
-    (site / "fakepkg" / "__init__.py").write_text("VALUE = 1\n")
-    info = site / f"fakepkg-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n")
+    for package in env.packages:
+        code = site / package.name.replace("-", "_")
+        code.mkdir(parents=True)
+        (code / "__init__.py").write_text("VALUE = 1\n")
+        info = site / f"{code.name}-{package.version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {package.name}\nVersion: {package.version}\n"
+        )
     bin_dir = folder / runtimes.ENV_DIR / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").symlink_to(sys.executable)
-    helps = {"mlx_lm_server": (HELP / "mlx-lm-0.32.2-server.txt").read_text()}
+    helps = {"mlx_lm_server": (HELP / help_file).read_text()}
     write_model(folder / runtimes.LOCK_FILE, runtimes.make_lock(env, folder, helps, "test"))
     return folder
 
@@ -373,3 +386,40 @@ def test_a_pinned_package_is_one_requirements_line() -> None:
     assert package.requirement() == (
         f"mlx-lm==0.32.2 --hash=sha256:{REAL_SHA} --hash=sha256:{'0' * 64}"
     )
+
+
+def test_a_plan_naming_an_unpinned_or_unknown_flag_runtime_is_refused_with_why(
+    bare_home: Home,
+) -> None:
+    """Through the product's plan path (what `propose_plan` runs): one home manifest pins
+    nothing exactly, another asks mlx-lm 0.31.3 (its lock's --help) for the 8-bit KV cache."""
+    home = bare_home
+    (home.models / "target").mkdir(parents=True)  # a demo model folder, never served here
+    old = {  # mlx-lm 0.31.3: sha256 of the wheel `pip download mlx-lm==0.31.3 --no-deps` got
+        "name": "mlx-lm",
+        "version": "0.31.3",
+        "sha256": ["758cfddf1180053b7613db76fad3d246a331a2a905808e1164a275621fc983b8"],
+    }
+    env_031 = RuntimeEnvSpec.model_validate({"python": PY, "site": "shared", "packages": [old]})
+    fake_env(home.runtimes, env_031, "mlx-lm-0.31.3-server.txt")
+    loose = spec(package={"name": "mlx-lm", "version": ">=0.32"})
+    home.user_registry.mkdir()
+    for name, env, knobs in (
+        ("rt-loose", loose, {}),
+        ("rt-031", env_031, {"kv_bits": 8, "quantized_kv_start": 0}),
+    ):
+        data = manifest(env, knobs).model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["id"] = name
+        (home.user_registry / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    plan = Plan(hypothesis="another runtime", candidates=["rt-loose:v", "rt-031:v"])
+    with pytest.raises(PlanRefused) as refused:
+        freeze_plan(HomeContext(home), plan, "test")
+    why = {r.id: r.reason for r in refused.value.refused}
+    assert (
+        "runtime_pinned: not pinned: mlx-lm '>=0.32' is not an exact version" in why["rt-loose:v"]
+    )
+    assert (
+        "runtime_flags: mlx-lm 0.31.3 does not accept --kv-bits, --quantized-kv-start"
+        in why["rt-031:v"]
+    )
+    assert "runtime_built" not in why["rt-031:v"], "built, and it is the flag that is refused"
