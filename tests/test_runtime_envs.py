@@ -423,3 +423,30 @@ def test_a_plan_naming_an_unpinned_or_unknown_flag_runtime_is_refused_with_why(
         in why["rt-031:v"]
     )
     assert "runtime_built" not in why["rt-031:v"], "built, and it is the flag that is refused"
+
+
+def test_the_registry_shows_installed_pinned_and_size_per_runtime_candidate(
+    bare_home: Home,
+) -> None:
+    from mcp_infra.faces.render import runtime_line
+    from mcp_infra.flows.api import runtime_view
+    from mcp_infra.state.hostfacts import installed_version
+
+    shipped = load_registry()["demo-runtime"]
+    variant = shipped.variants[0]
+    before = runtime_view(bare_home, shipped, variant, HomeContext(bare_home).facts)
+    assert before is not None and not before.built
+    assert before.pinned == {"mlx-lm": "0.32.2"}
+    assert before.installed == {"mlx-lm": installed_version("mlx-lm")}
+    assert (before.size_bytes, before.size_basis) == (546040, "download (stated)")
+    assert "would be built in" in runtime_line(before) and "0.5 MB download" in runtime_line(before)
+
+    env = shipped.environment_of(variant)
+    assert env is not None
+    folder = fake_env(bare_home.runtimes, env)
+    after = runtime_view(bare_home, shipped, variant, HomeContext(bare_home).facts)
+    assert after is not None and after.built and after.path == str(folder)
+    assert after.size_basis == "on disk" and after.size_bytes and after.problems == []
+    assert runtime_line(after).startswith(
+        f"mlx-lm {installed_version('mlx-lm')} installed, 0.32.2 pinned (shared site); built in"
+    )
