@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from mcp_infra.contracts import (
+    CandidateRun,
     CycleState,
+    EffectiveThresholds,
     Event,
     Knobs,
     Manifest,
@@ -25,9 +27,11 @@ from mcp_infra.contracts import (
     Plan,
     Recipe,
     RuntimeEnvSpec,
+    Sample,
 )
 from mcp_infra.core.preflight import HostFacts, RuntimeFacts, env_hash, pin_problems, preflight
 from mcp_infra.core.sanitize import PlanRefused
+from mcp_infra.core.selector import run_gates
 from mcp_infra.core.templates import help_flags, template_flags, unknown_flags
 from mcp_infra.flows.api import freeze_plan
 from mcp_infra.procs.runtime import ServerStartError, build_argv, free_port, start_server
@@ -450,3 +454,70 @@ def test_the_registry_shows_installed_pinned_and_size_per_runtime_candidate(
     assert runtime_line(after).startswith(
         f"mlx-lm {installed_version('mlx-lm')} installed, 0.32.2 pinned (shared site); built in"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging: lossless only if the greedy tokens match, lossy otherwise
+# ---------------------------------------------------------------------------------------------
+
+
+def greedy(candidate: str, tokens: dict[str, list[int]]) -> list[Sample]:
+    return [
+        Sample(
+            candidate=candidate,
+            prompt_id=pid,
+            repeat=0,
+            completion_tokens=len(ids),
+            finish_reason="length",
+            text=" ".join(map(str, ids)),
+            token_ids=ids,
+        )
+        for pid, ids in tokens.items()
+    ]
+
+
+THRESHOLDS = EffectiveThresholds(
+    min_speedup_pct=5,
+    max_peak_memory_gb=4,
+    max_error_rate=0,
+    worst_prompt_tolerance_pct=10,
+    tie_tolerance_pct=2,
+    lossy_min_identical_fraction=0.5,
+)
+
+
+@pytest.mark.parametrize("declared", ["lossless", "lossy"])
+def test_a_runtime_upgrade_with_matching_tokens_is_judged_lossless(declared: str) -> None:
+    same = {"p1": [1, 2, 3], "p2": [4, 5, 6]}
+    base = CandidateRun(candidate="baseline", greedy=greedy("baseline", same))
+    run = CandidateRun(
+        candidate="rt:v",
+        greedy=greedy("rt:v", same),
+        semantics=declared,
+        candidate_class="runtime_upgrade",
+    )
+    gates = run_gates(base, run, THRESHOLDS, None, quality_suite="demo-quality")
+    assert [g.gate for g in gates] == ["lossless", "smoke", "memory"]
+    assert gates[0].passed and gates[0].detail == "2 of 2 greedy output(s) identical"
+
+
+def test_a_runtime_upgrade_whose_tokens_differ_is_judged_lossy_with_its_first_divergence() -> None:
+    base = CandidateRun(
+        candidate="baseline", greedy=greedy("baseline", {"p1": [1, 2, 3], "p2": [4, 5, 6]})
+    )
+    run = CandidateRun(
+        candidate="rt:v",
+        greedy=greedy("rt:v", {"p1": [1, 2, 3], "p2": [4, 9, 6]}),
+        semantics="lossy",
+        candidate_class="runtime_upgrade",
+    )
+    gates = run_gates(base, run, THRESHOLDS, None, quality_suite="demo-quality")
+    assert [g.gate for g in gates] == ["agreement", "quality", "smoke", "memory"]
+    assert gates[0].passed, "half the prompts identical, as the policy allows"
+    assert "not lossless: 1 of 2 greedy output(s) identical; p2 diverges at token 1" in (
+        gates[0].detail
+    )
+    assert not gates[1].passed, "no quality output: the quality suite judges it, and fails it"
+    declared_lossless = run.model_copy(update={"semantics": "lossless"})
+    (strict, *_) = run_gates(base, declared_lossless, THRESHOLDS, None, "demo-quality")
+    assert strict.gate == "lossless" and not strict.passed
