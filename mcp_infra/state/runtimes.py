@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -195,24 +196,43 @@ def lock_digest(packages: list[LockedPackage]) -> str:
     return sha256_bytes(canonical_json([[p.name, p.version, p.location] for p in packages]))
 
 
-def _entries(env: Path) -> dict[str, Path]:
-    return {
-        p.relative_to(env).as_posix(): p
-        for p in sorted(env.rglob("*"))
-        if p.is_symlink() or p.is_file()
-    }
+class _Entry(NamedTuple):
+    path: Path
+    size: int  # a link: the length of its target
+    stat: os.stat_result | None  # a link: None
 
 
-def _file_entry(name: str, path: Path) -> InventoryFile:
-    if path.is_symlink():  # the interpreter links: what they point at is what is recorded
-        target = os.readlink(path).encode()
+def _entries(env: Path) -> dict[str, _Entry]:
+    """Every file and link under ``env`` by relative name, from one ``scandir`` walk (an
+    isolated environment holds some ten thousand files)."""
+    found: dict[str, _Entry] = {}
+    prefix = len(str(env)) + 1
+    stack = [str(env)]
+    while stack:
+        with os.scandir(stack.pop()) as listing:
+            for item in listing:
+                if item.is_symlink():
+                    size = len(os.readlink(item.path))
+                    found[item.path[prefix:]] = _Entry(Path(item.path), size, None)
+                elif item.is_dir():
+                    stack.append(item.path)
+                elif item.is_file():
+                    info = item.stat()
+                    found[item.path[prefix:]] = _Entry(Path(item.path), info.st_size, info)
+    return dict(sorted(found.items()))
+
+
+def _file_entry(name: str, entry: _Entry) -> InventoryFile:
+    if entry.stat is None:  # the interpreter links: what they point at is what is recorded
+        target = os.readlink(entry.path).encode()
         return InventoryFile(path=name, size=len(target), sha256=sha256_bytes(b"link:" + target))
-    return InventoryFile(path=name, size=path.stat().st_size, sha256=file_sha256(path))
+    digest = file_sha256(entry.path, stat=entry.stat)
+    return InventoryFile(path=name, size=entry.size, sha256=digest)
 
 
 def inventory(env: Path) -> list[InventoryFile]:
     """The sha256 of every file of an environment (symlinks by their target)."""
-    return [_file_entry(name, path) for name, path in _entries(env).items()]
+    return [_file_entry(name, entry) for name, entry in _entries(env).items()]
 
 
 def compare(runtime_dir: Path, lock: RuntimeLock, *, full: bool) -> list[str]:
@@ -226,11 +246,10 @@ def compare(runtime_dir: Path, lock: RuntimeLock, *, full: bool) -> list[str]:
     problems = [f"missing: {n}" for n in sorted(set(recorded) - set(local))]
     problems += [f"not in the lock: {n}" for n in sorted(set(local) - set(recorded))]
     for name in sorted(set(local) & set(recorded)):
-        path, want = local[name], recorded[name]
-        size = len(os.readlink(path)) if path.is_symlink() else path.stat().st_size
-        if size != want.size:
-            problems.append(f"{name}: {size} bytes, the lock says {want.size}")
-        elif full and _file_entry(name, path).sha256 != want.sha256:
+        entry, want = local[name], recorded[name]
+        if entry.size != want.size:
+            problems.append(f"{name}: {entry.size} bytes, the lock says {want.size}")
+        elif full and _file_entry(name, entry).sha256 != want.sha256:
             problems.append(f"{name}: sha256 differs from the lock's {want.sha256[:12]}…")
     seen = visible_packages(env_site(env), lock.shared_site)
     if seen != lock.packages:

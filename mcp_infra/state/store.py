@@ -75,11 +75,20 @@ def _stat_key(path: Path) -> tuple[str, int, int, int, int]:
     return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-def file_sha256(path: Path, progress: Callable[[int], object] | None = None) -> str:
+def file_sha256(
+    path: Path,
+    progress: Callable[[int], object] | None = None,
+    stat: os.stat_result | None = None,
+) -> str:
     """``sha256_file`` memoized per process by (path, size, mtime, ctime, inode): any write to a
     file changes its ctime, so an unchanged stat means unchanged bytes, and a long-lived
-    supervisor does not re-read gigabytes per candidate."""
-    key = _stat_key(path)
+    supervisor does not re-read gigabytes per candidate. ``stat``: the file's own stat, already
+    read by a directory walk (the path is then taken as it is, not resolved)."""
+    key = (
+        _stat_key(path)
+        if stat is None
+        else (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    )
     if key in _MEMO:
         if progress:
             progress(key[1])
