@@ -48,6 +48,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import (
+    RUNTIME_PACKAGES,
     RuntimeFacts,
     env_hash,
     env_label,
@@ -72,7 +73,6 @@ BUILD_LOG = "build.log"
 SHARED_PTH = "_mcp_infra_shared_site.pth"
 HELP_TIMEOUT_S = 120.0
 BUILD_TIMEOUT_S = 1800.0
-TEMPLATE_PACKAGE = {"mlx_lm_server": "mlx-lm", "mlx_vlm_server": "mlx-vlm"}
 GB = 1e9  # package sizes, as registries state them, in decimal gigabytes
 DISK_MARGIN_GB = 1.0
 
@@ -503,7 +503,7 @@ def build(
         names = {p.name for p in visible_packages(env_site(env), shared)}
         helps = {
             template: _read_help(env_python(env), template, log)
-            for template, package in TEMPLATE_PACKAGE.items()
+            for template, package in RUNTIME_PACKAGES.items()
             if package in names
         }
         say("hashing every file of the environment")
