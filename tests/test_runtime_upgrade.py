@@ -104,6 +104,7 @@ def test_another_mlx_lm_release_serves_from_its_own_environment_in_a_real_cycle(
     (judged,) = [c for c in verdict.candidates if c.candidate == CANDIDATE]
     lossless = [g for g in judged.gates if g.gate == "lossless"]
     assert lossless, f"a lossless runtime upgrade is judged on token identity: {judged.gates}"
+    print(f"lossless gate: {lossless[0].passed}, {lossless[0].detail}")
 
     (lock_file,) = (CycleFiles(bundle).runtimes).glob("*.json")
     lock = read_model(lock_file, runtimes.RuntimeLock)

@@ -23,6 +23,8 @@ checked like a model artifact before each use.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import platform as pyplatform
 import shutil
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
@@ -490,6 +492,31 @@ def build(
             + ", ".join(f"{p.name}=={p.version}" for p in spec.packages)
             + f" (prepare where the package index is reachable; it builds into {runtime_dir})"
         )
+    with _building(runtimes, digest):
+        if (done := read_lock(runtime_dir)) is not None:  # built meanwhile by another prepare
+            return _result(done, runtime_dir, label, True, started, 0)
+        return _build(spec, runtime_dir, say, started)
+
+
+@contextlib.contextmanager
+def _building(runtimes: Path, digest: str) -> Iterator[None]:
+    """One build of an environment at a time (an flock: it dies with its holder)."""
+    runtimes.mkdir(parents=True, exist_ok=True)
+    with (runtimes / f".{digest}.lock").open("a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise RuntimeEnvError(
+                f"runtime environment {digest[:12]} is being built by another process"
+            ) from exc
+        yield
+
+
+def _build(
+    spec: RuntimeEnvSpec, runtime_dir: Path, say: Callable[[str], None], started: float
+) -> BuildResult:
+    """Create, install, read --help, hash, lock: the build itself, under its flock."""
+    label = env_label(spec)
     runtime_dir.mkdir(parents=True, exist_ok=True)
     env = runtime_dir / ENV_DIR
     if env.exists():  # a build that did not finish: never half-used
