@@ -45,7 +45,9 @@ def status_text(view: app.StatusView) -> str:
         lines.append(
             f"Service {s.endpoint}: {'healthy' if s.healthy else 'NOT answering'}"
             f"{checked}; "
-            f"active recipe {s.active_recipe} ({app.knobs_text(s.knobs)}){since}."
+            f"active recipe {s.active_recipe} ({app.knobs_text(s.knobs)})"
+            + (f", runtime {s.runtime}" if s.runtime else "")
+            + f"{since}."
         )
         if s.healing:
             lines.append(f"Self-healing: {s.healing}.")

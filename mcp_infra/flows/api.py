@@ -99,6 +99,9 @@ class ServiceView(View):
     healthy: bool
     active_recipe: str
     knobs: dict[str, Any]
+    runtime: str | None = Field(
+        None, description="the live recipe's own runtime environment; None: the control plane's"
+    )
     pid: int | None = None
     since: datetime | None = None
     health_check: str = Field("", description="how `healthy` was decided")
@@ -277,6 +280,11 @@ def status(home: Home) -> StatusView:
         healthy=healthy,
         active_recipe=recipe.candidate_id,
         knobs=recipe.knobs.model_dump(exclude_defaults=True),
+        runtime=(
+            f"{recipe.runtime.label} in runtimes/{recipe.runtime.env_hash[:12]}"
+            if recipe.runtime
+            else None
+        ),
         pid=record.pid if alive and record else None,
         since=record.started_at if alive and record else None,
         health_check=how,
