@@ -144,6 +144,55 @@ class ArtifactRef(Part):
         return self
 
 
+PACKAGE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$"
+EXACT_VERSION_PATTERN = r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class PinnedPackage(Part):
+    """One package of a runtime environment. Its version and sha256 are checked by preflight
+    (``core.preflight``), not here, so an unpinned entry is refused with its reason instead of
+    making the whole registry unreadable."""
+
+    name: Annotated[str, Field(pattern=PACKAGE_NAME_PATTERN)]
+    version: str = Field(max_length=64, description="an exact version (X.Y.Z), no range")
+    sha256: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="sha256 of the distribution files pip may install (from the registry's "
+        "JSON or `pip download` + `sha256sum`)",
+    )
+    size_bytes: int | None = Field(
+        None, ge=0, le=2**40, description="the download's size, as the registry states it"
+    )
+
+    def requirement(self) -> str:
+        """The line of a pip requirements file (`--require-hashes` mode)."""
+        hashes = " ".join(f"--hash=sha256:{h}" for h in self.sha256)
+        return f"{self.name}=={self.version} {hashes}".strip()
+
+
+class RuntimeEnvSpec(Part):
+    """A runtime environment as a pinned artifact: built under ``<home>/runtimes/<hash>/``
+    (``state.runtimes``), its resolved lock recorded and re-checked before each use.
+
+    ``site``: ``isolated`` — only the pinned packages (they must be the whole closure, checked
+    by ``pip check`` after the build); ``shared`` — the pinned packages first, then the control
+    plane's own site-packages (mlx, numpy, transformers, ...), every visible package and version
+    recorded in the lock."""
+
+    python: Annotated[str, Field(pattern=r"^3\.\d{1,2}$")]
+    site: Literal["isolated", "shared"] = "shared"
+    packages: list[PinnedPackage] = Field(min_length=1, max_length=128)
+
+    @model_validator(mode="after")
+    def _unique(self) -> RuntimeEnvSpec:
+        names = [p.name for p in self.packages]
+        if len(set(names)) != len(names):
+            raise ValueError("a runtime environment names each package once")
+        return self
+
+
 class RuntimeSpec(Part):
     template: TemplateName
     min_versions: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")], str] = Field(
@@ -151,6 +200,9 @@ class RuntimeSpec(Part):
     )
     platforms: list[Literal["linux-x86_64", "linux-aarch64", "darwin-arm64"]] = Field(min_length=1)
     trust_remote_code: bool = False
+    environment: RuntimeEnvSpec | None = Field(
+        None, description="serve from this pinned environment instead of the control plane's"
+    )
 
     @field_validator("trust_remote_code")
     @classmethod
@@ -196,6 +248,9 @@ class Variant(Part):
     knobs: Knobs = Field(default_factory=Knobs)
     candidate_class: CandidateClass | None = Field(None, alias="class")
     semantics: Semantics | None = None
+    environment: RuntimeEnvSpec | None = Field(
+        None, description="this variant's own runtime environment (else the manifest's)"
+    )
 
 
 class Manifest(Contract):
@@ -250,6 +305,9 @@ class Manifest(Contract):
 
     def semantics_of(self, variant: Variant) -> Semantics:
         return variant.semantics or self.semantics
+
+    def environment_of(self, variant: Variant) -> RuntimeEnvSpec | None:
+        return variant.environment or self.runtime.environment
 
 
 # --------------------------------------------------------------------------------------------
@@ -667,6 +725,17 @@ class FrozenPlan(Contract):
 # --------------------------------------------------------------------------------------------
 
 
+class RecipeRuntime(Part):
+    """The pinned environment a recipe runs from: which one, its interpreter and the digests
+    of its lock and files, checked again before each start (``state.runtimes``)."""
+
+    env_hash: Annotated[str, Field(pattern=SHA256_PATTERN)]
+    python: str = Field(max_length=1000, description="the environment's interpreter")
+    lock_digest: Annotated[str, Field(pattern=SHA256_PATTERN)]
+    files_digest: Annotated[str, Field(pattern=SHA256_PATTERN)]
+    label: str = Field("", max_length=200, description="e.g. mlx-lm 0.32.1 (shared site)")
+
+
 class Recipe(Contract):
     """Exactly what runs on a port: template, knobs and resolved artifact paths with hashes."""
 
@@ -679,10 +748,14 @@ class Recipe(Contract):
     semantics: Semantics = Semantics.LOSSLESS
     candidate_class: CandidateClass | None = None
     manifest_hash: str | None = None
+    runtime: RecipeRuntime | None = Field(
+        None, description="its own pinned environment; None: the control plane's interpreter"
+    )
 
     def key(self) -> str:
         """Identity of a recipe for comparisons (ignores the hashes' order)."""
-        return self.model_dump_json(include={"template", "model_path", "draft_path", "knobs"})
+        fields = {"template", "model_path", "draft_path", "knobs"}
+        return self.model_dump_json(include=fields | ({"runtime"} if self.runtime else set()))
 
 
 LOCAL_HOST = "127.0.0.1"
@@ -1586,6 +1659,41 @@ class ArtifactInventory(Contract):
     prepared_at: datetime
     files: list[InventoryFile]
     digest: str = Field(description="sha256 over the sorted (path, size, sha256) list")
+
+
+class LockedPackage(Part):
+    """One distribution the environment's interpreter sees, where it is found first."""
+
+    name: str = Field(max_length=100)
+    version: str = Field(max_length=100)
+    location: Literal["environment", "shared"]
+
+
+class RuntimeLock(Contract):
+    """A built runtime environment's full resolved lock: every package and version it sees,
+    the flags its servers accept (from their ``--help`` at build time) and the sha256 of every
+    file in it. Hashed like a model artifact and re-checked before each use."""
+
+    env_hash: Annotated[str, Field(pattern=SHA256_PATTERN)]
+    spec: RuntimeEnvSpec
+    python: str = Field(description="the environment's interpreter (a path)")
+    python_version: str
+    platform: str
+    shared_site: str | None = Field(
+        None, description="the control plane's site-packages the environment sees (site: shared)"
+    )
+    packages: list[LockedPackage]
+    lock_digest: str = Field(description="sha256 over the sorted (name, version, location) list")
+    accepted_flags: dict[str, list[str]] = Field(
+        default_factory=dict, description="launch template → the flags its server's --help lists"
+    )
+    help_sha256: dict[str, str] = Field(default_factory=dict)
+    files: list[InventoryFile]
+    files_digest: str = Field(description="sha256 over the sorted (path, size, sha256) list")
+    size_bytes: int = 0
+    built_at: datetime
+    build_s: float | None = None
+    builder: str = Field("", max_length=200, description="how it was built (uv, or venv + pip)")
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,25 +8,43 @@ others: each check reports pass/fail and why.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from pydantic import Field
 
 from mcp_infra.contracts import (
     BASELINE_ID,
     CANDIDATE_ID_PATTERN,
+    EXACT_VERSION_PATTERN,
+    SHA256_PATTERN,
     ArtifactRef,
     Manifest,
     Part,
     Policy,
+    RuntimeEnvSpec,
+    TemplateName,
     Variant,
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.templates import unknown_flags
 
 RUNTIME_PACKAGES = {
     "mlx_lm_server": "mlx-lm",
     "mlx_vlm_server": "mlx-vlm",
     "mlx_lm_distributed": "mlx-lm",
 }
+
+
+class RuntimeFacts(Part):
+    """A runtime environment built under ``<home>/runtimes/<hash>/``, as its lock says and a
+    quick look (file set, sizes, visible packages) found it."""
+
+    built: bool
+    problems: list[str] = Field(default_factory=list)
+    packages: dict[str, str] = Field(default_factory=dict)
+    accepted_flags: dict[str, list[str]] = Field(default_factory=dict)
+    size_bytes: int = 0
+    lock_digest: str | None = None
 
 
 class HostFacts(Part):
@@ -44,6 +62,11 @@ class HostFacts(Part):
     )
     cache_free_disk_gb: float | None = Field(
         None, description="free space where hub downloads go (the shared Hugging Face cache)"
+    )
+    python: str = Field("", description="the control plane's Python (X.Y.Z)")
+    shared_site: str = Field("", description="the control plane's site-packages")
+    runtimes: dict[str, RuntimeFacts] = Field(
+        default_factory=dict, description="built runtime environments by content hash"
     )
 
 
@@ -63,10 +86,13 @@ class Preflight(Part):
 
 
 SPLIT_DEMO = "demo:split-target"
+MANIFEST_LATER_FIELDS = frozenset({"environment"})
+"""Manifest fields added later: absent while None, so a manifest frozen before keeps its hash."""
 
 
 def manifest_hash(manifest: Manifest) -> str:
-    return sha256_bytes(canonical_json(manifest.model_dump(mode="json", by_alias=True)))
+    data = manifest.model_dump(mode="json", by_alias=True)
+    return sha256_bytes(canonical_json(data, absent_when_none=MANIFEST_LATER_FIELDS))
 
 
 def registry_hash(manifests: dict[str, Manifest]) -> str:
@@ -104,8 +130,122 @@ def artifact_key(artifact: ArtifactRef) -> str:
     return f"demo:{artifact.demo}" if artifact.demo else f"{artifact.repo}@{artifact.revision}"
 
 
+def normalize_name(name: str) -> str:
+    """A package name as PEP 503 compares it (``MLX_LM`` and ``mlx-lm`` are one package)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pin_problems(spec: RuntimeEnvSpec) -> list[str]:
+    """Why a runtime environment is not pinned (empty: every package has an exact version and
+    at least one sha256): what pip's ``--require-hashes`` would refuse, said before it runs."""
+    problems = []
+    for package in spec.packages:
+        if not re.fullmatch(EXACT_VERSION_PATTERN, package.version):
+            problems.append(
+                f"{package.name} {package.version!r} is not an exact version (write X.Y.Z)"
+            )
+        if not package.sha256:
+            problems.append(f"{package.name} has no sha256 (pip --require-hashes needs one)")
+        bad = [h for h in package.sha256 if not re.fullmatch(SHA256_PATTERN, h)]
+        if bad:
+            problems.append(f"{package.name}: {len(bad)} sha256 value(s) are not 64 hex digits")
+    return problems
+
+
+def env_hash(spec: RuntimeEnvSpec, python: str, platform: str, shared_site: str) -> str:
+    """The content hash naming a runtime environment's folder: what is pinned, for which
+    interpreter (X.Y) and platform, and (site: shared) which control plane it sees."""
+    return sha256_bytes(
+        canonical_json(
+            {
+                "spec": spec.model_dump(mode="json"),
+                "python": ".".join(python.split(".")[:2]),
+                "platform": platform,
+                "shared_site": shared_site if spec.site == "shared" else None,
+            }
+        )
+    )
+
+
+def env_label(spec: RuntimeEnvSpec) -> str:
+    """What an environment is, in a few words: its runtime packages first."""
+    runtime = [p for p in spec.packages if p.name in RUNTIME_PACKAGES.values()]
+    shown = runtime or spec.packages[:2]
+    words = ", ".join(f"{p.name} {p.version}" for p in shown)
+    site = "on the control plane's site" if spec.site == "shared" else "isolated"
+    return f"{words} ({site})"
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", version)[:4])
+
+
+def runtime_checks(
+    check: Callable[[str, bool, str, str], None],
+    spec: RuntimeEnvSpec,
+    template: TemplateName,
+    variant: Variant,
+    facts: HostFacts,
+    cid: str,
+) -> dict[str, str]:
+    """The checks of a candidate's own runtime environment: pinned, for this Python, built,
+    untampered, and every flag its knobs pass listed by that runtime's ``--help``. Returns the
+    packages the environment serves with (its lock once built, else what it pins over what it
+    would share), for the version checks."""
+    pins = pin_problems(spec)
+    check(
+        "runtime_pinned",
+        not pins,
+        f"{len(spec.packages)} package(s) pinned to exact versions with sha256",
+        "not pinned: " + "; ".join(pins),
+    )
+    have_python = ".".join(facts.python.split(".")[:2])
+    check(
+        "runtime_python",
+        have_python == spec.python,
+        f"Python {spec.python}, as the control plane's interpreter it is built from",
+        f"the environment needs Python {spec.python}; this machine builds it from the control "
+        f"plane's Python {have_python or 'unknown'}",
+    )
+    digest = env_hash(spec, facts.python, facts.platform, facts.shared_site)
+    built = facts.runtimes.get(digest)
+    where = f"runtimes/{digest[:12]}"
+    check(
+        "runtime_built",
+        built is not None and built.built,
+        f"built in {where} ({env_label(spec)})",
+        f"not built yet ({where}): run `mcp-infra prepare {cid}`",
+    )
+    check(
+        "runtime_integrity",
+        built is None or not built.problems,
+        "its files and packages match the lock" if built else "nothing built yet to check",
+        "the environment differs from its lock: " + "; ".join(built.problems[:3] if built else []),
+    )
+    if built is None or not built.built:
+        check(
+            "runtime_flags",
+            True,
+            "checked against the runtime's --help when the environment is built",
+            "",
+        )
+        pinned = {normalize_name(p.name): p.version for p in spec.packages}
+        return {**(facts.packages if spec.site == "shared" else {}), **pinned}
+    accepted = built.accepted_flags.get(template)
+    try:
+        unknown = unknown_flags(template, variant.knobs, accepted or [])
+    except ValueError as exc:
+        unknown = [str(exc)]
+    check(
+        "runtime_flags",
+        accepted is not None and not unknown,
+        f"every flag it passes is in the --help of {template} in this environment",
+        f"the environment has no {template} server to ask (no {RUNTIME_PACKAGES[template]} in it)"
+        if accepted is None
+        else f"{RUNTIME_PACKAGES[template]} {built.packages.get(RUNTIME_PACKAGES[template], '?')} "
+        f"does not accept {', '.join(unknown)} (its --help at build time)",
+    )
+    return dict(built.packages)
 
 
 def preflight(
@@ -192,11 +332,15 @@ def preflight(
         f"this machine is {facts.platform}; the manifest runs only on "
         f"{', '.join(manifest.runtime.platforms)}",
     )
+    spec = manifest.environment_of(variant)
+    packages = dict(facts.packages)
+    if spec is not None:
+        packages = runtime_checks(check, spec, template, variant, facts, cid)
     needed = dict(manifest.runtime.min_versions)
     needed.setdefault(RUNTIME_PACKAGES[template], "0")
     needed.setdefault("mlx", "0")
     for package, minimum in sorted(needed.items()):
-        have = facts.packages.get(package)
+        have = packages.get(package)
         ok = have is not None and _version_tuple(have) >= _version_tuple(minimum)
         shown = f">= {minimum}" if minimum != "0" else "installed"
         check(

@@ -127,27 +127,45 @@ def run_gates(
     no output for the candidate fails the gate rather than being skipped.
     """
     gates: list[GateResult] = []
+    identity = runtime_identity(baseline, run)
     if run.semantics == Semantics.LOSSLESS:
         gates.append(compare_greedy(baseline.greedy, run.greedy))
-    elif run.knobs.ranks:
-        gates.append(
-            split_agreement(
+    elif identity is not None and identity.passed:
+        gates.append(identity)  # a runtime upgrade whose greedy tokens all match: lossless
+    else:
+        agreement = (
+            split_agreement(  # a split model: the lossless comparison said, judged as lossy
                 baseline.greedy,
                 run.greedy,
                 thresholds.lossy_min_identical_fraction,
                 run.knobs.ranks,
             )
+            if run.knobs.ranks
+            else lossy_agreement(
+                baseline.greedy, run.greedy, thresholds.lossy_min_identical_fraction
+            )
         )
-    else:
-        gates.append(
-            lossy_agreement(baseline.greedy, run.greedy, thresholds.lossy_min_identical_fraction)
-        )
+        if identity is not None:  # where the runtime upgrade parted from the baseline
+            agreement = agreement.model_copy(
+                update={"detail": f"{agreement.detail}; not lossless: {identity.detail}"}
+            )
+        gates.append(agreement)
         outputs = _quality_outputs(run, quality)
         if outputs is not None or quality_suite is not None:
             gates.append(quality_gate(outputs or []))
     gates.append(smoke_gate(_smoke_outputs(baseline), _smoke_outputs(run)))
     gates.append(_memory_gate(run, thresholds.max_peak_memory_gb))
     return gates
+
+
+def runtime_identity(baseline: CandidateRun, run: CandidateRun) -> GateResult | None:
+    """A runtime upgrade declared lossy (so measured with the quality suite) is lossless after
+    all when its greedy tokens all equal the baseline's: then the token-identity gate judges it
+    and the quality suite is not needed; otherwise it is judged as lossy, its first divergence
+    reported. None for every other candidate."""
+    if run.candidate_class != CandidateClass.RUNTIME_UPGRADE or run.semantics != Semantics.LOSSY:
+        return None
+    return compare_greedy(baseline.greedy, run.greedy)
 
 
 def failed_gates(

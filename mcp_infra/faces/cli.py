@@ -439,11 +439,15 @@ def build_parser() -> argparse.ArgumentParser:
     prep = sub.add_parser(
         "prepare",
         help="download a candidate's pinned hub artifacts into the "
-        "shared Hugging Face cache and record their sha256",
+        "shared Hugging Face cache and record their sha256; build its pinned runtime "
+        "environment, if it names one, under <home>/runtimes/",
     )
     prep.add_argument("candidate")
     prep.add_argument(
-        "--offline", action="store_true", help="use only the local cache (also: HF_HUB_OFFLINE=1)"
+        "--offline",
+        action="store_true",
+        help="use only the local cache (also: HF_HUB_OFFLINE=1) and build no runtime "
+        "environment (also: PIP_NO_INDEX=1)",
     )
     prep.add_argument(
         "--cache",

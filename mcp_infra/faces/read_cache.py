@@ -4,7 +4,8 @@
 past cycles learned) and an agent calls it over and over. Its answer is kept keyed by the
 identity, size and modification time of every file and folder it reads (shipped and home
 manifests and policies, the home's config, service record, memory and evidence, the model and
-hub cache folders, the projection cache, the import path for installed versions). Host facts
+hub cache folders, the projection cache, the runtime environments' locks, the import path for
+installed versions). Host facts
 that drift without a file changing (free memory and disk) are re-read at most ``ttl`` seconds
 later.
 """
@@ -61,6 +62,8 @@ def registry_inputs(home: Home) -> Stamp:
         home.projections,  # a projection computed in the background lands here
     ):
         paths += _listing(folder)
+    for runtime in _listing(home.runtimes)[1:]:  # a runtime environment built or removed
+        paths += [runtime / "lock.json", runtime / "env"]
     paths += [home.config, home.service_file, home.evidence]
     paths += [Path(entry or ".") for entry in sys.path]
     return _stamps(paths)

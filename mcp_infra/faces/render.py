@@ -45,7 +45,9 @@ def status_text(view: app.StatusView) -> str:
         lines.append(
             f"Service {s.endpoint}: {'healthy' if s.healthy else 'NOT answering'}"
             f"{checked}; "
-            f"active recipe {s.active_recipe} ({app.knobs_text(s.knobs)}){since}."
+            f"active recipe {s.active_recipe} ({app.knobs_text(s.knobs)})"
+            + (f", runtime {s.runtime}" if s.runtime else "")
+            + f"{since}."
         )
         if s.healing:
             lines.append(f"Self-healing: {s.healing}.")
@@ -142,6 +144,8 @@ def registry_text(view: app.RegistryView) -> str:
                 + f"{auto}."
             )
             lines += [f"    fails {line.replace('{id}', c.id)}" for line in sorted(fails - shared)]
+            if c.runtime is not None:
+                lines.append(f"    runtime: {runtime_line(c.runtime)}")
             for item in c.learned[-3:]:
                 reason = f": {plain(item.reasons[0])}" if item.reasons else ""
                 changed = "" if item.current else " (since then something changed)"
@@ -154,6 +158,22 @@ def registry_text(view: app.RegistryView) -> str:
             if c.preflight_passed and (said := cost_line(c.cost)):
                 lines.append(f"    alone in a plan: {said}")
     return _bounded(lines)
+
+
+def runtime_line(view: app.RuntimeView) -> str:
+    """Installed against pinned, where it is built (or would be) and its size."""
+    versions = "; ".join(
+        f"{name} {view.installed[name]} installed, {version} pinned"
+        for name, version in view.pinned.items()
+    )
+    size = (
+        f"{view.size_bytes / 1e6:.1f} MB {view.size_basis}"
+        if view.size_bytes is not None
+        else "size unknown"
+    )
+    where = "built in" if view.built else "would be built in"
+    broken = f"; DIFFERS FROM ITS LOCK: {'; '.join(view.problems[:2])}" if view.problems else ""
+    return f"{versions} ({view.site} site); {where} {view.path} ({size}){broken}"
 
 
 def _generic(line: str, candidate_id: str) -> str:
@@ -627,7 +647,8 @@ def task_check_text(result: TaskCheck) -> str:
 
 def prepared_text(result: PrepareResult) -> str:
     lines = [
-        f"{result.candidate}: prepared in {result.cache}"
+        f"{result.candidate}: prepared"
+        + (f" in {result.cache}" if result.artifacts or result.runtime is None else "")
         + (" (offline: from the cache)" if result.offline else "")
     ]
     for a in result.artifacts:
@@ -635,6 +656,12 @@ def prepared_text(result: PrepareResult) -> str:
             f"  {a.role:6} {a.repo}@{a.revision[:12]}: {a.files} files, "
             f"{a.bytes / 1e9:.2f} GB ({a.downloaded_bytes / 1e9:.2f} GB downloaded); "
             f"sha256 inventory {a.inventory}"
+        )
+    if (rt := result.runtime) is not None:
+        lines.append(
+            f"  runtime {rt.label}: {'built already, checked' if rt.reused else 'built'} in "
+            f"{rt.path} ({rt.builder}, {rt.packages} packages visible, "
+            f"{rt.size_bytes / 1e6:.1f} MB, {rt.seconds:.1f} s); lock {rt.lock_digest[:16]}…"
         )
     return "\n".join(lines)
 

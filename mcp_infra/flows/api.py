@@ -31,6 +31,7 @@ from mcp_infra.contracts import (
     CycleSummary,
     FrozenPlan,
     Knobs,
+    Manifest,
     NeedsOperatorRecord,
     PlanChange,
     PlanCost,
@@ -39,11 +40,19 @@ from mcp_infra.contracts import (
     ServiceConfig,
     ServiceImpact,
     SupervisorRecord,
+    Variant,
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.machine import waiting_text
-from mcp_infra.core.preflight import Check, manifest_hash, preflight
+from mcp_infra.core.preflight import (
+    Check,
+    HostFacts,
+    env_hash,
+    env_label,
+    manifest_hash,
+    preflight,
+)
 from mcp_infra.core.progress import Progress, left_text, progress
 from mcp_infra.core.sanitize import PlanRefused, nearest_text, parse_plan, sanitize
 from mcp_infra.procs.front import (
@@ -56,7 +65,7 @@ from mcp_infra.procs.front import (
 from mcp_infra.procs.runtime import is_running, port_owner_is
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
-from mcp_infra.state import memory
+from mcp_infra.state import memory, runtimes
 from mcp_infra.state.artifacts import (
     PREPARE_IGNORES,
     HubError,
@@ -66,6 +75,7 @@ from mcp_infra.state.artifacts import (
     resolve_recipe,
 )
 from mcp_infra.state.context import HomeContext, service_record
+from mcp_infra.state.hostfacts import installed_version
 from mcp_infra.state.signing import home_fingerprint
 from mcp_infra.state.spread import learned_spread
 from mcp_infra.state.store import (
@@ -95,6 +105,9 @@ class ServiceView(View):
     healthy: bool
     active_recipe: str
     knobs: dict[str, Any]
+    runtime: str | None = Field(
+        None, description="the live recipe's own runtime environment; None: the control plane's"
+    )
     pid: int | None = None
     since: datetime | None = None
     health_check: str = Field("", description="how `healthy` was decided")
@@ -280,6 +293,11 @@ def status(home: Home) -> StatusView:
         healthy=healthy,
         active_recipe=recipe.candidate_id,
         knobs=recipe.knobs.model_dump(exclude_defaults=True),
+        runtime=(
+            f"{recipe.runtime.label} in runtimes/{recipe.runtime.env_hash[:12]}"
+            if recipe.runtime
+            else None
+        ),
         pid=record.pid if alive and record else None,
         since=record.started_at if alive and record else None,
         health_check=how,
@@ -490,6 +508,56 @@ class LearnedView(View):
     )
 
 
+class RuntimeView(View):
+    """A runtime candidate's environment: what the control plane has installed, what would be
+    built (or is), and its size."""
+
+    env_hash: str
+    label: str
+    site: str
+    installed: dict[str, str] = Field(
+        description="the control plane's own version of each pinned package ('-': not installed)"
+    )
+    pinned: dict[str, str] = Field(description="what the environment is built with")
+    built: bool
+    path: str
+    size_bytes: int | None = Field(
+        None, description="on disk once built; before, the download the manifest states"
+    )
+    size_basis: str = Field(description="'on disk' or 'download (stated)' or 'unknown'")
+    problems: list[str] = Field(default_factory=list)
+
+
+def runtime_view(
+    home: Home, manifest: Manifest, variant: Variant, facts: HostFacts
+) -> RuntimeView | None:
+    spec = manifest.environment_of(variant)
+    if spec is None:
+        return None
+    digest = env_hash(spec, facts.python, facts.platform, facts.shared_site)
+    built = facts.runtimes.get(digest)
+    stated = runtimes.download_bytes(spec)
+    size, basis = (
+        (built.size_bytes, "on disk")
+        if built
+        else (stated, "download (stated)")
+        if all(p.size_bytes is not None for p in spec.packages)
+        else (None, "unknown")
+    )
+    return RuntimeView(
+        env_hash=digest,
+        label=env_label(spec),
+        site=spec.site,
+        installed={p.name: installed_version(p.name) or "-" for p in spec.packages},
+        pinned={p.name: p.version for p in spec.packages},
+        built=built is not None,
+        path=str(runtimes.folder(home.runtimes, digest)),
+        size_bytes=size,
+        size_basis=basis,
+        problems=built.problems[:5] if built else [],
+    )
+
+
 class CandidateView(View):
     id: str
     title: str
@@ -505,6 +573,9 @@ class CandidateView(View):
         "of this class be promoted without a person",
     )
     learned: list[LearnedView] = Field(default_factory=list)
+    runtime: RuntimeView | None = Field(
+        None, description="its own runtime environment, if it names one (runtime upgrades)"
+    )
     skip: str | None = Field(None, description="why recipe memory would refuse it in a plan now")
     memory_mode: str | None = Field(
         None,
@@ -566,7 +637,7 @@ def registry_view(
     ctx = HomeContext(home)
     manifests, policy, facts = ctx.manifests, ctx.policy, ctx.facts
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
+        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
         for m in manifests.values()
         for v in m.variants
         if not candidate_id or f"{m.id}:{v.id}" == candidate_id
@@ -608,6 +679,7 @@ def registry_view(
                     checks=check.checks,
                     auto_promote=bool(policy.auto_promote.get(manifest.class_of(variant), False)),
                     learned=learned.get(cid, [])[-5:],
+                    runtime=runtime_view(home, manifest, variant, facts),
                 )
             )
     live = ctx.live.candidate_id if ctx.configured else None
@@ -738,7 +810,9 @@ def plan_recipes(ctx: HomeContext, candidates: list[str]) -> dict[str, Recipe]:
     out = {}
     for cid in candidates:
         if (hit := ctx.find(cid)) is not None:
-            out[cid] = resolve_recipe(*hit, ctx.home.models, ctx.home.hf_cache)
+            out[cid] = resolve_recipe(
+                *hit, ctx.home.models, ctx.home.hf_cache, runtimes=ctx.home.runtimes
+            )
     return out
 
 
@@ -882,7 +956,9 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
         for variant in manifest.variants:
             cid = f"{manifest.id}:{variant.id}"
             checks[cid] = preflight(manifest, variant, policy, facts, require_artifacts=True)
-            recipes[cid] = resolve_recipe(manifest, variant, home.models, home.hf_cache)
+            recipes[cid] = resolve_recipe(
+                manifest, variant, home.models, home.hf_cache, runtimes=home.runtimes
+            )
     live_peak = _last_baseline_peak(home)
     p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
@@ -1230,11 +1306,41 @@ def prepare_candidate(
         raise HubError(
             f"{candidate_id}: preflight fails, nothing downloaded: " + "; ".join(blocking)
         )
-    if any(a.demo for a in (manifest.target, *manifest.artifacts)) and not candidate_artifacts(
-        manifest, variant.knobs.draft
-    ):
-        raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
-    return hub.prepare(
+    spec = manifest.environment_of(variant)
+    built = None
+    if spec is not None:
+        try:
+            built = runtimes.build(
+                spec,
+                home.runtimes,
+                policy,
+                offline=bool(offline) or None,
+                progress=progress,
+            )
+        except runtimes.RuntimeEnvError as exc:
+            raise HubError(f"{candidate_id}: {exc}") from exc
+        after = HomeContext(home).preflight(manifest, variant)  # its --help is known now
+        flags = [
+            f"{c.name}: {c.detail}"
+            for c in after.checks
+            if c.name.startswith("runtime_") and not c.passed
+        ]
+        if flags:
+            raise HubError(
+                f"{candidate_id}: the environment is built, but preflight fails: "
+                + "; ".join(flags)
+            )
+    if not candidate_artifacts(manifest, variant.knobs.draft):
+        if built is None and any(a.demo for a in (manifest.target, *manifest.artifacts)):
+            raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
+        return PrepareResult(
+            candidate=candidate_id,
+            cache=str(cache or hub.hub_cache()),
+            offline=bool(offline),
+            artifacts=[],
+            runtime=built,
+        )
+    result = hub.prepare(
         manifest,
         candidate_id,
         variant.knobs.draft,
@@ -1243,6 +1349,7 @@ def prepare_candidate(
         offline=offline,
         progress=progress,
     )
+    return result.model_copy(update={"runtime": built})
 
 
 def init_service(home: Home, candidate: str, port: int) -> str:

@@ -42,6 +42,7 @@ from mcp_infra.state import evidence, memory
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.context import HomeContext
 from mcp_infra.state.hostfacts import folder_fingerprint
+from mcp_infra.state.runtimes import RuntimeEnvError
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -157,9 +158,17 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
         pre = preflight(manifest, variant, policy, ctx.facts, require_artifacts=True)
         if not pre.passed:
             raise ApprovalRefused(f"{name} fails preflight now: " + "; ".join(pre.failures()))
-        recipe = resolve_recipe(
-            manifest, variant, home.models, home.hf_cache, fingerprint=folder_fingerprint
-        )  # hub artifacts: sha256 check
+        try:  # hub artifacts and the runtime environment: sha256 checks
+            recipe = resolve_recipe(
+                manifest,
+                variant,
+                home.models,
+                home.hf_cache,
+                fingerprint=folder_fingerprint,
+                runtimes=home.runtimes,
+            )
+        except RuntimeEnvError as exc:
+            raise ApprovalRefused(f"{name}: {exc}") from exc
         if recipe.manifest_hash != measured.manifest_hash:
             raise ApprovalRefused(
                 f"the manifest of {name} changed since cycle {cycle_id}: propose a new cycle"

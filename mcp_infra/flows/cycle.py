@@ -94,6 +94,7 @@ from mcp_infra.state.context import (
     window_state,
 )
 from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint
+from mcp_infra.state.runtimes import RuntimeEnvError, keep_runtime_locks
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -353,13 +354,22 @@ def preflight_step(c: CycleContext) -> CycleResult | None:
         manifest, variant = found
         c.admitted.append(Admitted(candidate, manifest, variant))
         check = preflight(manifest, variant, c.loaded.policy, c.loaded.facts)
+        runtimes = c.home.runtimes
         try:
             recipe = resolve_recipe(
-                manifest, variant, c.home.models, c.home.hf_cache, fingerprint=folder_fingerprint
+                manifest,
+                variant,
+                c.home.models,
+                c.home.hf_cache,
+                fingerprint=folder_fingerprint,
+                runtimes=runtimes,
             )
-        except HubError as exc:  # a tampered artifact refuses this candidate, not the cycle
-            recipe = resolve_recipe(manifest, variant, c.home.models, c.home.hf_cache)
-            c.runs[candidate] = not_started(candidate, recipe, f"artifact check failed: {exc}")
+        except (HubError, RuntimeEnvError) as exc:  # a tampered artifact or runtime
+            recipe = resolve_recipe(  # environment refuses this candidate, not the cycle
+                manifest, variant, c.home.models, c.home.hf_cache, runtimes=runtimes
+            )
+            what = "runtime environment" if isinstance(exc, RuntimeEnvError) else "artifact"
+            c.runs[candidate] = not_started(candidate, recipe, f"{what} check failed: {exc}")
         c.recipes[candidate] = recipe
         if variant.knobs.ranks:
             check = _with_hosts(c, candidate, manifest, variant, recipe, check)
@@ -410,6 +420,7 @@ def prepare_step(c: CycleContext) -> CycleResult | None:
         "artifacts resolved",
         recipes={name: r.model_dump(mode="json") for name, r in c.recipes.items()},
     )
+    keep_runtime_locks(c.home, c.files.root, [c.live, *c.recipes.values()])
     for candidate, recipe in c.recipes.items():
         missing = [p for p in (recipe.model_path, recipe.draft_path) if p and not Path(p).exists()]
         if missing and candidate not in c.runs:

@@ -142,7 +142,7 @@ def build_context(home: Home) -> PlanningContext:
                 f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"
             )
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache)
+        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
         for m in manifests.values()
         for v in m.variants
     }

@@ -32,6 +32,7 @@ from mcp_infra.contracts import (
     Recipe,
 )
 from mcp_infra.core.distributed import backend_of, split_of
+from mcp_infra.core.templates import TEMPLATES, mlx_lm_server_argv
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.procs.bench import served_model
 from mcp_infra.procs.distributed import (
@@ -41,6 +42,7 @@ from mcp_infra.procs.distributed import (
     live_ranks,
     plan_launch,
 )
+from mcp_infra.state.runtimes import RuntimeEnvError, verify_recipe_runtime
 from mcp_infra.state.store import Home, flock_held, open_append, utcnow
 
 LOOPBACK = "127.0.0.1"
@@ -58,85 +60,6 @@ class ServiceBusy(ServerUnavailable):
     """Another process is switching or restarting the service (it holds the service lock)."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Launch templates (pure)
-# ---------------------------------------------------------------------------------------------
-
-
-def _opt(flag: str, value: object | None) -> list[str]:
-    return [] if value is None else [flag, str(value)]
-
-
-def mlx_lm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
-    knobs = recipe.knobs
-    argv = [
-        python,
-        "-m",
-        "mlx_lm",
-        "server",
-        "--model",
-        recipe.model_path,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
-    if knobs.draft:
-        if not recipe.draft_path:
-            raise ValueError("recipe asks for a draft but has no draft path")
-        argv += ["--draft-model", recipe.draft_path]
-        argv += _opt("--num-draft-tokens", knobs.num_draft_tokens)
-    argv += _opt("--kv-bits", knobs.kv_bits)
-    argv += _opt("--kv-group-size", knobs.kv_group_size)
-    argv += _opt("--quantized-kv-start", knobs.quantized_kv_start)
-    argv += _opt("--prefill-step-size", knobs.prefill_step_size)
-    argv += _opt("--prompt-cache-size", knobs.prompt_cache_size)
-    if knobs.draft_kind or knobs.draft_block_size or knobs.max_kv_size:
-        raise ValueError("mlx_lm_server supports no draft_kind, draft_block_size or max_kv_size")
-    return argv
-
-
-def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
-    """``python -m mlx_vlm.server`` with the flags of its real CLI (checked against
-    ``--help`` of mlx-vlm 0.6.16 and 0.7.10): ``--model --host --port --draft-model
-    --draft-kind {dflash,eagle3,mtp} --draft-block-size --kv-bits --kv-group-size
-    --quantized-kv-start --max-kv-size --prefill-step-size``. ``--host`` is always passed: the
-    server binds 0.0.0.0 by default. Without ``draft_block_size`` the drafter's own configured
-    block size is used; without ``draft_kind`` mlx-vlm detects it from the drafter's config.
-    ``--trust-remote-code`` is never passed."""
-    knobs = recipe.knobs
-    argv = [
-        python,
-        "-m",
-        "mlx_vlm.server",
-        "--model",
-        recipe.model_path,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
-    if knobs.draft:
-        if not recipe.draft_path:
-            raise ValueError("recipe asks for a draft but has no draft path")
-        argv += ["--draft-model", recipe.draft_path]
-        argv += _opt("--draft-kind", knobs.draft_kind)
-        argv += _opt("--draft-block-size", knobs.draft_block_size)
-    elif knobs.draft_kind or knobs.draft_block_size:
-        raise ValueError("draft_kind and draft_block_size need draft: true")
-    argv += _opt("--kv-bits", knobs.kv_bits)
-    argv += _opt("--kv-group-size", knobs.kv_group_size)
-    argv += _opt("--quantized-kv-start", knobs.quantized_kv_start)
-    argv += _opt("--max-kv-size", knobs.max_kv_size)
-    argv += _opt("--prefill-step-size", knobs.prefill_step_size)
-    if knobs.num_draft_tokens or knobs.prompt_cache_size is not None:
-        raise ValueError("mlx_vlm_server supports no num_draft_tokens or prompt_cache_size")
-    return argv
-
-
-TEMPLATES = {"mlx_lm_server": mlx_lm_server_argv, "mlx_vlm_server": mlx_vlm_server_argv}
-
-
 def build_argv(
     recipe: Recipe,
     port: int,
@@ -144,13 +67,17 @@ def build_argv(
     python: str | None = None,
     launch: LaunchRecord | None = None,
 ) -> list[str]:
-    """The one way a recipe becomes a command line. A split recipe (``mlx_lm_distributed``)
-    is mlx.launch around the ``mlx_lm_server`` argv of one rank, with the ``launch`` its
-    hosts were placed in (``distributed.plan_launch``)."""
+    """The one way a recipe becomes a command line. A recipe with its own runtime environment
+    always runs that environment's interpreter; ``python`` names the control plane's (another
+    process's ``sys.executable``, when an argv it recorded is compared). A split recipe
+    (``mlx_lm_distributed``) is mlx.launch around the ``mlx_lm_server`` argv of one rank, with
+    the ``launch`` its hosts were placed in (``distributed.plan_launch``)."""
     if host != LOOPBACK:
         raise ValueError("servers are bound to 127.0.0.1 only")
     if not 1024 <= port <= 65535:
         raise ValueError("port out of range")
+    if recipe.runtime is not None:  # its own pinned environment, whatever the caller's python
+        python = recipe.runtime.python
     python = python or sys.executable
     if recipe.template == DISTRIBUTED_TEMPLATE:
         knobs = recipe.knobs
@@ -237,10 +164,15 @@ def port_owner_is(record: ProcessRecord | None, port: int) -> bool:
     return False
 
 
-def server_env(hf_cache: Path | None) -> dict[str, str]:
-    """Environment for servers: offline-safe hub cache, unbuffered logs."""
+def server_env(hf_cache: Path | None, *, own_runtime: bool = False) -> dict[str, str]:
+    """Environment for servers: offline-safe hub cache, unbuffered logs. A server from its own
+    runtime environment writes no bytecode into it (its files must keep matching its lock) and
+    sees no ``PYTHONPATH`` of the control plane's."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    if own_runtime:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPATH", None)
     if hf_cache is not None:
         hf_cache.mkdir(parents=True, exist_ok=True)
         env.setdefault("HF_HUB_CACHE", str(hf_cache))
@@ -264,6 +196,11 @@ def start_server(
     its local ranks share the launcher's session and process group."""
     if port_open(port):
         raise PortBusy(f"port {port} is already in use by a process mcp-infra did not start here")
+    if recipe.runtime is not None:  # its own environment: the lock's bytes, or no start
+        try:
+            verify_recipe_runtime(recipe.runtime)
+        except RuntimeEnvError as exc:
+            raise ServerStartError(f"{recipe.candidate_id} not started: {exc}") from exc
     launch = None
     if recipe.template == DISTRIBUTED_TEMPLATE:
         if not hosts:
@@ -277,7 +214,7 @@ def start_server(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=server_env(hf_cache),
+            env=server_env(hf_cache, own_runtime=recipe.runtime is not None),
         )
     created = _create_time(proc.pid) or time.time()
     record = ProcessRecord(

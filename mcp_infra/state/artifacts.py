@@ -25,7 +25,7 @@ import fnmatch
 import hashlib
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,26 @@ from mcp_infra.contracts import (
     Manifest,
     Policy,
     Recipe,
+    RecipeRuntime,
     Variant,
 )
-from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import manifest_hash
 from mcp_infra.errors import McpInfraError
-from mcp_infra.state.store import read_model, sha256_file, utcnow, write_model
+from mcp_infra.state.runtimes import (
+    BuildResult,
+    as_recipe_runtime,
+    ensure_runtime,
+    read_lock,
+    spec_hash,
+)
+from mcp_infra.state.runtimes import folder as runtime_folder
+from mcp_infra.state.store import (
+    file_sha256,
+    inventory_digest,
+    read_model,
+    utcnow,
+    write_model,
+)
 
 __all__ = [
     "DEFAULT_ALLOW_PATTERNS",
@@ -62,6 +76,7 @@ __all__ = [
     "ensure_untampered",
     "find_snapshot",
     "hub_cache",
+    "inventory_digest",
     "inventory_path",
     "is_offline",
     "plan_artifact",
@@ -157,6 +172,9 @@ class PrepareResult(View):
     cache: str
     offline: bool
     artifacts: list[PreparedArtifact]
+    runtime: BuildResult | None = Field(
+        None, description="its runtime environment, if it names one"
+    )
 
 
 class InventoryCheck(View):
@@ -241,36 +259,13 @@ def candidate_artifacts(manifest: Manifest, draft: bool) -> list[ArtifactRef]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Hashing (memoized by stat)
+# Hashing (``store.file_sha256``, memoized by stat)
 # ---------------------------------------------------------------------------------------------
-
-_MEMO: dict[tuple[str, int, int, int, int], str] = {}
-
-
-def _stat_key(path: Path) -> tuple[str, int, int, int, int]:
-    st = path.stat()
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
-def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> str:
-    key = _stat_key(path)
-    if key in _MEMO:
-        if progress:
-            progress(key[1])
-        return _MEMO[key]
-    _MEMO[key] = sha256_file(path, progress)
-    return _MEMO[key]
 
 
 def _git_sha1(path: Path) -> str:
     data = path.read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
-
-
-def _digest(files: list[InventoryFile]) -> str:
-    return sha256_bytes(
-        canonical_json([[f.path, f.size, f.sha256] for f in sorted(files, key=lambda f: f.path)])
-    )
 
 
 def _bar(total: int, desc: str, enabled: bool) -> Any:
@@ -568,7 +563,7 @@ def build_inventory(
         allow_patterns=plan.allow_patterns,
         prepared_at=utcnow(),
         files=files,
-        digest=_digest(files),
+        digest=inventory_digest(files),
     )
 
 
@@ -663,7 +658,7 @@ def ensure_untampered(snapshot: Path) -> str:
 # `mcp-infra prepare CANDIDATE`
 # ---------------------------------------------------------------------------------------------
 
-PREPARE_IGNORES = {"artifacts", "integrity"}  # what preparing is for
+PREPARE_IGNORES = {"artifacts", "integrity", "runtime_built"}  # what preparing is for
 
 
 def resolve_recipe(
@@ -673,8 +668,22 @@ def resolve_recipe(
     hf_cache: Path | None = None,
     *,
     fingerprint: object = None,
+    runtimes: Path | None = None,
 ) -> Recipe:
-    """The recipe a candidate runs as: template, knobs, local paths of its artifacts."""
+    """The recipe a candidate runs as: template, knobs, local paths of its artifacts, and the
+    runtime environment it runs from when its manifest names one (``runtimes``: the home's
+    ``runtimes/`` folder; without it, for views only, none is named). About to be used
+    (``fingerprint`` given), every hub snapshot and the environment are checked against their
+    inventory and lock (``ArtifactTampered``, ``runtimes.RuntimeTampered``,
+    ``runtimes.RuntimeMissing``); otherwise the environment is named by its lock as built,
+    unchecked, or left out while it is not built."""
+    spec = manifest.environment_of(variant)
+    runtime: RecipeRuntime | None = None
+    if spec is not None and runtimes is not None:
+        if callable(fingerprint):
+            runtime = ensure_runtime(spec, runtimes)
+        elif (lock := read_lock(runtime_folder(runtimes, spec_hash(spec)))) is not None:
+            runtime = as_recipe_runtime(lock)
     draft = manifest.draft_artifact() if variant.knobs.draft else None
     model_path = artifact_path(manifest.target, models_dir, hf_cache)
     draft_path = artifact_path(draft, models_dir, hf_cache) if draft else None
@@ -700,6 +709,7 @@ def resolve_recipe(
         semantics=manifest.semantics_of(variant),
         candidate_class=manifest.class_of(variant),
         manifest_hash=manifest_hash(manifest),
+        runtime=runtime,
     )
 
 

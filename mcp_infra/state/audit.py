@@ -31,15 +31,20 @@ from mcp_infra.contracts import (
     Manifest,
     Part,
     Policy,
+    Recipe,
+    RuntimeLock,
     Verdict,
 )
+from mcp_infra.core.preflight import env_hash
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import decisive_view
 from mcp_infra.state import sealing, signing
+from mcp_infra.state.runtimes import lock_digest
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
     Home,
+    inventory_digest,
     read_journal_file,
     read_model,
     read_optional,
@@ -676,6 +681,49 @@ def check_sample_arithmetic(b: Bundle) -> str:
     return f"{checked} timed sample(s) internally consistent"
 
 
+def _journaled_recipes(b: Bundle) -> list[Recipe]:
+    """Every recipe the journal says the cycle resolved or promoted."""
+    found: list[Recipe] = []
+    for event in b.events():
+        data = [*(event.fields.get("recipes") or {}).values(), event.fields.get("recipe")]
+        found += [Recipe.model_validate(d) for d in data if isinstance(d, dict)]
+    return found
+
+
+def check_runtime_locks(b: Bundle) -> str:
+    """Each runtime environment a recipe ran from is in the bundle with its full lock, whose
+    digests recompute from its package and file lists, name its own folder hash, and are the
+    ones the recipe was resolved (and so re-checked before each start) with."""
+    runtimes = {r.runtime.env_hash: r for r in _journaled_recipes(b) if r.runtime is not None}
+    folder = CycleFiles(b.path).runtimes
+    bundled = {p.stem for p in folder.glob("*.json")} if folder.is_dir() else set()
+    if not runtimes and not bundled:
+        raise Skipped("no recipe of this cycle ran from a runtime environment of its own")
+    problems = [f"runtimes/{h}.json: no recipe names it" for h in sorted(bundled - set(runtimes))]
+    shown = []
+    for digest, recipe in sorted(runtimes.items()):
+        rt = recipe.runtime
+        assert rt is not None
+        if digest not in bundled:
+            problems.append(f"{recipe.candidate_id}: the lock of {digest[:12]} is not bundled")
+            continue
+        lock = read_model(CycleFiles(b.path).runtime_lock(digest), RuntimeLock)
+        rebuilt = env_hash(lock.spec, lock.python_version, lock.platform, lock.shared_site or "")
+        where = f"{recipe.candidate_id} ({digest[:12]})"
+        if lock.env_hash != digest or rebuilt != digest:
+            problems.append(f"{where}: the lock's spec does not hash to its folder")
+        if lock_digest(lock.packages) != lock.lock_digest:
+            problems.append(f"{where}: the package list does not give the lock's digest")
+        if inventory_digest(lock.files) != lock.files_digest:
+            problems.append(f"{where}: the file list does not give the lock's file digest")
+        if (lock.lock_digest, lock.files_digest) != (rt.lock_digest, rt.files_digest):
+            problems.append(f"{where}: the recipe was resolved with another lock")
+        shown.append(f"{recipe.candidate_id}: {rt.label or digest[:12]}, {len(lock.packages)} pkgs")
+    if problems:
+        raise Failed("; ".join(problems[:6]))
+    return "; ".join(shown) + " (locks recompute and match the recipes)"
+
+
 def _fingerprint_of(path: Path | None) -> str | None:
     if path is None:
         return None
@@ -749,6 +797,7 @@ def verify(
         ("journal_agrees", lambda: check_journal_agrees(b)),
         ("samples_covered", lambda: check_samples_covered(b)),
         ("sample_arithmetic", lambda: check_sample_arithmetic(b)),
+        ("runtime_locks", lambda: check_runtime_locks(b)),
     ]
     checks: list[CheckResult] = []
     for name, run in plan:

@@ -26,6 +26,7 @@ from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.core.schedule import WindowState, check
 from mcp_infra.state.catalog import load_policy, load_registry
 from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.runtimes import runtime_facts
 from mcp_infra.state.store import Home, read_model, read_optional, utcnow, write_model
 
 DEFAULT_POLICY = "default"
@@ -88,7 +89,8 @@ class HomeContext:
 
     @cached_property
     def facts(self) -> HostFacts:
-        return host_facts(self.home.root, self.home.models, self.home.hf_cache)
+        facts = host_facts(self.home.root, self.home.models, self.home.hf_cache)
+        return facts.model_copy(update={"runtimes": runtime_facts(self.home.runtimes)})
 
     @cached_property
     def live(self) -> Recipe:

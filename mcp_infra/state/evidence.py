@@ -51,10 +51,11 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary, cost: CycleCost | Non
     for name in BUNDLE_FILES:
         if (source / name).exists():
             shutil.copy2(source / name, tmp / name)
-    if (CycleFiles(source).runs).is_dir():
-        (CycleFiles(tmp).runs).mkdir()
-        for run in sorted((CycleFiles(source).runs).glob("*.json")):
-            shutil.copy2(run, CycleFiles(tmp).runs / run.name)
+    for sub in ("runs", "runtimes"):  # measured runs; locks of the environments they ran from
+        if (source / sub).is_dir():
+            (tmp / sub).mkdir()
+            for item in sorted((source / sub).glob("*.json")):
+                shutil.copy2(item, tmp / sub / item.name)
     sealing.copy_inputs(home, tmp)
     write_model(CycleFiles(tmp).summary, summary)
     if cost is not None:

@@ -18,17 +18,8 @@ from mcp_infra.core.preflight import HostFacts
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state.artifacts import cached_hub_artifacts, hub_caches
 from mcp_infra.state.filecache import installed_version as cached_version
+from mcp_infra.state.runtimes import control_python, control_site, platform_tag
 from mcp_infra.state.store import sha256_file
-
-
-def platform_tag() -> str:
-    system = platform.system().lower()
-    machine = platform.machine().lower()
-    if machine in {"amd64", "x64"}:
-        machine = "x86_64"
-    if machine == "aarch64" and system == "darwin":
-        machine = "arm64"
-    return f"{system}-{machine}"
 
 
 def installed_version(package: str) -> str | None:
@@ -70,6 +61,8 @@ def host_facts(home_root: Path, models_dir: Path, hf_cache: Path | None = None) 
         available_artifacts=available,
         artifact_problems=problems,
         cache_free_disk_gb=shutil.disk_usage(probe).free / 2**30,
+        python=control_python(),
+        shared_site=control_site(),
     )
 
 

@@ -76,8 +76,9 @@ PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
 def environment_key(
     env: dict[str, str], recipe: Recipe | dict[str, Any], identities: dict[str, str] | None = None
 ) -> str:
-    """sha256 of the environment and the candidate's artifacts (``identities`` caches
-    ``artifact_identity`` by path)."""
+    """sha256 of the environment, the candidate's artifacts (``identities`` caches
+    ``artifact_identity`` by path) and, for a recipe that runs from its own runtime environment,
+    that environment's lock: an outcome is remembered for the packages it was measured with."""
     data = recipe.model_dump(mode="json") if isinstance(recipe, Recipe) else recipe
     cache = identities if identities is not None else {}
     artifacts = {}
@@ -87,7 +88,11 @@ def environment_key(
             if path not in cache:
                 cache[path] = artifact_identity(path)
             artifacts[role] = cache[path]
-    return sha256_bytes(canonical_json({"environment": env, "artifacts": artifacts}))
+    key: dict[str, Any] = {"environment": env, "artifacts": artifacts}
+    runtime = data.get("runtime")
+    if isinstance(runtime, dict):  # absent for the control plane's interpreter: keys unchanged
+        key["runtime_lock"] = runtime.get("lock_digest")
+    return sha256_bytes(canonical_json(key))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from typing import IO, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mcp_infra.contracts import BASELINE_ID, AuditRecord, Event, FrozenPlan
+from mcp_infra.contracts import BASELINE_ID, AuditRecord, Event, FrozenPlan, InventoryFile
+from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.errors import McpInfraError
 from mcp_infra.state.filecache import load_yaml
 
@@ -64,6 +65,43 @@ def sha256_file(path: Path, progress: Callable[[int], object] | None = None) -> 
             if progress:
                 progress(len(chunk))
     return digest.hexdigest()
+
+
+_MEMO: dict[tuple[str, int, int, int, int], str] = {}
+
+
+def _stat_key(path: Path) -> tuple[str, int, int, int, int]:
+    st = path.stat()
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def file_sha256(
+    path: Path,
+    progress: Callable[[int], object] | None = None,
+    stat: os.stat_result | None = None,
+) -> str:
+    """``sha256_file`` memoized per process by (path, size, mtime, ctime, inode): any write to a
+    file changes its ctime, so an unchanged stat means unchanged bytes, and a long-lived
+    supervisor does not re-read gigabytes per candidate. ``stat``: the file's own stat, already
+    read by a directory walk (the path is then taken as it is, not resolved)."""
+    key = (
+        _stat_key(path)
+        if stat is None
+        else (str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    )
+    if key in _MEMO:
+        if progress:
+            progress(key[1])
+        return _MEMO[key]
+    _MEMO[key] = sha256_file(path, progress)
+    return _MEMO[key]
+
+
+def inventory_digest(files: list[InventoryFile]) -> str:
+    """sha256 over the sorted (path, size, sha256) list of an inventory."""
+    return sha256_bytes(
+        canonical_json([[f.path, f.size, f.sha256] for f in sorted(files, key=lambda f: f.path)])
+    )
 
 
 def _fsync_dir(path: Path) -> None:
@@ -201,6 +239,14 @@ class CycleFiles:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def runtimes(self) -> Path:
+        """The locks of the runtime environments the cycle's recipes ran from."""
+        return self.root / "runtimes"
+
+    def runtime_lock(self, env_hash: str) -> Path:
+        return self.runtimes / f"{env_hash}.json"
+
     def run(self, candidate: str) -> Path:
         """The run file of a candidate (``baseline.json`` for the baseline)."""
         name = self.BASELINE_RUN if candidate == BASELINE_ID else f"{file_safe(candidate)}.json"
@@ -270,6 +316,11 @@ class Home:
     @property
     def user_policy(self) -> Path:
         return self.root / "policy"
+
+    @property
+    def runtimes(self) -> Path:
+        """Pinned runtime environments, one folder per content hash (``state.runtimes``)."""
+        return self.root / "runtimes"
 
     @property
     def hf_cache(self) -> Path:
