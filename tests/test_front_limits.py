@@ -15,7 +15,9 @@ from typing import Any
 
 import psutil
 import pytest
-from frontkit import (
+
+from mcp_infra.contracts import ServiceConfig
+from mcp_infra.demo.frontkit import (
     BackgroundStream,
     closed_by_peer,
     get,
@@ -28,8 +30,6 @@ from frontkit import (
     streamed_clients,
     summary,
 )
-
-from mcp_infra.contracts import ServiceConfig
 from mcp_infra.flows import api as app
 from mcp_infra.procs.front import (
     current_status,

@@ -1,5 +1,6 @@
-"""Clients for the front's tests and benchmarks/faults.py: streamed chat clients in bulk, raw
-HTTP over a socket (for what an HTTP library would refuse to send), slow and hostile clients.
+"""Clients that probe the front: streamed chat clients in bulk, raw HTTP over a socket (for
+what an HTTP library would refuse to send), slow and hostile clients. In the package (not in
+tests/) so `benchmarks/faults.py` runs them from a plain install, as the front's tests do.
 
 Everything goes to 127.0.0.1 or ::1 only, bounded in count and time.
 """
