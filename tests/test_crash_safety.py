@@ -45,6 +45,9 @@ FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}
 BASELINE = "demo-tiny:target"
 WINNER = "demo-tiny:draft-k4"
 
+# The fewest requests a cycle accepts, for tests of what happens around the measuring.
+FEWEST = {"repeats": 1, "warmup": 0, "max_tokens": 8, "bootstrap_resamples": 100}
+
 # (pause point, recipe that must serve afterwards, outcome sealed by recovery)
 MATRIX = [
     ("QUEUED", BASELINE, Outcome.RESTORED_AFTER_ERROR),
@@ -204,7 +207,7 @@ def test_a_full_disk_during_an_experiment_and_while_sealing(
     written. Each time the supervisor restores the service, exits 5 and says so; with space
     again `recover` seals the cycle, and both bundles verify, the second linked to the first."""
     with small_disk(tmp_path / "home") as disk:
-        home = make_home(disk.root, demo_models, **FAST)
+        home = make_home(disk.root, demo_models, **FEWEST)
         try:
             start_live(home)
             sealed: list[str] = []
