@@ -82,7 +82,7 @@ PROTOCOL = {"repeats": 3, "warmup": 1, "max_tokens": 40}
 
 def kill_at(state: str) -> Callable[[Home], str]:
     def scenario(home: Home) -> str:
-        pause_and_kill(home, state)
+        pause_and_kill(home, state, timeout=600)
         run_supervisor(home)
         return "new supervisor recovered"
 
@@ -154,10 +154,7 @@ def front_killed(home: Home) -> str:
 def held_then_supervisor_killed(home: Home) -> str:
     """Exclusive mode (a memory budget no two servers fit): the front holds requests while the
     candidate runs; the supervisor is SIGKILLed with requests held."""
-    path = home.user_policy / "test.yaml"
-    data = yaml.safe_load(path.read_text())
-    data["service"] = {"max_hold_s": 5.0, "memory_budget_fraction": 0.001}
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    _exclusive(home)
     port = load_config(home).port
     proc = supervisor(home, pause_at="EXPERIMENT:measuring")
     wait_for((home.state / "paused-at-EXPERIMENT-measuring").exists, 300, "the pause", proc)
@@ -212,7 +209,7 @@ def winner_dies_before_the_switch(home: Home) -> str:
     adopt it, the old route keeps serving and the sealed reason says so."""
     proc = supervisor(home, pause_at="VERIFY:passed")
     try:
-        wait_paused(home, "VERIFY:passed", proc, 400)
+        wait_paused(home, "VERIFY:passed", proc, 600)
         winners = [r for r in candidate_records(home) if r.role == "backend" and r.cycle_id]
         for record in winners:
             os.killpg(record.pgid, signal.SIGKILL)
@@ -225,6 +222,41 @@ def winner_dies_before_the_switch(home: Home) -> str:
     summary = evidence.list_cycles(home)[0]
     said = summary.reason.rsplit("; ", 1)[-1] if "serves" in summary.reason else "(not said)"
     return f"{len(winners)} winner killed; the reason ends: {said[:45]}"
+
+
+def hold_not_confirmed(home: Home) -> str:
+    """Exclusive mode: the front is SIGSTOPped just before it is asked to hold requests, so it
+    never confirms the hold. The live backend must not be stopped, no candidate may run alone,
+    and the service must come back (the frozen front replaced)."""
+    _exclusive(home)
+    proc = supervisor(home, pause_at="MAINTENANCE")
+    front = None
+    try:
+        wait_paused(home, "MAINTENANCE", proc, 300)
+        front = front_record(home)
+        assert front is not None
+        os.kill(front.pid, signal.SIGSTOP)
+        release(home, "MAINTENANCE")
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if front is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(front.pid, signal.SIGCONT)
+    summary = evidence.list_cycles(home)[0]
+    again = front_record(home)
+    replaced = again is not None and front is not None and again.pid != front.pid
+    return f"{'front replaced' if replaced else 'same front'}; {summary.reason[:60]}"
+
+
+def _exclusive(home: Home) -> None:
+    """A memory budget no two servers fit: candidates run alone, the front holds requests."""
+    path = home.user_policy / "test.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["service"] = {"max_hold_s": 5.0, "memory_budget_fraction": 0.001}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def _served(home: Home) -> tuple[int, str]:
@@ -384,13 +416,15 @@ class Fault:
     home: dict[str, Any] = field(default_factory=dict)
 
 
+WINS = {"thresholds": PROMOTE_ANY_GAIN}  # a winner on any measured gain: the rows past SELECT
+
 FAULTS: list[Fault] = [
     Fault("SIGKILL supervisor at BASELINE", kill_at("BASELINE")),
     Fault("SIGKILL while a candidate is measured", kill_at("EXPERIMENT:measuring")),
-    Fault("SIGKILL at PROMOTE (live server stopping)", kill_at("PROMOTE")),
-    Fault("SIGKILL at VERIFY (winner not verified)", kill_at("VERIFY")),
-    Fault("SIGKILL after VERIFY passed", kill_at("VERIFY:passed")),
-    Fault("SIGKILL while sealing", kill_at("SEALED")),
+    Fault("SIGKILL at PROMOTE (live server stopping)", kill_at("PROMOTE"), home=WINS),
+    Fault("SIGKILL at VERIFY (winner not verified)", kill_at("VERIFY"), home=WINS),
+    Fault("SIGKILL after VERIFY passed", kill_at("VERIFY:passed"), home=WINS),
+    Fault("SIGKILL while sealing", kill_at("SEALED"), home=WINS),
     Fault("candidate server killed mid-benchmark", candidate_dies),
     Fault("stranger takes the stable port", stranger_takes_port),
     Fault("front SIGKILLed mid-cycle", front_killed),
@@ -399,8 +433,9 @@ FAULTS: list[Fault] = [
     Fault(
         "winner dies before the switch (failed adoption)",
         winner_dies_before_the_switch,
-        home={"thresholds": PROMOTE_ANY_GAIN},
+        home=WINS,
     ),
+    Fault("front does not confirm the hold (SIGSTOP)", hold_not_confirmed),
     Fault("disk full during EXPERIMENT", disk_full("EXPERIMENT:measuring"), kind="disk"),
     Fault("disk full while sealing", disk_full("SEALED"), kind="disk"),
     Fault("paths outside the API; an Origin", paths_and_origins, kind="front"),
@@ -429,6 +464,8 @@ def run_fault(fault: Fault, root: Path, models: dict[str, Path], protocol: dict)
         if fault.kind == "disk":
             held = held and note.count("exit 5") == 1 and "`recover` exit 0" in note
             held = held and "NOT serving" not in note and " 0 candidate(s) left" in note
+        if fault.run is hold_not_confirmed:
+            held = held and "no candidate was measured" in note and "front replaced" in note
         if fault.name.startswith("winner dies"):
             held = after.verified and after.outcome == "rolled_back" and "serves" in note
         return {
