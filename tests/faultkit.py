@@ -3,26 +3,38 @@
 
 from mcp_infra.demo.faults import (
     candidate_records,
+    disk_full_at,
     inspect,
     pause_and_kill,
     project_servers,
     queue_plan,
+    recover_command,
+    release,
     run_supervisor,
+    small_disk,
     start_live,
     stranger,
     supervisor,
+    supervisor_log,
     wait_for,
+    wait_paused,
 )
 
 __all__ = [
     "candidate_records",
+    "disk_full_at",
     "inspect",
     "pause_and_kill",
     "project_servers",
     "queue_plan",
+    "recover_command",
+    "release",
     "run_supervisor",
+    "small_disk",
     "start_live",
     "stranger",
     "supervisor",
+    "supervisor_log",
     "wait_for",
+    "wait_paused",
 ]

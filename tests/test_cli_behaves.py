@@ -17,7 +17,15 @@ from pathlib import Path
 
 import psutil
 from conftest import Spawn, make_home
-from faultkit import inspect, project_servers, queue_plan, start_live, supervisor, wait_for
+from faultkit import (
+    inspect,
+    project_servers,
+    queue_plan,
+    start_live,
+    supervisor,
+    supervisor_log,
+    wait_for,
+)
 
 from mcp_infra import __version__
 from mcp_infra.errors import ExitCode
@@ -152,7 +160,7 @@ def test_sigterm_to_a_supervisor_stops_its_servers(home: Home) -> None:
     assert after.healthy and after.serving == live
     assert after.sealed and after.interrupted and after.verified
     assert not home.queued() and not home.lock_is_held()
-    log = (home.logs / "test-supervisor.log").read_text()
+    log = supervisor_log(home).read_text()
     assert "stopping on signal 15" in log and "Traceback" not in log
 
 

@@ -15,12 +15,19 @@ from typing import Any
 
 import psutil
 import pytest
-from frontkit import (
+
+from mcp_infra.contracts import ServiceConfig
+from mcp_infra.demo.frontkit import (
+    LEAK_WORDS,
+    POISON,
+    REFUSED_PATHS,
     BackgroundStream,
     closed_by_peer,
     get,
+    huge_body,
     one_stream,
     post,
+    posts_logged,
     raw,
     served_again,
     slow_clients,
@@ -28,8 +35,6 @@ from frontkit import (
     streamed_clients,
     summary,
 )
-
-from mcp_infra.contracts import ServiceConfig
 from mcp_infra.flows import api as app
 from mcp_infra.procs.front import (
     current_status,
@@ -81,11 +86,6 @@ def settled(home: Home, timeout: float = 15.0) -> Any:
         if not (busy or behind) or time.monotonic() > deadline:
             return status
         time.sleep(0.1)
-
-
-def post_lines(home: Home, record: Any) -> int:
-    """Requests the backend logged (mlx_lm.server logs one line per request it answered)."""
-    return Path(record.log_path).read_text(errors="replace").count('"POST /v1/chat/completions')
 
 
 def test_200_streamed_clients_wait_instead_of_failing(home: Home) -> None:
@@ -172,17 +172,16 @@ def test_poison_bodies_reach_the_backend_at_most_once_and_a_poisoned_backend_is_
 ) -> None:
     config, base = serve(home)
     record = live(home)
-    before = post_lines(home, record)
+    before = posts_logged(record.log_path)
     answer = raw(config.port, post(b"/v1/chat/completions", b"\xff"))
     assert status_of(answer) == 400 and b"not UTF-8" in answer
-    assert post_lines(home, record) == before, "refused by the front: no backend saw it"
+    assert posts_logged(record.log_path) == before, "refused by the front: no backend saw it"
     # Valid JSON that kills mlx_lm.server 0.32.2's generation thread ("stop": a number): the
     # server still runs, answers every later request with an error and /health with 503.
-    poison = b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stop": 5}'
-    answer = raw(config.port, post(b"/v1/chat/completions", poison), timeout=30)
+    answer = raw(config.port, post(b"/v1/chat/completions", POISON), timeout=30)
     assert status_of(answer) is not None
     time.sleep(1.0)
-    assert post_lines(home, record) == before + 1, "sent once, never retried"
+    assert posts_logged(record.log_path) == before + 1, "sent once, never retried"
     took = served_again(base, 40)
     assert took is not None, "the poisoned backend was replaced"
     status = settled(home)
@@ -214,24 +213,8 @@ def test_a_200_mb_body_is_refused_early_and_the_front_stays_small(home: Home) ->
     config, base = serve(home)
     front = front_record(home)
     assert front is not None
-    huge = 200 * 2**20
-    with socket.create_connection(("127.0.0.1", config.port), timeout=10) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-            b"\r\nContent-Length: " + str(huge).encode() + b"\r\n\r\n"
-        )
-        head = sock.recv(4096)
-        assert status_of(head) == 413, head[:200]  # before a byte of the body was sent
-    sent = 0
-    with socket.create_connection(("127.0.0.1", config.port), timeout=10) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-        )
-        chunk = b"%x\r\n" % 2**20 + b"a" * 2**20 + b"\r\n"
-        with pytest.raises(OSError):
-            while sent < huge:
-                sock.sendall(chunk)
-                sent += 2**20
+    declared, sent = huge_body(config.port)
+    assert declared == 413  # answered before a byte of the body was sent
     assert sent < 64 * 2**20, f"the front read {sent} bytes of a body it refuses"
     rss = psutil.Process(front.pid).memory_info().rss
     print(f"\nfront RSS after a refused 200 MB body: {rss / 2**20:.0f} MB")
@@ -242,17 +225,10 @@ def test_a_200_mb_body_is_refused_early_and_the_front_stays_small(home: Home) ->
 def test_only_api_paths_reach_a_backend_and_no_origin_may_read(home: Home) -> None:
     config, base = serve(home)
     record = live(home)
-    for path, status in [
-        (b"/v1/../x", 400),
-        (b"/v1/%2e%2e/%2e%2e/etc/passwd", 400),
-        (b"/v1/models%00", 400),
-        (b"/etc/passwd", 404),
-        (b"/metrics", 404),
-        (b"/v1/cache/reset", 404),
-    ]:
+    for path, status in REFUSED_PATHS:
         assert status_of(raw(config.port, get(path))) == status, path
     log = Path(record.log_path).read_text(errors="replace")
-    assert "passwd" not in log and "/x " not in log and "metrics" not in log
+    assert not [word for word in LEAK_WORDS if word in log]
     origin = b"Origin: https://evil.example\r\n"
     body = b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
     answer = raw(config.port, post(b"/v1/chat/completions", body, origin))

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from frontkit import get, post, raw, status_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_infra.contracts import FrontConfig, FrontRoute, FrontStatus, HealState
 from mcp_infra.core import frontrules as rules
+from mcp_infra.demo.frontkit import get, post, raw, status_of
 from mcp_infra.procs.front import Front, route_path, status_path
 from mcp_infra.procs.runtime import free_port
 from mcp_infra.state.store import Home, write_model

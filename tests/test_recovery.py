@@ -294,3 +294,47 @@ def test_every_real_journal_prefix_leaves_exactly_one_recipe_serving(
 
 def _step_of(event: Event) -> str:
     return str(event.fields.get("step", ""))
+
+
+SEALING_PATHS = {
+    "before promotion": path_to(S.EXPERIMENT),
+    "promotion not verified": path_to(S.VERIFY),
+    "verified promotion": path_to(S.COMMIT),
+    "rollback": path_to(S.ROLLBACK),
+    "sealing": path_to(S.SELECT)
+    + [ev(S.SEALED, step="enter", outcome="kept_baseline", reason="r", selected=None)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEALING_PATHS))
+def test_the_reason_names_where_the_cycle_stopped_once(name: str) -> None:
+    """Recovery seals ``decision.reason`` as it is: it says where the cycle was interrupted,
+    and says it once (it used to be prefixed with the same words again)."""
+    decision = decide(SEALING_PATHS[name])
+    assert decision.reason.count("interrupted") == 1, decision.reason
+    assert decision.last_state is not None
+    assert (
+        f"interrupted in {decision.last_state.value}" in decision.reason
+        or "interrupted while sealing" in decision.reason
+        or "interrupted during rollback" in decision.reason
+    )
+
+
+def test_finishing_a_seal_keeps_what_the_cycle_decided() -> None:
+    events = path_to(S.COMMIT) + [
+        ev(
+            S.SEALED,
+            step="enter",
+            outcome="promoted",
+            selected="demo-tiny:draft-k4",
+            reason="qualified",
+            speedup_pct=12.5,
+        )
+    ]
+    decision = decide(events)
+    assert decision.action == Action.FINISH_SEALING
+    assert decision.decided == {
+        "selected": "demo-tiny:draft-k4",
+        "reason": "qualified",
+        "speedup_pct": 12.5,
+    }

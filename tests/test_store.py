@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -94,3 +98,43 @@ def test_only_one_supervisor_holds_the_lock(tmp_path: Path) -> None:
     assert not home.lock_is_held()  # the lock dies with its holder: no stale lock files
     with home.supervisor_lock():
         assert home.lock_is_held()
+
+
+@contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """This process may write no file past ``limit`` bytes: what a full disk does to a write
+    (EFBIG instead of ENOSPC; Python ignores SIGXFSZ), without a disk to fill."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_a_journal_line_without_room_is_cut_off_not_left_torn(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home").ensure()
+
+    def event(message: str) -> Event:
+        return Event(
+            ts=datetime.now(UTC), cycle_id="c-1", state=CycleState.EXPERIMENT, message=message
+        )
+
+    home.append_event(event("first"))
+    size = home.journal("c-1").stat().st_size
+    with file_size_limit(size + 10), pytest.raises(OSError):  # ten bytes of the line fit
+        home.append_event(event("second, longer than ten bytes"))
+    assert home.journal("c-1").stat().st_size == size
+    home.append_event(event("third"))
+    events, problems = home.read_journal("c-1")
+    assert [e.message for e in events] == ["first", "third"] and problems == []
+
+
+def test_a_server_is_not_started_without_room_for_its_log(tmp_path: Path) -> None:
+    from mcp_infra.procs.service import LOG_ROOM_BYTES, require_log_room
+
+    log = tmp_path / "logs" / "not-yet" / "server.log"
+    require_log_room(log)  # the nearest folder that exists is asked
+    with file_size_limit(LOG_ROOM_BYTES - 1), pytest.raises(OSError, match="no room") as raised:
+        require_log_room(log)
+    assert raised.value.errno == errno.ENOSPC

@@ -34,6 +34,7 @@ class RecoveryDecision(Part):
     reason: str
     last_state: CycleState | None = None
     promoted_recipe: dict | None = None
+    decided: dict | None = None  # FINISH_SEALING: the sealing line's selected, reason, speedup
 
 
 def _outcome(event: Event) -> Outcome | None:
@@ -45,7 +46,8 @@ def _outcome(event: Event) -> Outcome | None:
 
 
 def decide(events: list[Event]) -> RecoveryDecision:
-    """Decide from the durable journal of one cycle what recovery must do."""
+    """Decide from the durable journal of one cycle what recovery must do. The reason says
+    where the cycle was interrupted; it is sealed as the cycle's reason as it is."""
     if not events:
         return RecoveryDecision(
             action=Action.NOTHING,
@@ -63,10 +65,12 @@ def decide(events: list[Event]) -> RecoveryDecision:
     sealing = [e for e in events if e.state == CycleState.SEALED and "outcome" in e.fields]
     decided = _outcome(sealing[-1]) if sealing else None
     if decided is not None:
+        fields = sealing[-1].fields
         return RecoveryDecision(
             action=Action.FINISH_SEALING,
             outcome=decided,
             last_state=last,
+            decided={k: fields.get(k) for k in ("selected", "reason", "speedup_pct")},
             reason="interrupted while sealing: the outcome was already "
             f"decided ({decided.value}); finish sealing the evidence",
         )
@@ -98,8 +102,8 @@ def decide(events: list[Event]) -> RecoveryDecision:
             outcome=Outcome.PROMOTED,
             last_state=last,
             promoted_recipe=recipe,
-            reason=unreadable + "the promoted recipe had passed verification "
-            "before the interruption; keep it and commit",
+            reason=unreadable + f"interrupted in {last.value} after the promoted recipe had "
+            "passed verification; keep it and commit",
         )
     if CycleState.ROLLBACK in states:
         after_error = any(e.state == CycleState.ROLLBACK and "error" in e.fields for e in own)

@@ -7,13 +7,18 @@ the package (not in tests/) so the benchmark runs from a plain `pip install`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -30,19 +35,34 @@ from mcp_infra.state.store import Home, read_optional
 PLAN = {"hypothesis": "a drafter speeds up decoding", "candidates": ["demo-tiny:draft-k4"]}
 
 
+def supervisor_log(home: Home) -> Path:
+    """Where a supervisor started here writes its output: beside the home, not in it, so what
+    it says about a full home disk is kept."""
+    return home.root.parent / f"{home.root.name}-supervisor.log"
+
+
 def supervisor(home: Home, pause_at: str | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("MCP_INFRA_PAUSE_AT", None)
     if pause_at:
         env["MCP_INFRA_PAUSE_AT"] = pause_at
-    log = (home.logs / "test-supervisor.log").open("ab")
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "supervise"],
-        stdout=log,
+        stdout=subprocess.PIPE,  # a pipe, not a file: a file-size limit on it leaves it writable
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env=env,
     )
+    threading.Thread(target=_copy, args=(proc, supervisor_log(home)), daemon=True).start()
+    return proc
+
+
+def _copy(proc: subprocess.Popen[bytes], path: Path) -> None:
+    assert proc.stdout is not None
+    with path.open("ab") as log:
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
 
 
 def wait_for(
@@ -178,3 +198,142 @@ def run_supervisor(home: Home, timeout: float = 300) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
+
+
+def release(home: Home, state: str) -> None:
+    """Let a supervisor paused at ``state`` (``MCP_INFRA_PAUSE_AT``) go on."""
+    (home.state / f"paused-at-{state.replace(':', '-')}").unlink()
+
+
+def wait_paused(home: Home, state: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    marker = home.state / f"paused-at-{state.replace(':', '-')}"
+    wait_for(marker.exists, timeout, f"the pause at {state}", proc)
+
+
+def recover_command(home: Home, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`mcp-infra recover` as a person runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "recover"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class SmallDisk:
+    """The filesystem a home lives on, filled on demand. As root where mounts are allowed it is
+    a real tmpfs of ``size_mb`` at the home's root, filled by a file until the kernel answers
+    ENOSPC; elsewhere the supervisor's file-size limit (RLIMIT_FSIZE) drops to 0, so every
+    write it makes fails as on a full disk (EFBIG instead of ENOSPC; Python ignores SIGXFSZ)."""
+
+    def __init__(self, root: Path, size_mb: int, kind: str | None = None) -> None:
+        self.root = root
+        self.size_mb = size_mb
+        self.kind = kind or "none"
+        self.filler = root / ".filler"
+        self.limited: list[tuple[int, tuple[int, int]]] = []
+
+    def mount(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.kind == "RLIMIT_FSIZE":  # asked for: no mount is tried
+            return
+        done = subprocess.run(
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={self.size_mb}m,mode=0700",
+                "tmpfs",
+                str(self.root),
+            ],
+            capture_output=True,
+            check=False,
+        )
+        self.kind = "tmpfs" if done.returncode == 0 else "RLIMIT_FSIZE"
+
+    def fill(self, pid: int) -> None:
+        """No room left for process ``pid`` (the supervisor) from now on."""
+        if self.kind == "tmpfs":
+            fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                while os.write(fd, b"\0" * 2**20):
+                    pass
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+            finally:
+                os.close(fd)
+        else:
+            proc = psutil.Process(pid)
+            old = proc.rlimit(psutil.RLIMIT_FSIZE)
+            proc.rlimit(psutil.RLIMIT_FSIZE, (0, old[1]))
+            self.limited.append((pid, old))
+
+    def free(self) -> None:
+        """Room again: the filler removed, a limit still in force lifted."""
+        self.filler.unlink(missing_ok=True)
+        for pid, old in self.limited:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).rlimit(psutil.RLIMIT_FSIZE, old)
+        self.limited.clear()
+
+    def unmount(self) -> None:
+        self.free()
+        if self.kind == "tmpfs":  # lazily: a log a stray process still holds must not block it
+            subprocess.run(["umount", "-l", str(self.root)], capture_output=True, check=False)
+
+
+@contextmanager
+def small_disk(root: Path, size_mb: int = 64, kind: str | None = None) -> Iterator[SmallDisk]:
+    """A ``SmallDisk`` at ``root`` (make the home there inside the block; stop its processes
+    before the block ends). ``kind="RLIMIT_FSIZE"``: the fallback, even where mounts work."""
+    disk = SmallDisk(root, size_mb, kind)
+    disk.mount()
+    try:
+        yield disk
+    finally:
+        disk.unmount()
+
+
+@dataclass
+class DiskFullRun:
+    """What a supervisor that ran out of disk left, before and after `recover`."""
+
+    exit_code: int
+    serving_when_full: bool  # the live recipe answered while the disk was still full
+    candidates_left: int  # candidate servers still running when it exited
+    message: str  # its last line on stderr
+    recover_code: int
+    recover_notes: str
+
+
+def disk_full_at(home: Home, disk: SmallDisk, state: str, timeout: float = 300) -> DiskFullRun:
+    """Run the queued plan in a supervisor, fill the disk when it reaches ``state`` (a
+    ``MCP_INFRA_PAUSE_AT`` point), let it go on to its end, check the service while the disk
+    is still full, then free the space and run `mcp-infra recover`."""
+    proc = supervisor(home, pause_at=state)
+    try:
+        wait_paused(home, state, proc, timeout)
+        disk.fill(proc.pid)
+        release(home, state)
+        code = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    serving = inspect(home).healthy
+    left = [r for r in candidate_records(home) if is_running(r)]
+    log = supervisor_log(home).read_text(errors="replace").strip().splitlines()
+    errors = [line for line in log if line.startswith("mcp-infra: error:")]
+    disk.free()
+    recovered = recover_command(home, timeout)
+    return DiskFullRun(
+        exit_code=code,
+        serving_when_full=serving,
+        candidates_left=len(left),
+        message=(errors or log or [""])[-1],
+        recover_code=recovered.returncode,
+        recover_notes=recovered.stdout.strip(),
+    )

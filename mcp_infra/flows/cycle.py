@@ -156,8 +156,17 @@ class Journal:
         if pause and (pause == f"{state.value}:{step}" or (pause, step) == (state.value, "enter")):
             marker = self.home.state / f"paused-at-{pause.replace(':', '-')}"
             marker.write_text(f"{os.getpid()}\n")
-            while True:  # a seam for tests and operators: wait here until killed
-                time.sleep(3600)
+            while marker.exists():  # a seam for tests: wait until killed, or released (unlinked)
+                time.sleep(0.1)
+            os.environ.pop(PAUSE_ENV, None)  # released: the seam holds once per process
+
+    def quietly(
+        self, state: CycleState, message: str, step: JournalStep | None = None, **fields: Any
+    ) -> None:
+        """A line on a failure path: a journal that cannot be written (a full disk) must not stop
+        the restore that follows; recovery then decides from the lines that were written."""
+        with contextlib.suppress(OSError):
+            self(state, message, step, **fields)
 
 
 def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
@@ -208,21 +217,21 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
     try:
-        result = run_steps(CycleContext.open(home, plan, journal))
-    except NeedsOperator as exc:
-        result = CycleResult(Outcome.NEEDS_OPERATOR, None, str(exc))
-    except Exception as exc:  # any unexpected failure: restore, then account for it
-        result = restore_after_error(home, journal, exc)
-    try:
+        try:
+            result = run_steps(CycleContext.open(home, plan, journal))
+        except NeedsOperator as exc:
+            result = CycleResult(Outcome.NEEDS_OPERATOR, None, str(exc))
+        except Exception as exc:  # any unexpected failure: restore, then account for it
+            result = restore_after_error(home, journal, exc)
         return seal(home, plan, cycle_id, journal, started, result)
-    except OSError as exc:
+    except OSError as exc:  # a full or read-only disk: the service first, the records later
         raise _seal_failed(home, journal, exc) from exc
 
 
 def restore_after_error(home: Home, journal: Journal, exc: Exception) -> CycleResult:
     """An unexpected failure: journal it, bring the live recipe back, and say so."""
     reason = f"cycle failed: {type(exc).__name__}: {str(exc)[:300]}"
-    journal(
+    journal.quietly(
         CycleState.ROLLBACK,
         "unexpected error; restoring the live recipe",
         step=JournalStep.ENTER,
@@ -238,8 +247,7 @@ class SealFailed(McpInfraError, RuntimeError):
 
 def _seal_failed(home: Home, journal: Journal, exc: OSError) -> SealFailed:
     message = f"sealing the evidence failed: {type(exc).__name__}: {exc}"
-    with contextlib.suppress(OSError):
-        journal(CycleState.SEALED, message, step=JournalStep.FAILED)
+    journal.quietly(CycleState.SEALED, message, step=JournalStep.FAILED)
     try:
         served = ensure_serving(home, active_recipe(home), load_config(home))
         message += f"; the live recipe serves ({served}); `mcp-infra recover` finishes sealing"
@@ -489,7 +497,14 @@ def maintenance_step(c: CycleContext) -> CycleResult | None:
         max_starts=protocol.max_starts,
     )
     if c.exclusive:
-        hold_live(c.home, c.config, reason=f"cycle {c.cycle_id}: candidates run alone (exclusive)")
+        try:
+            hold_live(
+                c.home, c.config, reason=f"cycle {c.cycle_id}: candidates run alone (exclusive)"
+            )
+        except ServiceError as exc:  # the live backend was not stopped: nothing runs alone
+            reason = f"no candidate was measured: the front did not hold requests ({exc})"
+            c.journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
+            return CycleResult(restore(c.home, c.journal, reason), None, reason)
     return None
 
 
@@ -759,9 +774,16 @@ def promote(
         )
         journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
         return rolled_back(home, journal, reason)
-    try:
-        if exclusive:
+    if exclusive:
+        try:
             hold_live(home, config, reason=f"exclusive promotion of {winner.candidate_id}")
+        except ServiceError as exc:  # the live backend was not stopped, the winner not started
+            reason = (
+                f"{winner.candidate_id} was not started: the front did not hold requests ({exc})"
+            )
+            journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
+            return rolled_back(home, journal, reason)
+    try:
         new = start_backend(
             home,
             winner,
@@ -914,10 +936,10 @@ def restore(
         done = ensure_serving(home, recipe, config)
     except ServerUnavailable as exc:
         message = f"restoring {recipe.candidate_id} failed: {str(exc)[:300]}"
-        journal(CycleState.ROLLBACK, message, step=JournalStep.FAILED, stopped=stopped)
+        journal.quietly(CycleState.ROLLBACK, message, step=JournalStep.FAILED, stopped=stopped)
         mark_needs_operator(home, journal.cycle_id, f"{reason}; {message}")
         return Outcome.NEEDS_OPERATOR
-    journal(
+    journal.quietly(
         CycleState.ROLLBACK,
         f"{recipe.candidate_id} serves again ({done})",
         step=JournalStep.DONE,
@@ -1023,7 +1045,7 @@ def recover(home: Home) -> list[str]:
             journal_problems=problems,
         )
         outcome = decision.outcome or Outcome.RESTORED_AFTER_ERROR
-        selected = None
+        selected, reason, speedup = None, decision.reason, None
         if decision.action == Action.KEEP_PROMOTION and decision.promoted_recipe:
             winner = Recipe.model_validate(decision.promoted_recipe)
             live = active_recipe(home)
@@ -1033,17 +1055,24 @@ def recover(home: Home) -> list[str]:
             outcome = restore(home, journal, decision.reason, outcome=Outcome.PROMOTED)
         elif decision.action in (Action.RESTORE_PREVIOUS, Action.FINISH_SEALING):
             outcome = restore(home, journal, decision.reason, outcome=outcome)
+        finishing = decision.action == Action.FINISH_SEALING and decision.decided
+        if finishing and outcome == decision.outcome and decision.decided:
+            # what the cycle decided is sealed, with how it came to be sealed
+            selected = decision.decided.get("selected")
+            speedup = decision.decided.get("speedup_pct")
+            decided_reason = decision.decided.get("reason")
+            if decided_reason:
+                reason = f"{decided_reason} (sealed by recovery: {decision.reason})"
         if plan is None:
             notes.append(f"{cycle_id}: no readable plan; journal kept as is")
             continue
-        where = decision.last_state.value if decision.last_state else "?"
         seal(
             home,
             plan,
             cycle_id,
             journal,
             events[0].ts if events else utcnow(),
-            CycleResult(outcome, selected, f"interrupted in {where}: {decision.reason}"),
+            CycleResult(outcome, selected, reason, speedup),
             interrupted=True,
             recovery=decision.action.value,
         )

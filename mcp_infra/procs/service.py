@@ -17,6 +17,9 @@ the front confirmed it serves the new route; otherwise ``SwitchFailed`` says wha
 from __future__ import annotations
 
 import contextlib
+import errno
+import resource
+import shutil
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -61,6 +64,7 @@ __all__ = ["ServiceBusy", "backend_url"]  # re-exported: callers import them fro
 
 
 HEAL_DRAIN_S = 5.0  # a sick backend's requests in flight are not waited for long
+LOG_ROOM_BYTES = 2**20  # below this a server's log is taken to be out of room
 
 
 class ServiceError(ServerUnavailable):
@@ -170,6 +174,7 @@ def start_backend(
 ) -> ProcessRecord:
     """Start a server on a free port, recorded under state/candidates/ until it is adopted. A
     port someone else took meanwhile means another port, never a verdict on the recipe."""
+    require_log_room(log)
     last: Exception | None = None
     for _ in range(tries):
         port = free_port()
@@ -186,7 +191,11 @@ def start_backend(
         except PortBusy as exc:
             last = exc
             continue
-        write_model(candidate_record_path(home, port), record)
+        try:
+            write_model(candidate_record_path(home, port), record)
+        except OSError:  # no room for the record (a full disk): a server nobody can find is
+            stop_server(record, grace=grace)  # never left running
+            raise
         try:
             waited = wait_ready(record, timeout=timeout)
         except ServerStartError as exc:
@@ -199,6 +208,21 @@ def start_backend(
         write_model(candidate_record_path(home, port), record)
         return record
     raise ServerStartError(f"no free port could be bound after {tries} tries: {last}")
+
+
+def require_log_room(log: Path) -> None:
+    """mlx_lm.server writes a log line before each answer and answers nothing when that write
+    fails, so a server started without room for its log would only run into its ready timeout:
+    a full disk (or a file-size limit) is raised at once, as the ``OSError`` it is."""
+    folder = next(p for p in (log.parent, *log.parent.parents) if p.exists())
+    free = shutil.disk_usage(folder).free
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        free = min(free, limit)
+    if free < LOG_ROOM_BYTES:
+        raise OSError(
+            errno.ENOSPC, f"no room for a server's log ({free} bytes may be written)", str(folder)
+        )
 
 
 def adopt(

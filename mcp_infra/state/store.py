@@ -435,13 +435,25 @@ class Home:
 
     # journal --------------------------------------------------------------------------------
     def append_event(self, event: Event) -> None:
-        """Append one line and fsync it before the caller performs the side effect it announces."""
+        """Append one line and fsync it before the caller performs the side effect it announces.
+        A line the disk had no room for is cut off again, so the journal never ends torn."""
         path = self.journal(event.cycle_id)
-        line = event.model_dump_json() + "\n"
-        with open_append(path) as handle:
-            handle.write(line.encode())
-            handle.flush()
-            os.fsync(handle.fileno())
+        line = (event.model_dump_json() + "\n").encode()
+        private_dir(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                written = 0
+                while written < len(line):
+                    written += os.write(fd, line[written:])
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
 
     def read_journal(self, cycle_id: str) -> tuple[list[Event], list[str]]:
         """Events of a cycle, and a list of problems (a torn last line is reported, not fatal)."""

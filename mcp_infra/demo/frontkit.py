@@ -1,5 +1,6 @@
-"""Clients for the front's tests and benchmarks/faults.py: streamed chat clients in bulk, raw
-HTTP over a socket (for what an HTTP library would refuse to send), slow and hostile clients.
+"""Clients that probe the front: streamed chat clients in bulk, raw HTTP over a socket (for
+what an HTTP library would refuse to send), slow and hostile clients. In the package (not in
+tests/) so `benchmarks/faults.py` runs them from a plain install, as the front's tests do.
 
 Everything goes to 127.0.0.1 or ::1 only, bounded in count and time.
 """
@@ -13,6 +14,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx2 as httpx
 
@@ -205,3 +207,53 @@ def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
         return False
     except OSError:
         return True
+
+
+# Hostile inputs shared by the front's tests and benchmarks/faults.py -------------------------
+
+POISON = b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stop": 5}'
+"""Valid JSON that kills mlx_lm.server 0.32.2's generation thread ("stop": a number): the
+server still runs, answers later requests with an error and /health with 503."""
+
+REFUSED_PATHS: list[tuple[bytes, int]] = [
+    (b"/v1/../x", 400),
+    (b"/v1/%2e%2e/%2e%2e/etc/passwd", 400),
+    (b"/v1/models%00", 400),
+    (b"/etc/passwd", 404),
+    (b"/metrics", 404),
+    (b"/v1/cache/reset", 404),
+]
+"""Request targets the front must refuse, with the status it answers."""
+
+LEAK_WORDS = ("passwd", "/x ", "metrics", "cache/reset")
+"""What a backend's log would show had one of ``REFUSED_PATHS`` reached it."""
+
+
+def posts_logged(log_path: str) -> int:
+    """Chat requests a backend logged (mlx_lm.server logs one line per request it answered)."""
+    text = Path(log_path).read_text(errors="replace")
+    return text.count('"POST /v1/chat/completions')
+
+
+def huge_body(port: int, size: int = 200 * 2**20) -> tuple[int | None, int]:
+    """A ``size`` body two ways: declared up front (the status answered before a byte of it
+    went), then chunked without a length (how many bytes went before the front closed)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b"\r\nContent-Length: " + str(size).encode() + b"\r\n\r\n"
+        )
+        declared = status_of(sock.recv(4096))
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        chunk = b"%x\r\n" % 2**20 + b"a" * 2**20 + b"\r\n"
+        try:
+            while sent < size:
+                sock.sendall(chunk)
+                sent += 2**20
+        except OSError:
+            pass
+    return declared, sent
