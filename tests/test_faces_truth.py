@@ -75,7 +75,7 @@ async def test_a_forged_summary_is_flagged_everywhere(
         flagged = listing.structured_content["not_verified"]
         assert list(flagged) == [cycle_id]
         assert listing.structured_content["cycles"][0]["speedup_pct"] is None
-        assert "DOES NOT VERIFY" in text(listing) and "150" not in text(listing)
+        assert "DOES NOT VERIFY" in text(listing) and "+150" not in text(listing)
         assert "promoted" not in text(listing)
         assert "0 of 1 verified" in text(listing)
         shown = await client.call_tool("evidence", {"cycle_id": "latest"})
