@@ -30,7 +30,9 @@ from mcp_infra.state.context import HomeContext, active_recipe
 from mcp_infra.state.hostfacts import folder_fingerprint
 from mcp_infra.state.store import CycleFiles, Home, read_model
 
-FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}  # as tests/test_safety_paths.py
+# One start of each side, one request per prompt: this test is about the environment (built,
+# served from, locked, verified, refused when tampered), not about a decision.
+FAST = {"repeats": 1, "warmup": 1, "max_tokens": 16, "min_starts": 1, "max_starts": 1}
 PY = ".".join(map(str, sys.version_info[:2]))
 # mlx-lm 0.32.1: sha256 and size of the wheel `pip download mlx-lm==0.32.1 --no-deps` fetched
 OTHER_RELEASE = {

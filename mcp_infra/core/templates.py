@@ -89,6 +89,7 @@ TEMPLATES = {"mlx_lm_server": mlx_lm_server_argv, "mlx_vlm_server": mlx_vlm_serv
 SERVER_MODULES: dict[str, list[str]] = {
     "mlx_lm_server": ["-m", "mlx_lm", "server"],
     "mlx_vlm_server": ["-m", "mlx_vlm.server"],
+    "mlx_lm_distributed": ["-m", "mlx_lm", "server"],  # each rank's server, under mlx.launch
 }
 """How each template's server is started from an interpreter (its ``--help`` the same way)."""
 
