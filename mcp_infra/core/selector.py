@@ -47,8 +47,8 @@ from mcp_infra.contracts import (
     Decision,
     EffectiveThresholds,
     GateResult,
+    MeasureProtocol,
     PromptStat,
-    Protocol,
     Sample,
     Semantics,
     Verdict,
@@ -70,7 +70,7 @@ from mcp_infra.core.stats import (
     speedup_summary,
 )
 
-# The most repeats a protocol may ask for (contracts.Protocol.repeats, le=50).
+# The most repeats a protocol may ask for (contracts.MeasureProtocol.repeats, le=50).
 MAX_REPEATS = 50
 
 METHOD_CHANGES = {
@@ -89,7 +89,7 @@ same samples could get another verdict (``evidence verify`` recomputes a verdict
 method that reached it)."""
 
 
-def decides_alike(method: int, protocol: Protocol) -> bool:
+def decides_alike(method: int, protocol: MeasureProtocol) -> bool:
     """Whether a verdict of decision ``method`` on a plan with ``protocol`` is what this method
     reaches too: its own method, or method 2 where none of method 3's inputs is in play (no
     learned spread, no futility stop, no drift check)."""
@@ -139,7 +139,7 @@ def failed_gates(
     baseline: CandidateRun,
     run: CandidateRun,
     thresholds: EffectiveThresholds,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
 ) -> list[GateResult]:
     """The gates ``run`` already fails. A gate (token identity, agreement, quality, smoke,
     memory) judges outputs that do not get better with more starts, so early stopping may
@@ -198,7 +198,7 @@ def _measured_cells(samples: Sequence[Sample]) -> set[tuple[str, int]]:
 
 
 def headline_cell(
-    baseline: CandidateRun, run: CandidateRun, protocol: Protocol
+    baseline: CandidateRun, run: CandidateRun, protocol: MeasureProtocol
 ) -> tuple[str, int] | None:
     """The cell the headline speedup is judged on: one short request at a time when both sides
     measured it, else the first decisive workload cell both measured, else the first measured
@@ -221,7 +221,7 @@ def cell_words(request_class: str, concurrency: int) -> str:
     return f"{concurrency} concurrent {kind} requests"
 
 
-def learned_prior(protocol: Protocol) -> Spread | None:
+def learned_prior(protocol: MeasureProtocol) -> Spread | None:
     learned = protocol.learned_spread
     return Spread(learned.sd, learned.df) if learned is not None else None
 
@@ -243,7 +243,7 @@ def judge(
     baseline: CandidateRun,
     run: CandidateRun,
     thresholds: EffectiveThresholds,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     auto_promote: dict[CandidateClass, bool],
     quality: dict[str, list[Sample]] | None = None,
     *,
@@ -500,7 +500,7 @@ def _output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[in
 
 
 def _futile_cell(
-    b_logs: Sequence[float], c_logs: Sequence[float], protocol: Protocol
+    b_logs: Sequence[float], c_logs: Sequence[float], protocol: MeasureProtocol
 ) -> float | None:
     """The upper end of a cell's aggregate-throughput interval at the futility confidence, or
     None without one (a non-binding stop: it can only reject)."""
@@ -512,7 +512,7 @@ def _futile_cell(
 def judge_cells(
     baseline: CandidateRun,
     run: CandidateRun,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     head_summary: SpeedupSummary,
     head: tuple[str, int] | None,
     floor: float,
@@ -651,7 +651,7 @@ def select(
     baseline: CandidateRun,
     runs: list[CandidateRun],
     thresholds: EffectiveThresholds,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     auto_promote: dict[CandidateClass, bool],
     quality: dict[str, list[Sample]] | None = None,
     *,
@@ -743,7 +743,9 @@ def select(
     )
 
 
-def _drift_problem(baseline: CandidateRun, drift: float | None, protocol: Protocol) -> str | None:
+def _drift_problem(
+    baseline: CandidateRun, drift: float | None, protocol: MeasureProtocol
+) -> str | None:
     """Why the drift check does not pass, or None when it does (the check is on)."""
     again = [s for s in baseline.samples if s.phase == "drift"]
     failed = [s for s in again if s.error is not None]

@@ -32,7 +32,7 @@ The method (``speedup_summary``):
   bar (below), a one-sided question: the lower bound of a two-sided interval at confidence C is a
   one-sided (1 + C)/2 bound, so a candidate whose true speedup is at the bar qualifies at most
   (1 - C)/2 of the time, over all looks together (the per-look rates add up to 1 - C, and the
-  union bound holds however correlated the looks are). The default C is 0.96 (``Protocol``):
+  union bound holds however correlated the looks are). The default C is 0.96 (``MeasureProtocol``):
   at most 2% wrongly qualified; the looks being correlated, the benchmark sees 1.3% to 1.7% at
   a true speedup equal to the threshold. The upper bound, which rejects a candidate as too slow,
   has the same 2% on its side.
@@ -403,7 +403,7 @@ def corrected_variance(boot_variance: float, starts: int) -> tuple[float, float]
 
 class Spread(NamedTuple):
     """A learned start-to-start spread: the sd of a configuration's per-start log level, and
-    the degrees of freedom it was estimated with (``Protocol.learned_spread``)."""
+    the degrees of freedom it was estimated with (``MeasureProtocol.learned_spread``)."""
 
     sd: float
     df: int

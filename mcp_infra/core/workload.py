@@ -27,7 +27,7 @@ from mcp_infra.contracts import (
     CandidateRun,
     CellFigures,
     EffectiveThresholds,
-    Protocol,
+    MeasureProtocol,
     Sample,
     WorkloadCell,
 )
@@ -48,12 +48,12 @@ BLOCKING = ("decisive", "guard")
 """Roles whose regression blocks a promotion (a guard only when clear)."""
 
 
-def decisive_cells(protocol: Protocol) -> list[WorkloadCell]:
+def decisive_cells(protocol: MeasureProtocol) -> list[WorkloadCell]:
     """The cells the selector judges: decisive and guard cells."""
     return [c for c in protocol.workload if c.role in BLOCKING]
 
 
-def decisive_view(run: CandidateRun, protocol: Protocol) -> CandidateRun:
+def decisive_view(run: CandidateRun, protocol: MeasureProtocol) -> CandidateRun:
     """The run as the selector sees it: timed samples of reported cells left out."""
     decisive = {cell_key(c) for c in decisive_cells(protocol)}
     kept = [s for s in run.samples if s.phase not in TIMED_PHASES or cell_key(s) in decisive]
@@ -93,7 +93,7 @@ def aggregate_tps(samples: Iterable[Sample]) -> float | None:
 
 def cell_figures(
     samples: Sequence[Sample],
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     phase: str = "measure",
     baseline: Sequence[CellFigures] | None = None,
 ) -> list[CellFigures]:

@@ -48,6 +48,7 @@ from mcp_infra.contracts import (
     Event,
     FrozenPlan,
     LearnedSpread,
+    MeasureProtocol,
     Plan,
     PlanCost,
     Policy,
@@ -56,7 +57,6 @@ from mcp_infra.contracts import (
     TargetProfile,
     Verdict,
 )
-from mcp_infra.contracts import Protocol as MeasureProtocol
 from mcp_infra.core.admission import admit
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.stats import derive_seed
