@@ -11,8 +11,8 @@ from mcp_infra.contracts import CycleCost
 from mcp_infra.errors import UsageError
 from mcp_infra.faces import render
 from mcp_infra.state import evidence, signing
-from mcp_infra.state.audit import Verification
 from mcp_infra.state.store import Home, read_optional, write_bytes_atomic
+from mcp_infra.state.verification import Verification
 
 
 def show_cost(bundle: Path) -> str:

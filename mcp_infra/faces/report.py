@@ -1352,7 +1352,7 @@ def checks_html(data: Loaded, verification: Any | None) -> str:
 
 
 def render(bundle: Path, verification: Any | None = None) -> str:
-    """The report's HTML for a bundle (``verification``: an ``audit.Verification``)."""
+    """The report's HTML for a bundle (``verification``: a ``verification.Verification``)."""
     data = load(bundle, verification)
     held = heldout_check(data)
     src, summary = data.src, data.summary

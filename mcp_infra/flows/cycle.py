@@ -210,7 +210,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     except Exception as exc:  # any unexpected failure: restore, then account for it
         result = restore_after_error(home, journal, exc)
     try:
-        return seal(home, plan, cycle_id, journal, started, result)
+        return conclude(home, plan, cycle_id, journal, started, result)
     except OSError as exc:
         raise _seal_failed(home, journal, exc) from exc
 
@@ -877,7 +877,7 @@ def restore(
     return outcome
 
 
-def seal(
+def conclude(
     home: Home,
     plan: FrozenPlan,
     cycle_id: str,
@@ -988,7 +988,7 @@ def recover(home: Home) -> list[str]:
             notes.append(f"{cycle_id}: no readable plan; journal kept as is")
             continue
         where = decision.last_state.value if decision.last_state else "?"
-        seal(
+        conclude(
             home,
             plan,
             cycle_id,

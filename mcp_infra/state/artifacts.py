@@ -116,11 +116,14 @@ class ArtifactTampered(HubError):
     """A prepared snapshot no longer matches its sha256 inventory: it is not used."""
 
 
-class View(BaseModel):
+class HubModel(BaseModel):
+    """Base of what preparing artifacts plans and reports (in memory only, so no
+    schema_version)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class FilePlan(View):
+class FilePlan(HubModel):
     path: str
     size: int | None = None
     sha256: str | None = None
@@ -128,7 +131,7 @@ class FilePlan(View):
     cached: bool = False
 
 
-class ArtifactPlan(View):
+class ArtifactPlan(HubModel):
     role: str
     repo: str
     revision: str
@@ -140,7 +143,7 @@ class ArtifactPlan(View):
     estimated: bool = Field(False, description="download size from the manifest's size_gb")
 
 
-class PreparedArtifact(View):
+class PreparedArtifact(HubModel):
     role: str
     repo: str
     revision: str
@@ -152,14 +155,14 @@ class PreparedArtifact(View):
     digest: str
 
 
-class PrepareResult(View):
+class PrepareResult(HubModel):
     candidate: str
     cache: str
     offline: bool
     artifacts: list[PreparedArtifact]
 
 
-class InventoryCheck(View):
+class InventoryCheck(HubModel):
     snapshot: str
     ok: bool
     problems: list[str] = Field(default_factory=list)
@@ -395,7 +398,7 @@ def _free_bytes(cache: Path) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(
+def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offline, hub client)
     manifest: Manifest,
     candidate: str,
     draft: bool,
