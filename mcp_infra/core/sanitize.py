@@ -142,26 +142,36 @@ def nesting_depth(raw: Any, stop: int = MAX_PLAN_DEPTH + 1) -> int:
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="replace")
     if isinstance(raw, str):
-        depth = deepest = 0
-        in_string = escaped = False
-        for char in raw:
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
+        return _text_depth(raw, stop)
+    return _value_depth(raw, stop)
+
+
+def _text_depth(raw: str, stop: int) -> int:
+    """The depth of brackets outside JSON strings, read character by character."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
             elif char == '"':
-                in_string = True
-            elif char in "[{":
-                depth += 1
-                deepest = max(deepest, depth)
-                if deepest >= stop:
-                    return deepest
-            elif char in "]}":
-                depth -= 1
-        return deepest
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest >= stop:
+                return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _value_depth(raw: Any, stop: int) -> int:
+    """The depth of nested mappings, lists and tuples, walked with a stack."""
     deepest = 0
     stack: list[tuple[Any, int]] = [(raw, 1)]
     while stack:
@@ -259,7 +269,7 @@ def _display_id(candidate: str, index: int) -> str:
     return f"<candidate #{index + 1}: not a well-formed id>"
 
 
-def sanitize(
+def sanitize(  # noqa: PLR0913  keyword-only inputs of one pure decision, each named at its call
     plan: Plan,
     *,
     manifests: dict[str, Manifest],

@@ -239,6 +239,128 @@ def futile(summary: SpeedupSummary, threshold: float, confidence: float | None) 
     return high if high < threshold else None
 
 
+def _refused_unmeasured(
+    baseline: CandidateRun,
+    run: CandidateRun,
+    thresholds: EffectiveThresholds,
+    verdict: CandidateVerdict,
+) -> bool:
+    """Count what the candidate used, and reject it (True, the reason added) where there is
+    nothing to judge: it did not start, measured nothing, or failed too many requests."""
+    if not run.started:
+        why = run.start_error or "no error was reported"
+        verdict.reasons.append(f"The candidate did not start: {why}.")
+        return True
+
+    measured = [s for s in run.samples if s.phase == "measure"]
+    verdict.requests_used = len(measured)
+    verdict.starts_used = len({s.start for s in measured})
+    verdict.rounds_used = len({s.round for s in measured})
+    verdict.baseline_starts = len({s.start for s in baseline.samples if s.phase == "measure"})
+    failed, total = error_count(run.samples)
+    if total == 0:  # say why when a start recorded it (a server that died in its warm-up)
+        why = next((r.error for r in run.rounds if r.error), None) or next(
+            (s.error for s in run.samples if s.error), None
+        )
+        verdict.reasons.append(
+            "The candidate has no measured requests" + (f": {why}." if why else ".")
+        )
+        return True
+    rate = failed / total
+    if rate > thresholds.max_error_rate:
+        first = next(s.error for s in run.samples if s.phase == "measure" and s.error)
+        verdict.reasons.append(
+            f"{failed} of {total} measured requests failed ({rate:.0%}), above the "
+            f"{thresholds.max_error_rate:.0%} allowed; first error: {first}."
+        )
+        return True
+
+    return False
+
+
+def _verdict_notes(
+    cells: list[CellVerdict], summary: SpeedupSummary, *, confirmation: bool
+) -> list[str]:
+    """What every verdict on a candidate adds after its decision: reported cells, and what the
+    interval assumed (a confirmation's bar, a baseline of one start)."""
+    notes = [
+        f"Reported, not decisive: {c.detail}."
+        for c in cells
+        if c.role == "reported" and not c.headline and c.detail
+    ]
+    if confirmation:
+        notes.append(
+            "A confirmation of the selection: the bar is the threshold alone (the A/A noise "
+            "floor was cleared in selection; one start per side carries the assumed "
+            f"{ASSUMED_START_NOISE:.0%} start-to-start spread in its interval)."
+        )
+    elif summary.noise_floor_assumed:
+        notes.append(
+            "The baseline was measured in a single server start, so its A/A noise floor is "
+            "unknown: it was computed from an assumed "
+            f"{ASSUMED_START_NOISE:.0%} start-to-start spread ({_x(summary.noise_floor)}), and "
+            "any side with one start gets that spread in its interval too (decided "
+            "conservatively)."
+        )
+    return notes
+
+
+def _open_interval(
+    verdict: CandidateVerdict,
+    summary: SpeedupSummary,
+    threshold: float,
+    speed: str,
+    *,
+    confirmation: bool,
+) -> list[str]:
+    """Why an interval leaves the decision open (spanning the threshold, or not clearing the
+    A/A noise floor), with how many repeats would likely decide it (set on the verdict)."""
+    lines: list[str] = []
+    if summary.ci_low < threshold:
+        verdict.repeats_to_decide = repeats_to_decide(
+            summary.estimate, summary.ci_low, summary.ci_high, threshold, summary.repeats
+        )
+        if verdict.repeats_to_decide is None:
+            more = "more starts or repeats might decide it, but how many cannot be estimated"
+        else:
+            more = (
+                f"about {verdict.repeats_to_decide} repeats per prompt (now {summary.repeats}) "
+                "would likely decide it if the starts agree"
+            )
+            if verdict.repeats_to_decide > MAX_REPEATS:
+                more += f", more than the protocol allows ({MAX_REPEATS})"
+        lines.append(f"Inconclusive: {speed}; the interval spans the threshold; {more}.")
+    elif not confirmation and summary.ci_low < summary.noise_floor:
+        lines.append(
+            f"Inconclusive: {speed}; the lower bound clears the threshold but not the A/A noise "
+            f"floor {_x(summary.noise_floor)} (how far the baseline's own starts differ)."
+        )
+    return lines
+
+
+def _lost_and_open(cells: list[CellVerdict]) -> tuple[list[CellVerdict], list[CellVerdict]]:
+    """The workload cells (besides the headline) that reject a candidate, and those that leave
+    it open: a decisive cell regressed or unmeasured, or a guard cell regressed, loses; a
+    decisive cell still unclear keeps it open."""
+    lost = [
+        c
+        for c in cells
+        if (c.role == "decisive" and not c.headline and c.status in ("regressed", "unmeasured"))
+        or (c.role == "guard" and c.status == "regressed")
+    ]
+    still_open = [
+        c for c in cells if c.role == "decisive" and not c.headline and c.status == "unclear"
+    ]
+    return lost, still_open
+
+
+def _nothing_to_compare(baseline: CandidateRun) -> str:
+    """Why no speedup could be computed: which side lacks a successful measurement."""
+    if not any(s.phase == "measure" and s.error is None for s in baseline.samples):
+        return "The baseline has no successful measurement to compare with."
+    return "No prompt was measured successfully on both sides."
+
+
 def judge(
     baseline: CandidateRun,
     run: CandidateRun,
@@ -258,32 +380,7 @@ def judge(
         peak_memory_gb=run.peak_memory_gb,
         auto_promote=may_promote,
     )
-    if not run.started:
-        why = run.start_error or "no error was reported"
-        verdict.reasons.append(f"The candidate did not start: {why}.")
-        return verdict
-
-    measured = [s for s in run.samples if s.phase == "measure"]
-    verdict.requests_used = len(measured)
-    verdict.starts_used = len({s.start for s in measured})
-    verdict.rounds_used = len({s.round for s in measured})
-    verdict.baseline_starts = len({s.start for s in baseline.samples if s.phase == "measure"})
-    failed, total = error_count(run.samples)
-    if total == 0:  # say why when a start recorded it (a server that died in its warm-up)
-        why = next((r.error for r in run.rounds if r.error), None) or next(
-            (s.error for s in run.samples if s.error), None
-        )
-        verdict.reasons.append(
-            "The candidate has no measured requests" + (f": {why}." if why else ".")
-        )
-        return verdict
-    rate = failed / total
-    if rate > thresholds.max_error_rate:
-        first = next(s.error for s in run.samples if s.phase == "measure" and s.error)
-        verdict.reasons.append(
-            f"{failed} of {total} measured requests failed ({rate:.0%}), above the "
-            f"{thresholds.max_error_rate:.0%} allowed; first error: {first}."
-        )
+    if _refused_unmeasured(baseline, run, thresholds, verdict):
         return verdict
 
     verdict.gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
@@ -307,10 +404,7 @@ def judge(
         prior=learned_prior(protocol),
     )
     if summary is None:
-        if not any(s.phase == "measure" and s.error is None for s in baseline.samples):
-            hard_failures.append("The baseline has no successful measurement to compare with.")
-        else:
-            hard_failures.append("No prompt was measured successfully on both sides.")
+        hard_failures.append(_nothing_to_compare(baseline))
         verdict.reasons.extend(hard_failures)
         return verdict
     _fill_figures(verdict, summary)
@@ -349,36 +443,8 @@ def judge(
             f"{_x(floor)} the worst-prompt tolerance allows"
         )
 
-    cells_lost = [
-        c
-        for c in verdict.cells
-        if (c.role == "decisive" and not c.headline and c.status in ("regressed", "unmeasured"))
-        or (c.role == "guard" and c.status == "regressed")
-    ]
-    cells_open = [
-        c
-        for c in verdict.cells
-        if c.role == "decisive" and not c.headline and c.status == "unclear"
-    ]
-    notes = [
-        f"Reported, not decisive: {c.detail}."
-        for c in verdict.cells
-        if c.role == "reported" and not c.headline and c.detail
-    ]
-    if confirmation:
-        notes.append(
-            "A confirmation of the selection: the bar is the threshold alone (the A/A noise "
-            "floor was cleared in selection; one start per side carries the assumed "
-            f"{ASSUMED_START_NOISE:.0%} start-to-start spread in its interval)."
-        )
-    elif summary.noise_floor_assumed:
-        notes.append(
-            "The baseline was measured in a single server start, so its A/A noise floor is "
-            "unknown: it was computed from an assumed "
-            f"{ASSUMED_START_NOISE:.0%} start-to-start spread ({_x(summary.noise_floor)}), and "
-            "any side with one start gets that spread in its interval too (decided "
-            "conservatively)."
-        )
+    cells_lost, cells_open = _lost_and_open(verdict.cells)
+    notes = _verdict_notes(verdict.cells, summary, confirmation=confirmation)
 
     def finish(decision: Decision, *lines: str) -> CandidateVerdict:
         verdict.decision = decision
@@ -442,26 +508,7 @@ def judge(
             f"interval ({_x(high)}) is below the threshold, so more starts are not expected "
             "to qualify it.",
         )
-    lines = []
-    if summary.ci_low < threshold:
-        verdict.repeats_to_decide = repeats_to_decide(
-            summary.estimate, summary.ci_low, summary.ci_high, threshold, summary.repeats
-        )
-        if verdict.repeats_to_decide is None:
-            more = "more starts or repeats might decide it, but how many cannot be estimated"
-        else:
-            more = (
-                f"about {verdict.repeats_to_decide} repeats per prompt (now {summary.repeats}) "
-                "would likely decide it if the starts agree"
-            )
-            if verdict.repeats_to_decide > MAX_REPEATS:
-                more += f", more than the protocol allows ({MAX_REPEATS})"
-        lines.append(f"Inconclusive: {speed}; the interval spans the threshold; {more}.")
-    elif not confirmation and summary.ci_low < summary.noise_floor:
-        lines.append(
-            f"Inconclusive: {speed}; the lower bound clears the threshold but not the A/A noise "
-            f"floor {_x(summary.noise_floor)} (how far the baseline's own starts differ)."
-        )
+    lines = _open_interval(verdict, summary, threshold, speed, confirmation=confirmation)
     lines += [
         f"Inconclusive: {prompt_text(p)}; its interval straddles it, so more starts would show "
         "whether that regression is real."

@@ -105,7 +105,7 @@ async def ask_model(
     return content if isinstance(content, str) else ""
 
 
-async def plan_local(
+async def plan_local(  # noqa: PLR0913  keyword-only options, one per flag of `mcp-infra plan`
     home: Home,
     *,
     dry_run: bool = False,

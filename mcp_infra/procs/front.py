@@ -1050,7 +1050,7 @@ class Front:
                 up.close()
                 self.release(url)
 
-    async def relay(
+    async def relay(  # noqa: PLR0913  one request's parts, hot path, one caller
         self,
         conn: Conn,
         up: Upstream,
