@@ -16,6 +16,7 @@ from mcp_infra.contracts.base import (
     REVISION_PATTERN,
     SCHEMA_VERSION,
     Contract,
+    JSONValue,
     Part,
     text_problem,
 )
@@ -166,6 +167,7 @@ __all__ = [
     "ID_PATTERN",
     "InTotoStatement",
     "InventoryFile",
+    "JSONValue",
     "JournalStep",
     "Knobs",
     "LearnedSpread",

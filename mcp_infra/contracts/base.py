@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 CANDIDATE_ID_PATTERN = r"^(baseline|[a-z0-9][a-z0-9._-]{0,63}:[a-z0-9][a-z0-9._-]{0,63})$"
 REVISION_PATTERN = r"^[0-9a-f]{40}$"
 REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
 BASELINE_ID = "baseline"
+
+JSONValue = Any
+"""JSON from outside the process (an MCP client, a model's reply, a journal line, a bundle or
+YAML file): any shape until a contract validates it. The one reason the package uses ``Any``
+for data; other ``Any`` says its own reason where it stands."""
 
 
 class Contract(BaseModel):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from pydantic import Field
 
-from mcp_infra.contracts.base import Contract
+from mcp_infra.contracts.base import Contract, JSONValue
 
 
 class CycleState(StrEnum):
@@ -63,7 +62,7 @@ class Event(Contract):
     cycle_id: str
     state: CycleState
     message: str
-    fields: dict[str, Any] = Field(default_factory=dict)  # JSON from the journal: any shape
+    fields: dict[str, JSONValue] = Field(default_factory=dict)
 
     @property
     def step(self) -> JournalStep:

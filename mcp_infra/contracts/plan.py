@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from mcp_infra.contracts.base import CANDIDATE_ID_PATTERN, Contract, Part, text_problem
+from mcp_infra.contracts.base import CANDIDATE_ID_PATTERN, Contract, JSONValue, Part, text_problem
 from mcp_infra.contracts.manifest import CandidateClass
 from mcp_infra.contracts.policy import MeasureProtocol
 
@@ -78,7 +78,7 @@ class Plan(Part):
 class PlanChange(Part):
     field: str
     action: Literal["added", "removed", "clamped", "tightened", "kept", "defaulted", "refused"]
-    value: Any = None
+    value: JSONValue = None  # the value as proposed, clamped or defaulted
     reason: str
 
 

@@ -48,7 +48,7 @@ class WorkloadCell(Part):
 
 def _default_workload() -> list[WorkloadCell]:
     return [
-        WorkloadCell(request_class=c, concurrency=n)  # type: ignore[arg-type]
+        WorkloadCell(request_class=c, concurrency=n)
         for c in ("short", "long_prefill")
         for n in (1, 4)
     ]

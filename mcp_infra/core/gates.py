@@ -261,7 +261,7 @@ def _check_json_object(reply: str) -> tuple[bool, str]:
         data = json.loads(reply.strip(), object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         return False, f"reply repeats the JSON key {str(exc)!r}; only one value may count"
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return False, f"reply is not a JSON document ({exc.msg}): {_short(reply.strip())}"
     if not isinstance(data, dict):
         return False, f"reply is JSON but not an object: {type(data).__name__}"
@@ -448,7 +448,7 @@ CONTEXT_TOKENS = 3
 CONTEXT_CHARS = 20
 
 
-def _first_difference(a: Sequence, b: Sequence) -> int | None:
+def _first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i

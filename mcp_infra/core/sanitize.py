@@ -11,7 +11,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from mcp_infra.contracts import (
     CANDIDATE_ID_PATTERN,
     EffectiveThresholds,
     FrozenPlan,
+    JSONValue,
     LearnedSpread,
     Manifest,
     Plan,
@@ -77,7 +78,7 @@ def shown_name(key: object) -> str:
     return "<a field whose name is not a plain word>"
 
 
-def limit_words(kind: str, ctx: dict[str, Any]) -> str | None:
+def limit_words(kind: str, ctx: dict[str, Any]) -> str | None:  # pydantic's error ctx type
     """The limit a value broke, in plain words ("at most 3 items, got 10"), from a pydantic
     error's type and context; None for an error that is not about a limit."""
     got = ctx.get("actual_length")
@@ -128,14 +129,14 @@ _ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
-def _parent(loc: tuple[Any, ...]) -> str:
+def _parent(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc[:-1])
 
 
 MAX_PLAN_DEPTH = 8  # a plan nests two levels (acceptance, candidates); a margin, never more
 
 
-def nesting_depth(raw: Any, stop: int = MAX_PLAN_DEPTH + 1) -> int:
+def nesting_depth(raw: JSONValue, stop: int = MAX_PLAN_DEPTH + 1) -> int:
     """How deeply a JSON text or a JSON-like value nests (objects and lists), counted without
     recursion and without parsing, up to ``stop`` (a string of 8,000 ``[`` must not reach a
     recursive parser)."""
@@ -170,14 +171,14 @@ def _text_depth(raw: str, stop: int) -> int:
     return deepest
 
 
-def _value_depth(raw: Any, stop: int) -> int:
+def _value_depth(raw: JSONValue, stop: int) -> int:
     """The depth of nested mappings, lists and tuples, walked with a stack."""
     deepest = 0
-    stack: list[tuple[Any, int]] = [(raw, 1)]
+    stack: list[tuple[JSONValue, int]] = [(raw, 1)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, Mapping):
-            children: Any = value.values()
+            children: Iterable[JSONValue] = value.values()
         elif isinstance(value, list | tuple):
             children = value
         else:
@@ -189,7 +190,7 @@ def _value_depth(raw: Any, stop: int) -> int:
     return deepest
 
 
-def check_shape(raw: Any) -> None:
+def check_shape(raw: JSONValue) -> None:
     """Size and nesting of an untrusted plan, checked before anything parses or walks it."""
     if isinstance(raw, str | bytes) and len(raw) > MAX_PLAN_BYTES:
         raise PlanRefused(
@@ -204,7 +205,7 @@ def check_shape(raw: Any) -> None:
         )
 
 
-def has_non_finite(value: Any, depth: int = 0) -> bool:
+def has_non_finite(value: JSONValue, depth: int = 0) -> bool:
     """Is there a NaN or an infinity anywhere in this JSON-like value? (A raw JSON-RPC peer can
     send them; Python's json accepts them.) Bounded in depth, never recursing forever."""
     if isinstance(value, float):
@@ -218,7 +219,7 @@ def has_non_finite(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def parse_plan(raw: Any) -> Plan:
+def parse_plan(raw: JSONValue) -> Plan:
     """Validate untrusted input (an object, or a JSON string of one) into a ``Plan``."""
     if isinstance(raw, BaseModel):
         raw = raw.model_dump()

@@ -259,11 +259,11 @@ def _refused_unmeasured(
     verdict.baseline_starts = len({s.start for s in baseline.samples if s.phase == "measure"})
     failed, total = error_count(run.samples)
     if total == 0:  # say why when a start recorded it (a server that died in its warm-up)
-        why = next((r.error for r in run.rounds if r.error), None) or next(
+        cause = next((r.error for r in run.rounds if r.error), None) or next(
             (s.error for s in run.samples if s.error), None
         )
         verdict.reasons.append(
-            "The candidate has no measured requests" + (f": {why}." if why else ".")
+            "The candidate has no measured requests" + (f": {cause}." if cause else ".")
         )
         return True
     rate = failed / total
@@ -418,14 +418,14 @@ def judge(
     verdict.cells = judge_cells(baseline, run, protocol, summary, head, floor, seed, level)
 
     threshold = 1 + thresholds.min_speedup_pct / 100
-    level = f"{summary.confidence:.0%}"
+    shown_level = f"{summary.confidence:.0%}"
     adjusted = (
         f", {summary.level:.1%} at this look of early stopping"
         if summary.level != summary.confidence
         else ""
     )
     speed = (
-        f"speedup {_x(summary.estimate)} ({level} interval{adjusted} {_x(summary.ci_low)} to "
+        f"speedup {_x(summary.estimate)} ({shown_level} interval{adjusted} {_x(summary.ci_low)} to "
         f"{_x(summary.ci_high)}, {summary.baseline_starts} baseline and "
         f"{summary.candidate_starts} candidate start(s)"
         + ("" if summary.spread == "this cycle" else f"; start spread {summary.spread}")
@@ -537,10 +537,12 @@ def _output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[in
         if tokens <= 0:
             continue
         span = None
-        if all(s.t_mono is not None and s.e2e_s is not None for s in rows):
-            span = max(s.t_mono + s.e2e_s for s in rows) - min(s.t_mono for s in rows)  # type: ignore[operator]
-        elif concurrency == 1 and all(s.e2e_s is not None for s in rows):
-            span = math.fsum(s.e2e_s for s in rows)  # type: ignore[misc]
+        stamps = [(s.t_mono, s.e2e_s) for s in rows if s.t_mono is not None and s.e2e_s is not None]
+        durations = [s.e2e_s for s in rows if s.e2e_s is not None]
+        if len(stamps) == len(rows):
+            span = max(t + e for t, e in stamps) - min(t for t, _ in stamps)
+        elif concurrency == 1 and len(durations) == len(rows):
+            span = math.fsum(durations)
         if span is not None and span > 0:
             out[start] = tokens / span
     return out
@@ -686,7 +688,7 @@ def _fill_figures(verdict: CandidateVerdict, s: SpeedupSummary) -> None:
     verdict.candidate_tps = s.candidate_tps
 
 
-def _preference(run: CandidateRun) -> tuple:
+def _preference(run: CandidateRun) -> tuple[int, tuple[int, int], float, str]:
     """Preferred first: lossless before lossy, then knob cost, then lower peak memory (unknown
     last), then the id."""
     memory = run.peak_memory_gb if run.peak_memory_gb is not None else float("inf")

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 
@@ -27,6 +27,9 @@ from mcp_infra.faces import evidence_cli, render
 from mcp_infra.flows import api as app
 from mcp_infra.state.context import active_recipe, load_config, window_state
 from mcp_infra.state.store import ENV_HOME, CorruptFile, Home, LockHeld
+
+if TYPE_CHECKING:  # the MCP server is imported only by the commands that serve
+    from mcp_infra.faces.mcp_server import Mode
 
 
 def _print(data: Any, as_json: bool, text: str | None = None) -> None:
@@ -78,14 +81,14 @@ def cmd_serve(home: Home, args: argparse.Namespace) -> int:
 
     if args.auth == "none" and args.transport != "http":
         _fail("serve: --auth applies to --transport http only")
-    mode = args.mode or ("read-only" if args.auth == "none" else "propose")
+    mode: Mode = args.mode or ("read-only" if args.auth == "none" else "propose")
     try:
         return _serve(home, args, mode)
     except KeyboardInterrupt:  # Ctrl-C in the terminal of its client (the demo): a quiet stop
         return ExitCode.INTERRUPTED
 
 
-def _serve(home: Home, args: argparse.Namespace, mode: str) -> int:
+def _serve(home: Home, args: argparse.Namespace, mode: Mode) -> int:
     from mcp_infra.faces.mcp_server import serve
 
     return serve(

@@ -557,7 +557,9 @@ def build_server(  # noqa: C901  its tools are small closures; mccabe sums them 
     server.status_notifier = StatusNotifier(server, home, status_view)  # type: ignore[attr-defined]
     server.status_notifier.install()  # type: ignore[attr-defined]
     for name in tools:  # extra arguments are refused (ArgumentGuard): say so in the schema
-        server._tool_manager.get_tool(name).parameters["additionalProperties"] = False
+        registered = server._tool_manager.get_tool(name)
+        assert registered is not None, name  # registered above
+        registered.parameters["additionalProperties"] = False
 
     @server.prompt(
         name=planning.PROMPT_NAME,
@@ -608,7 +610,7 @@ def _fraction(cycle: app.CycleView) -> float:
     """How far a cycle is, 0 to 1: its step among the nominal ones, and within EXPERIMENT
     its round of the maximum and start within the round."""
     steps = cycle.steps or len(app.NOMINAL_STATES)
-    done = (cycle.step or 1) - 1
+    done: float = (cycle.step or 1) - 1
     where = cycle.measuring
     if where and where.phase == "measure" and where.round and where.max_rounds:
         starts = where.starts_in_round or 1

@@ -286,8 +286,8 @@ def proposal_text(view: app.ProposalView) -> str:
     lines += [f"- refused {r.id}: {r.reason}" for r in view.refused]
     if view.window:
         lines.append(f"Runs: {view.window}.")
-    if said := cost_line(view.cost):
-        lines.append(f"Cost: {said}")
+    if cost_said := cost_line(view.cost):
+        lines.append(f"Cost: {cost_said}")
     if view.queue_position:
         lines.append(f"Queue position: {view.queue_position}.")
     if view.follow:

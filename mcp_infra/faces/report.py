@@ -729,7 +729,7 @@ def _cell_keys(data: Loaded) -> list[tuple[str, int, str]]:
     for _, run in [*data.runs.values()]:
         for f in run.cells:
             keys.append((f.request_class, f.concurrency, f.role))
-    order = {
+    order: dict[tuple[str, int], int] = {
         (c.request_class, c.concurrency): i
         for i, c in enumerate(data.plan.protocol.workload if data.plan else [])
     }

@@ -31,6 +31,7 @@ from mcp_infra.contracts import (
     FrozenPlan,
     Outcome,
     Recipe,
+    ServiceConfig,
     Verdict,
 )
 from mcp_infra.core.preflight import preflight
@@ -186,7 +187,7 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
 
 def _approval_cycle(
     home: Home,
-    config: object,
+    config: ServiceConfig,
     plan: FrozenPlan,
     bundle: Path,
     source: str,

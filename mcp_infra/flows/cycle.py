@@ -147,9 +147,9 @@ class Journal:
                 **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}},
             ),
         )
-        step = JournalStep(step or JournalStep.ENTER).value
+        at = JournalStep(step or JournalStep.ENTER).value
         pause = os.environ.get(PAUSE_ENV)
-        if pause and (pause == f"{state.value}:{step}" or (pause, step) == (state.value, "enter")):
+        if pause and (pause == f"{state.value}:{at}" or (pause, at) == (state.value, "enter")):
             marker = self.home.state / f"paused-at-{pause.replace(':', '-')}"
             marker.write_text(f"{os.getpid()}\n")
             while True:  # a seam for tests and operators: wait here until killed

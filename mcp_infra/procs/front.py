@@ -621,10 +621,11 @@ class Front:
             self._add(queued=1)
         self._dirty = True
         gone_wait = asyncio.ensure_future(gone.wait())
+        either: set[asyncio.Future[Any]] = {waiter.future, gone_wait}
         granted = False
         try:
             await asyncio.wait(
-                {waiter.future, gone_wait},
+                either,
                 timeout=max(0.0, deadline - time.monotonic()),
                 return_when=asyncio.FIRST_COMPLETED,
             )

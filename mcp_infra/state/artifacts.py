@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +256,7 @@ def _stat_key(path: Path) -> tuple[str, int, int, int, int]:
     return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-def file_sha256(path: Path, progress: Callable[[int], Any] | None = None) -> str:
+def file_sha256(path: Path, progress: Callable[[int], object] | None = None) -> str:
     key = _stat_key(path)
     if key in _MEMO:
         if progress:
@@ -276,7 +277,7 @@ def _digest(files: list[InventoryFile]) -> str:
     )
 
 
-def _bar(total: int, desc: str, enabled: bool) -> Any:
+def _bar(total: int, desc: str, enabled: bool) -> Any:  # a tqdm bar (tqdm has no stubs)
     if not enabled:
         return None
     try:
@@ -292,7 +293,11 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 
 
 def plan_artifact(
-    artifact: ArtifactRef, cache: Path, *, offline: bool, api: Any = None
+    artifact: ArtifactRef,
+    cache: Path,
+    *,
+    offline: bool,
+    api: Any = None,  # an HfApi, or a stand-in with its model_info (tests)
 ) -> ArtifactPlan:
     """What preparing one artifact means: its files, their sizes, what must still be fetched.
 
@@ -302,13 +307,14 @@ def plan_artifact(
     allow = list(artifact.files) or list(DEFAULT_ALLOW_PATTERNS)
     snap = snapshot_path(cache, artifact.repo, artifact.revision)
     local = _snapshot_files(snap)
-    base = {
-        "role": artifact.role,
-        "repo": artifact.repo,
-        "revision": artifact.revision,
-        "allow_patterns": allow,
-        "snapshot": str(snap),
-    }
+    planned = partial(
+        ArtifactPlan,
+        role=artifact.role,
+        repo=artifact.repo,
+        revision=artifact.revision,
+        allow_patterns=allow,
+        snapshot=str(snap),
+    )
     if offline:
         files = [
             FilePlan(path=name, size=_size(path), cached=True)
@@ -317,9 +323,7 @@ def plan_artifact(
         ]
         missing = not files
         estimate = int((artifact.size_gb or 0) * GB) if missing else 0
-        return ArtifactPlan(
-            **base, source="cache", files=files, download_bytes=estimate, estimated=missing
-        )
+        return planned(source="cache", files=files, download_bytes=estimate, estimated=missing)
     if api is None:
         from huggingface_hub import HfApi
 
@@ -351,7 +355,7 @@ def plan_artifact(
     if not files:
         raise HubError(f"{artifact.repo}@{artifact.revision}: no file matches the patterns {allow}")
     download = sum(f.size or 0 for f in files if not f.cached)
-    return ArtifactPlan(**base, source="hub", files=files, download_bytes=download)
+    return planned(source="hub", files=files, download_bytes=download)
 
 
 def _size(path: Path) -> int | None:
@@ -407,7 +411,7 @@ def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offl
     cache: Path | None = None,
     offline: bool | None = None,
     progress: bool = True,
-    api: Any = None,
+    api: Any = None,  # as in plan_artifact
     free_bytes: int | None = None,
 ) -> PrepareResult:
     """Download (or find, offline) a candidate's pinned artifacts, then inventory them.
@@ -488,7 +492,7 @@ def _fetch_and_inventory(
     from huggingface_hub import snapshot_download
 
     before = plan.download_bytes if not offline else 0
-    kwargs: dict[str, Any] = {
+    kwargs: dict[str, Any] = {  # snapshot_download's keyword arguments, of mixed types
         "revision": plan.revision,
         "cache_dir": str(cache),
         "allow_patterns": plan.allow_patterns,
@@ -555,7 +559,7 @@ def build_inventory(
                     f"{digest[:12]}…, the hub publishes {want.sha256[:12]}…"
                 )
             small = want is not None and (want.size or 0) < 50_000_000
-            if small and want.git_sha1 and _git_sha1(path) != want.git_sha1:
+            if small and want and want.git_sha1 and _git_sha1(path) != want.git_sha1:
                 raise ArtifactTampered(
                     f"{plan.repo}@{plan.revision}: {name} differs from the "
                     "hub's git blob at this revision"

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from mcp_infra.contracts import (
     CycleCost,
     CycleState,
     Event,
     JournalStep,
+    JSONValue,
     ProcessUsage,
     ServerCost,
     UsageStart,
@@ -59,7 +60,7 @@ def downtime_from_journal(events: list[Event]) -> tuple[float | None, str]:
     return None, "journal: a promotion began but its end is not journaled"
 
 
-def downtime_from_impact(impact: dict[str, Any]) -> float | None:
+def downtime_from_impact(impact: dict[str, JSONValue]) -> float | None:
     for key in ("downtime_s", "downtime_seconds", "downtime"):
         value = impact.get(key)
         if isinstance(value, int | float):
@@ -119,7 +120,7 @@ def build(
     events: list[Event],
     start: UsageStart | None,
     usages: list[ProcessUsage],
-    impact: dict[str, Any] | None,
+    impact: dict[str, JSONValue] | None,
     speedup_pct: float | None,
     end: EndReadings,
 ) -> CycleCost:
@@ -171,7 +172,7 @@ def build(
 
 def read_inputs(
     cycle_dir: Path,
-) -> tuple[UsageStart | None, list[ProcessUsage], dict[str, Any] | None]:
+) -> tuple[UsageStart | None, list[ProcessUsage], dict[str, JSONValue] | None]:
     start = read_optional(cycle_dir / "usage-start.json", UsageStart)
     usages = []
     folder = cycle_dir / "usage"

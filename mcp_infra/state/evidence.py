@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from mcp_infra.contracts import CheckResult, CycleCost, CycleSummary, EvidenceManifest
+from mcp_infra.contracts import CheckResult, CycleCost, CycleSummary, EvidenceManifest, JSONValue
 from mcp_infra.core.sanitize import nearest_text
 from mcp_infra.state import sealing, signing, verification
 from mcp_infra.state.store import (
@@ -166,12 +167,13 @@ def integrity(bundle: Path, home: Home | None = None) -> Verification:
     if hit is not None and hit[0] == stamp:
         return hit[1]
     b = verification.Bundle(bundle)
-    checks = []
-    for name, run in (
+    checks: list[CheckResult] = []
+    plan: list[tuple[str, Callable[[], str]]] = [
         ("file_hashes", lambda: verification.check_file_hashes(b)),
         ("signature", lambda: verification.check_signature(b, key)),
         ("statement_files", lambda: verification.check_statement_files(b)),
-    ):
+    ]
+    for name, run in plan:
         try:
             checks.append(CheckResult(name=name, status="ok", detail=run()))
         except verification.Skipped as exc:
@@ -242,7 +244,7 @@ def verify_command(home: Home | None, ref: str, bundle: Path | None = None) -> s
 
 
 def list_cycles(home: Home) -> list[CycleSummary]:
-    out = []
+    out: list[CycleSummary] = []
     if not home.evidence.is_dir():
         return out
     for path in sorted(home.evidence.glob("*/summary.json")):
@@ -253,7 +255,7 @@ def list_cycles(home: Home) -> list[CycleSummary]:
     return sorted(out, key=lambda s: s.started_at, reverse=True)
 
 
-def journal_of(bundle: Path) -> list[dict]:
+def journal_of(bundle: Path) -> list[dict[str, JSONValue]]:
     events, problems = read_journal_file(CycleFiles(bundle).journal)
     rows = [e.model_dump(mode="json") for e in events]
     rows += [{"problem": p} for p in problems]

@@ -25,7 +25,6 @@ read from the bundle on the fly, with its environment from its own ``environment
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -34,6 +33,7 @@ from mcp_infra.contracts import (
     Decision,
     EnvironmentFingerprint,
     FrozenPlan,
+    JSONValue,
     Policy,
     Recipe,
     RememberedGate,
@@ -74,7 +74,9 @@ PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
 
 
 def environment_key(
-    env: dict[str, str], recipe: Recipe | dict[str, Any], identities: dict[str, str] | None = None
+    env: dict[str, str],
+    recipe: Recipe | dict[str, JSONValue],
+    identities: dict[str, str] | None = None,
 ) -> str:
     """sha256 of the environment and the candidate's artifacts (``identities`` caches
     ``artifact_identity`` by path)."""
@@ -123,7 +125,7 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
         return None
     env = environment() if env_now or fingerprint is None else environment_from(fingerprint)
     events, _ = read_journal_file(CycleFiles(bundle).journal)
-    recipes: dict[str, dict[str, Any]] = {}
+    recipes: dict[str, dict[str, JSONValue]] = {}
     approval_of = None
     for event in events:
         if event.state.value == "PREPARE" and isinstance(event.fields.get("recipes"), dict):
@@ -219,9 +221,9 @@ def cycles(home: Home) -> list[CycleMemory]:
         for bundle in sorted(home.evidence.glob("*/MANIFEST.json")):
             cycle_id = bundle.parent.name
             if cycle_id not in seen:
-                memo = from_bundle(home, cycle_id)
-                if memo is not None:
-                    seen[cycle_id] = memo
+                found = from_bundle(home, cycle_id)
+                if found is not None:
+                    seen[cycle_id] = found
     return sorted(
         seen.values(),
         key=lambda m: (min((o.sealed_at for o in m.outcomes), default=m.recorded_at), m.cycle_id),

@@ -221,7 +221,7 @@ def sign(statement: InTotoStatement, key: Ed25519PrivateKey) -> DsseEnvelope:
     payload = statement_bytes(statement)
     signature = key.sign(pae(PAYLOAD_TYPE, payload))
     return DsseEnvelope(
-        payloadType=PAYLOAD_TYPE,
+        payload_type=PAYLOAD_TYPE,
         payload=base64.b64encode(payload).decode(),
         signatures=[
             DsseSignature(

@@ -725,7 +725,7 @@ def trust_words(
 
 def verify(
     bundle: Path, key: Path | None = None, home: Home | None = None, pin: str | None = None
-) -> object:
+) -> Verification:
     """Run every check; the result names each one (see ``Verification``). ``home``: the
     verifying home (its key is the default, and "the home's own key" is said of it); ``pin``: a
     fingerprint the signing key must have (``signing.parse_fingerprint``'s form)."""
