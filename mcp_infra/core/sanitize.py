@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from mcp_infra.contracts import (
     BASELINE_ID,
     CANDIDATE_ID_PATTERN,
+    Bounded,
     EffectiveThresholds,
     FrozenPlan,
     JSONValue,
@@ -270,6 +271,21 @@ def _display_id(candidate: str, index: int) -> str:
     return f"<candidate #{index + 1}: not a well-formed id>"
 
 
+def _clamped(field: str, asked: float, bounds: Bounded, changes: list[PlanChange]) -> float:
+    """An acceptance value moved into the policy's range, the move recorded with its reason."""
+    value = min(max(asked, bounds.low), bounds.high)
+    if value != asked:
+        changes.append(
+            PlanChange(
+                field=f"acceptance.{field}",
+                action="clamped",
+                value=value,
+                reason=f"clamped to the policy's range [{bounds.low}, {bounds.high}]",
+            )
+        )
+    return value
+
+
 def sanitize(  # noqa: PLR0913  keyword-only inputs of one pure decision, each named at its call
     plan: Plan,
     *,
@@ -421,20 +437,7 @@ def combined_thresholds(
     memory = bounds.max_peak_memory_gb.default
     asked = plan.acceptance
     if asked and asked.min_speedup_pct is not None:
-        value = min(
-            max(asked.min_speedup_pct, bounds.min_speedup_pct.low), bounds.min_speedup_pct.high
-        )
-        if value != asked.min_speedup_pct:
-            changes.append(
-                PlanChange(
-                    field="acceptance.min_speedup_pct",
-                    action="clamped",
-                    value=value,
-                    reason="clamped to the policy's range "
-                    f"[{bounds.min_speedup_pct.low}, "
-                    f"{bounds.min_speedup_pct.high}]",
-                )
-            )
+        value = _clamped("min_speedup_pct", asked.min_speedup_pct, bounds.min_speedup_pct, changes)
         if value >= speed:
             if value > speed:
                 changes.append(
@@ -456,21 +459,9 @@ def combined_thresholds(
                 )
             )
     if asked and asked.max_peak_memory_gb is not None:
-        value = min(
-            max(asked.max_peak_memory_gb, bounds.max_peak_memory_gb.low),
-            bounds.max_peak_memory_gb.high,
+        value = _clamped(
+            "max_peak_memory_gb", asked.max_peak_memory_gb, bounds.max_peak_memory_gb, changes
         )
-        if value != asked.max_peak_memory_gb:
-            changes.append(
-                PlanChange(
-                    field="acceptance.max_peak_memory_gb",
-                    action="clamped",
-                    value=value,
-                    reason="clamped to the policy's range "
-                    f"[{bounds.max_peak_memory_gb.low}, "
-                    f"{bounds.max_peak_memory_gb.high}]",
-                )
-            )
         if live_peak is not None and value < live_peak:
             changes.append(
                 PlanChange(

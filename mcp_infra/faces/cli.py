@@ -405,11 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the model")
     plan.add_argument("--goal", help="one line: what to optimize")
     plan.add_argument("--json", action="store_true")
-    plan.add_argument(
-        "--no-supervisor",
-        action="store_true",
-        help="queue only; run `mcp-infra supervise` yourself",
-    )
+    _queue_only(plan)
 
     sup = sub.add_parser(
         "supervise",
@@ -505,11 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
     prop.add_argument("file")
     prop.add_argument("--dry-run", action="store_true")
     prop.add_argument("--json", action="store_true")
-    prop.add_argument(
-        "--no-supervisor",
-        action="store_true",
-        help="queue only; run `mcp-infra supervise` yourself",
-    )
+    _queue_only(prop)
 
     svc = sub.add_parser(
         "service",
@@ -529,6 +521,15 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--json", action="store_true")
     _global_options_anywhere([*sub.choices.values(), *gsub.choices.values()])
     return parser
+
+
+def _queue_only(parser: argparse.ArgumentParser) -> None:
+    """``--no-supervisor`` of `plan` and `propose` (serve's says "plans": it queues many)."""
+    parser.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="queue only; run `mcp-infra supervise` yourself",
+    )
 
 
 def _global_options_anywhere(parsers: list[argparse.ArgumentParser]) -> None:

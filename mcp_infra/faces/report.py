@@ -503,6 +503,16 @@ class Point:
     floor: float | None = None
 
 
+def _charted(div_id: str, svg: str, rows: list[list[str]], head: list[str]) -> str:
+    """A chart with the figures it draws, as a table a reader can open under it."""
+    return (
+        f"<div id='{div_id}'><figure>{svg}</figure>"
+        + "<details><summary>the charted figures (from verdict.json)</summary>"
+        + _table(rows, head)
+        + "</details></div>"
+    )
+
+
 def interval_chart(
     name: str,
     points: list[Point],
@@ -624,14 +634,8 @@ def candidates_chart(data: Loaded) -> str:
         _threshold_lines(data),
         "candidate / live recipe, decode tok/s (log scale)",
     )
-    return (
-        f"<div id='chart-candidates'><figure>{svg}</figure>"
-        + "<details><summary>the charted figures (from verdict.json)</summary>"
-        + _table(
-            rows, ["candidate", "speedup", "interval low", "interval high", "A/A floor", "drawn as"]
-        )
-        + "</details></div>"
-    )
+    head = ["candidate", "speedup", "interval low", "interval high", "A/A floor", "drawn as"]
+    return _charted("chart-candidates", svg, rows, head)
 
 
 def prompts_chart(data: Loaded) -> str:
@@ -674,14 +678,8 @@ def prompts_chart(data: Loaded) -> str:
         lines,
         "candidate / live recipe, decode tok/s (log scale)",
     )
-    return (
-        f"<div id='chart-prompts'><figure>{svg}</figure>"
-        + "<details><summary>the charted figures (from verdict.json)</summary>"
-        + _table(
-            rows, ["candidate", "prompt", "live tok/s", "candidate tok/s", "speedup", "interval"]
-        )
-        + "</details></div>"
-    )
+    head = ["candidate", "prompt", "live tok/s", "candidate tok/s", "speedup", "interval"]
+    return _charted("chart-prompts", svg, rows, head)
 
 
 # ---------------------------------------------------------------------------------------------

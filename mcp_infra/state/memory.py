@@ -295,6 +295,21 @@ def _history(home: Home) -> dict[str, list[RememberedOutcome]]:
     return history
 
 
+def _measured_before(
+    home: Home, recipes: dict[str, Recipe], env: dict[str, str] | None
+) -> list[tuple[str, Recipe, list[RememberedOutcome], str]]:
+    """The recipes this home remembers outcomes of, by id: each with its outcomes (oldest
+    first) and its environment key now (``env``: this machine's, unless given)."""
+    env = env or environment()
+    history = _history(home)
+    identities: dict[str, str] = {}
+    return [
+        (cid, recipe, history[cid], environment_key(env, recipe, identities))
+        for cid, recipe in sorted(recipes.items())
+        if cid in history
+    ]
+
+
 def skips(
     home: Home,
     recipes: dict[str, Recipe],
@@ -303,17 +318,12 @@ def skips(
     env: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """candidate id → reason to skip it now (see the module notes). Deterministic."""
-    env = env or environment()
-    history = _history(home)
-    identities: dict[str, str] = {}
     out = {}
-    for cid, recipe in sorted(recipes.items()):
-        if cid not in history:
-            continue
+    for cid, recipe, remembered, env_key in _measured_before(home, recipes, env):
         last = latest(
-            history[cid],
+            remembered,
             manifest_hash=recipe.manifest_hash,
-            environment_key_=environment_key(env, recipe, identities),
+            environment_key_=env_key,
             policy_hash=policy_hash,
         )
         reason = skip_reason(last, policy)
@@ -327,20 +337,15 @@ def changed_candidates(
 ) -> dict[str, str]:
     """Candidates measured before whose manifest, policy or environment changed since their
     latest outcome: candidate id → what changed. Candidates never measured are not listed."""
-    env = env or environment()
-    history = _history(home)
-    identities: dict[str, str] = {}
     out = {}
-    for cid, recipe in sorted(recipes.items()):
-        if cid not in history:
-            continue
-        last = history[cid][-1]
+    for cid, recipe, remembered, env_key in _measured_before(home, recipes, env):
+        last = remembered[-1]
         what = []
         if last.manifest_hash != recipe.manifest_hash:
             what.append("manifest")
         if last.policy_hash != policy_hash:
             what.append("policy")
-        if last.environment_key != environment_key(env, recipe, identities):
+        if last.environment_key != env_key:
             what.append("environment or model files")
         if what:
             out[cid] = f"{', '.join(what)} changed since cycle {last.cycle_id}"

@@ -175,6 +175,12 @@ class Bundle:
 # ---------------------------------------------------------------------------------------------
 
 
+def _fail_on(problems: list[str]) -> None:
+    """A check fails with every problem it found, in one detail."""
+    if problems:
+        raise Failed("; ".join(problems))
+
+
 def check_file_hashes(b: Bundle) -> str:
     manifest = read_model(b.path / "MANIFEST.json", EvidenceManifest)
     SIGNATURE = CycleFiles.SIGNATURE
@@ -191,8 +197,7 @@ def check_file_hashes(b: Bundle) -> str:
     problems += [
         f"{extra}: not listed in the manifest" for extra in sorted(present - set(manifest.files))
     ]
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"{len(manifest.files)} file(s) match MANIFEST.json"
 
 
@@ -353,8 +358,7 @@ def check_plan_inputs(b: Bundle) -> str:
         problems.append("the plan's thresholds do not follow from the policy: " + "; ".join(looser))
     if plan.protocol.model_dump() != policy.protocol.model_dump():
         problems.append("the plan's protocol is not the policy's")
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return "policy hash, registry hash, thresholds and protocol re-derived from the bundled texts"
 
 
@@ -373,8 +377,7 @@ def check_suites(b: Bundle) -> str:
     strangers = sorted(measured - ids)
     if strangers and not problems:
         problems.append(f"samples of prompts no bundled suite holds: {', '.join(strangers[:5])}")
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"{len(ids)} prompt(s) in {len(sealing.suite_names(plan))} bundled suite(s)"
 
 
@@ -507,8 +510,7 @@ def check_gates_recomputed(b: Bundle) -> str:
             "the journal says online verification passed, but its samples "
             "(online.json) are not in the bundle"
         )
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"{count} gate(s) recomputed from stored outputs"
 
 
@@ -588,8 +590,7 @@ def check_summary_agrees(b: Bundle) -> str:
     )
     if summary.cycle_id != b.path.name and b.path.name.startswith("c-"):
         problems.append(f"summary.json is of cycle {summary.cycle_id}")
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"outcome {summary.outcome.value}, selected {summary.selected or '-'}"
 
 
@@ -625,8 +626,7 @@ def check_journal_agrees(b: Bundle) -> str:
         problems.append(
             f"the journal promoted {promoted[-1]}, the recomputed verdict selects {expected}"
         )
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"final record: {last.get('outcome')}, selected {last.get('selected') or '-'}"
 
 
