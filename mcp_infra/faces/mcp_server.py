@@ -817,6 +817,7 @@ def _add_resources(server: MCPServer, home: Home) -> None:  # noqa: C901  small 
     def evidence_report(cycle_id: str) -> str:
         return _report(cycle_id)
 
+    # Paged like the summary pages above, at the report's own page size: another document.
     @server.resource(
         f"{URI}evidence/{{cycle_id}}/report/{{page}}",
         name="evidence-report-page",

@@ -816,6 +816,7 @@ def workload_cells(data: Loaded) -> list[Cell]:
                 continue
             at = pointer(doc, "cells", j)
             concurrency_ref = concurrency_ref or f"{at}/concurrency"
+            # Not the judged row above: a run's own figures, for a cell the verdict did not judge.
             rows.append(
                 CellRow(
                     item.candidate,

@@ -887,6 +887,7 @@ def project_cost(
     )
 
 
+# project_cost's parameters with a home instead of bundles: it finds them, caches, may defer.
 def plan_cost(
     home: Home,
     plan: FrozenPlan,

@@ -140,6 +140,7 @@ def stream_chat(  # noqa: PLR0913  keyword-only: the labels the Sample is stampe
     )
 
 
+# stream_chat's request parameters, for the one untimed greedy answer the gates compare.
 def greedy_chat(
     base_url: str,
     messages: Sequence[dict[str, Any]],

@@ -164,7 +164,7 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
                 ],
             )
         )
-    elif verdict is not None:
+    elif verdict is not None:  # every judged candidate (an approval above remembers one recipe)
         for item in verdict.candidates:
             recipe = recipes.get(item.candidate, {})
             outcomes.append(

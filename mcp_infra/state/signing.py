@@ -141,6 +141,7 @@ def load_private(path: Path) -> Ed25519PrivateKey:
     return key
 
 
+# load_private's twin: the loader and the key type it must return differ.
 def load_public(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(path.read_bytes())
