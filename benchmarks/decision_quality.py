@@ -51,7 +51,7 @@ from mcp_infra.contracts import (
     Decision,
     EffectiveThresholds,
     LearnedSpread,
-    Protocol,
+    MeasureProtocol,
     Sample,
 )
 from mcp_infra.core.selector import select
@@ -130,7 +130,7 @@ def _run(cid: str, samples: list[Sample], prompts: int) -> CandidateRun:
 
 
 def _decide(
-    base: list[Sample], cand: list[Sample], setup: Setup, protocol: Protocol
+    base: list[Sample], cand: list[Sample], setup: Setup, protocol: MeasureProtocol
 ) -> tuple[str, float, float]:
     thresholds = EffectiveThresholds(
         min_speedup_pct=setup.threshold_pct,
@@ -171,8 +171,8 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
         "learned_spread": setup.learned(),
         "futility_confidence": setup.futility,
     }
-    staged = Protocol(min_starts=setup.min_starts, max_starts=setup.max_starts, **common)
-    fixed = Protocol(min_starts=setup.max_starts, max_starts=setup.max_starts, **common)
+    staged = MeasureProtocol(min_starts=setup.min_starts, max_starts=setup.max_starts, **common)
+    fixed = MeasureProtocol(min_starts=setup.max_starts, max_starts=setup.max_starts, **common)
     per_start = setup.prompts * setup.repeats
 
     early = None
@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=300)
-    ap.add_argument("--min-starts", type=int, default=Protocol().min_starts)
-    ap.add_argument("--max-starts", type=int, default=Protocol().max_starts)
+    ap.add_argument("--min-starts", type=int, default=MeasureProtocol().min_starts)
+    ap.add_argument("--max-starts", type=int, default=MeasureProtocol().max_starts)
     ap.add_argument(
         "--resamples",
         type=int,

@@ -10,7 +10,7 @@ measured by these helpers is a figure about any machine; never read them as one.
 Everything else is the product's own code: the plan is frozen by `app.freeze_plan`, the verdict
 comes from `selector.select`, the journal is written by `cycle.Journal` in the order a real cycle
 writes it (QUEUED, PREFLIGHT, PREPARE, BASELINE, MAINTENANCE, EXPERIMENT per candidate, SELECT,
-SEALED), and `cycle.seal` seals the bundle (and records recipe memory). Greedy outputs may also
+SEALED), and `cycle.conclude` seals the bundle (and records recipe memory). Greedy outputs may also
 be real ones read from real servers (tests/test_approve.py).
 """
 
@@ -165,7 +165,7 @@ def seal(
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(cdir / "verdict.json", verdict)
     assert verdict.selected is None, "these helpers seal cycles that keep the baseline"
-    return cycle.seal(
+    return cycle.conclude(
         home,
         plan,
         cycle_id,

@@ -11,7 +11,7 @@ from mcp_infra.contracts import (
     CandidateRun,
     CellFigures,
     EffectiveThresholds,
-    Protocol,
+    MeasureProtocol,
     Sample,
     WorkloadCell,
 )
@@ -34,7 +34,7 @@ THRESHOLDS = EffectiveThresholds(
     tie_tolerance_pct=2,
     lossy_min_identical_fraction=0.5,
 )
-SINGLE_USER = Protocol(
+SINGLE_USER = MeasureProtocol(
     workload=[
         WorkloadCell(request_class="short", concurrency=1),
         WorkloadCell(request_class="short", concurrency=4, role="reported"),
@@ -67,13 +67,13 @@ def test_rounds_alternate_their_order() -> None:
 def test_next_round(
     done: int, open_: list[str], left: float, last: float, go: bool, words: str
 ) -> None:
-    protocol = Protocol(min_starts=2, max_starts=3)
+    protocol = MeasureProtocol(min_starts=2, max_starts=3)
     decision, why = next_round(done, open_, protocol, left, last)
     assert decision is go and words in why
 
 
 def test_min_starts_wins_over_a_smaller_max() -> None:
-    protocol = Protocol(min_starts=3, max_starts=2)
+    protocol = MeasureProtocol(min_starts=3, max_starts=2)
     assert next_round(2, ["a:1"], protocol, 1e6, 1)[0] is True
     assert next_round(3, ["a:1"], protocol, 1e6, 1)[0] is False
 
@@ -170,7 +170,7 @@ def test_decisive_view_leaves_reported_cells_out() -> None:
     )
     view = decisive_view(run, SINGLE_USER)
     assert [(s.concurrency, s.phase) for s in view.samples] == [(1, "measure"), (4, "warmup")]
-    everything = Protocol()  # the default: every cell decisive
+    everything = MeasureProtocol()  # the default: every cell decisive
     assert decisive_view(run, everything) is run
 
 

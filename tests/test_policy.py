@@ -270,13 +270,13 @@ def test_policy_with_drift_tolerance_not_below_the_speedup_is_refused(tolerance:
 
 
 def test_default_policy_runs_the_protocol_the_decision_benchmark_validates() -> None:
-    """benchmarks/decision_quality.py checks its targets with ``Protocol()``'s confidence and
+    """benchmarks/decision_quality.py checks its targets with ``MeasureProtocol()``'s confidence and
     starts; real services run under the default policy, so it must use the same (the demo,
     with large effects and a wall time that matters, keeps fewer starts)."""
-    from mcp_infra.contracts import Protocol
+    from mcp_infra.contracts import MeasureProtocol
     from mcp_infra.state.catalog import load_policy
 
-    shipped, validated = load_policy("default").protocol, Protocol()
+    shipped, validated = load_policy("default").protocol, MeasureProtocol()
     assert (shipped.confidence, shipped.min_starts, shipped.max_starts) == (
         validated.confidence,
         validated.min_starts,

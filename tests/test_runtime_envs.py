@@ -35,7 +35,7 @@ from mcp_infra.core.selector import run_gates
 from mcp_infra.core.templates import help_flags, template_flags, unknown_flags
 from mcp_infra.flows.api import freeze_plan
 from mcp_infra.procs.runtime import ServerStartError, build_argv, free_port, start_server
-from mcp_infra.state import audit, memory, runtimes
+from mcp_infra.state import memory, runtimes, verification
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy, load_registry
 from mcp_infra.state.context import HomeContext
@@ -368,21 +368,21 @@ def bundle_with_lock(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_evidence_verify_checks_the_bundled_runtime_lock(tmp_path: Path) -> None:
     bundle, lock_file = bundle_with_lock(tmp_path)
-    said = audit.check_runtime_locks(audit.Bundle(bundle))
+    said = verification.check_runtime_locks(verification.Bundle(bundle))
     assert said.startswith("rt:v: fakepkg 1.0.0 (isolated), 1 pkgs")
     lock = read_model(lock_file, runtimes.RuntimeLock)
     forged = lock.model_copy(
         update={"packages": [p.model_copy(update={"version": "9"}) for p in lock.packages]}
     )
     write_model(lock_file, forged)
-    with pytest.raises(audit.Failed, match="the package list does not give the lock's digest"):
-        audit.check_runtime_locks(audit.Bundle(bundle))
+    with pytest.raises(verification.Failed, match="the package list does not give the lock's digest"):
+        verification.check_runtime_locks(verification.Bundle(bundle))
 
 
 def test_a_bundle_without_runtime_environments_skips_the_check(tmp_path: Path) -> None:
     (tmp_path / "journal.ndjson").write_text("")
-    with pytest.raises(audit.Skipped, match="no recipe of this cycle ran from"):
-        audit.check_runtime_locks(audit.Bundle(tmp_path))
+    with pytest.raises(verification.Skipped, match="no recipe of this cycle ran from"):
+        verification.check_runtime_locks(verification.Bundle(tmp_path))
 
 
 def test_a_pinned_package_is_one_requirements_line() -> None:

@@ -10,7 +10,7 @@ from mcp_infra.contracts import (
     Decision,
     EffectiveThresholds,
     Knobs,
-    Protocol,
+    MeasureProtocol,
     Sample,
     Semantics,
 )
@@ -28,7 +28,7 @@ THRESHOLDS = EffectiveThresholds(
     tie_tolerance_pct=2.0,
     lossy_min_identical_fraction=0.5,
 )
-PROTOCOL = Protocol(bootstrap_resamples=400)
+PROTOCOL = MeasureProtocol(bootstrap_resamples=400)
 ALL = {c: True for c in CandidateClass}
 
 

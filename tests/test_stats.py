@@ -14,7 +14,7 @@ from mcp_infra.contracts import (
     CandidateRun,
     Decision,
     EffectiveThresholds,
-    Protocol,
+    MeasureProtocol,
     Sample,
 )
 from mcp_infra.core.selector import select
@@ -73,7 +73,7 @@ THRESHOLDS = EffectiveThresholds(
     tie_tolerance_pct=2.0,
     lossy_min_identical_fraction=0.5,
 )
-PROTOCOL = Protocol(bootstrap_resamples=200)
+PROTOCOL = MeasureProtocol(bootstrap_resamples=200)
 PROMOTE = {c: True for c in CandidateClass}
 
 rates = st.floats(min_value=1.0, max_value=1000.0, allow_nan=False, allow_infinity=False)
@@ -341,7 +341,7 @@ def test_default_protocol_bounds_a_wrong_qualification_at_two_percent():
     """A candidate qualifies on the lower bound: each look's one-sided rate is half its error
     rate, and over all looks of early stopping they add up to (1 - confidence) / 2, at most 2%
     at the defaults, with at least half of it kept for the last look."""
-    p = Protocol()
+    p = MeasureProtocol()
     looks = range(p.min_starts, p.max_starts + 1)
     one_sided = [(1 - look_level(p.confidence, n, p.min_starts, p.max_starts)) / 2 for n in looks]
     assert math.fsum(one_sided) == pytest.approx((1 - p.confidence) / 2)

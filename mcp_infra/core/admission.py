@@ -4,6 +4,7 @@ route transitions. No I/O: the supervisor and the front call these with what the
 from __future__ import annotations
 
 from datetime import datetime
+from types import EllipsisType
 from typing import Literal
 
 from pydantic import Field
@@ -150,7 +151,7 @@ def route_to(
     backend_url: str | None = None,
     candidate_id: str | None = None,
     max_hold_s: float | None = None,
-    scope: str | None = ...,  # type: ignore[assignment]
+    scope: str | None | EllipsisType = ...,  # ...: keep the current route's scope
     reason: str = "",
 ) -> FrontRoute:
     """The next route: a new generation, so the supervisor can wait for the front to adopt it.

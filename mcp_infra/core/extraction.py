@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_infra.contracts import JSONValue
 from mcp_infra.core.gates import strip_thinking
 from mcp_infra.core.sanitize import PlanRefused, parse_plan
 
@@ -25,16 +26,16 @@ MAX_OBJECTS = 50
 class Extraction(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    plan: dict[str, Any] | None = None
+    plan: dict[str, JSONValue] | None = None
     source: Literal["fenced", "inline", "none"] = "none"
     found_objects: int = 0
     problems: list[str] = Field(default_factory=list)
 
 
-def _objects(text: str) -> list[Any]:
+def _objects(text: str) -> list[JSONValue]:
     """Top-level JSON objects in a text, in order (a nested object is not listed again)."""
     decoder = json.JSONDecoder()
-    found: list[Any] = []
+    found: list[JSONValue] = []
     index = text.find("{")
     while index != -1 and len(found) < MAX_OBJECTS:
         try:
@@ -47,7 +48,7 @@ def _objects(text: str) -> list[Any]:
     return found
 
 
-def _as_plan(value: Any) -> dict[str, Any] | None:
+def _as_plan(value: JSONValue) -> dict[str, JSONValue] | None:
     if isinstance(value, dict) and set(value) == {"plan"} and isinstance(value["plan"], dict):
         value = value["plan"]
     return value if isinstance(value, dict) else None
@@ -58,7 +59,7 @@ def extract_plan(reply: str) -> Extraction:
     if not reply or not reply.strip():
         return Extraction(problems=["the reply is empty"])
     text = strip_thinking(reply[:MAX_REPLY])
-    fenced: list[Any] = []
+    fenced: list[JSONValue] = []
     for match in _FENCE.finditer(text):
         fenced += _objects(match.group(2))
     inline = _objects(_FENCE.sub(" ", text))

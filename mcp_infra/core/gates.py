@@ -12,6 +12,7 @@ import ast
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -261,7 +262,7 @@ def _check_json_object(reply: str) -> tuple[bool, str]:
         data = json.loads(reply.strip(), object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         return False, f"reply repeats the JSON key {str(exc)!r}; only one value may count"
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return False, f"reply is not a JSON document ({exc.msg}): {_short(reply.strip())}"
     if not isinstance(data, dict):
         return False, f"reply is JSON but not an object: {type(data).__name__}"
@@ -448,7 +449,7 @@ CONTEXT_TOKENS = 3
 CONTEXT_CHARS = 20
 
 
-def _first_difference(a: Sequence, b: Sequence) -> int | None:
+def _first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
@@ -472,27 +473,29 @@ def _text_context(text: str, at: int) -> str:
 def compare_outputs(prompt_id: str, baseline: Sample, candidate: Sample) -> Comparison:
     """Compare two greedy outputs: token ids when both have them, else text."""
     if baseline.token_ids is not None and candidate.token_ids is not None:
-        at = _first_difference(baseline.token_ids, candidate.token_ids)
+        ids = baseline.token_ids, candidate.token_ids
+        at = _first_difference(*ids)
         if at is None:
             return Comparison(prompt_id=prompt_id, identical=True, compared="token_ids")
-        return Comparison(
-            prompt_id=prompt_id,
-            identical=False,
-            compared="token_ids",
-            first_divergence=at,
-            baseline_context=_token_context(baseline.token_ids, at),
-            candidate_context=_token_context(candidate.token_ids, at),
-        )
+        contexts = _token_context(ids[0], at), _token_context(ids[1], at)
+        return _diverged(prompt_id, "token_ids", at, contexts)
     at = _first_difference(baseline.text, candidate.text)
     if at is None:
         return Comparison(prompt_id=prompt_id, identical=True, compared="text")
+    contexts = _text_context(baseline.text, at), _text_context(candidate.text, at)
+    return _diverged(prompt_id, "text", at, contexts)
+
+
+def _diverged(
+    prompt_id: str, compared: Literal["token_ids", "text"], at: int, contexts: tuple[str, str]
+) -> Comparison:
     return Comparison(
         prompt_id=prompt_id,
         identical=False,
-        compared="text",
+        compared=compared,
         first_divergence=at,
-        baseline_context=_text_context(baseline.text, at),
-        candidate_context=_text_context(candidate.text, at),
+        baseline_context=contexts[0],
+        candidate_context=contexts[1],
     )
 
 

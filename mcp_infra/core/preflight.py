@@ -267,16 +267,12 @@ def preflight(
     used = [a for a in manifest.artifacts if a.role != "draft" or variant.knobs.draft]
     artifacts = [manifest.target, *used]  # only what this variant runs with
     hub_refs = [a for a in artifacts if a.repo]
-    untrusted = sorted(
-        {a.repo for a in hub_refs if a.repo.split("/")[0] not in policy.trusted_namespaces}
-    )
+    repos = [a.repo for a in hub_refs if a.repo]  # the same artifacts, their repo ids typed
+    untrusted = sorted({r for r in repos if r.split("/")[0] not in policy.trusted_namespaces})
     check(
         "trusted_namespace",
         not untrusted,
-        (
-            f"{', '.join(sorted({a.repo.split('/')[0] for a in hub_refs}))} trusted by policy "
-            f"{policy.name}"
-        )
+        (f"{', '.join(sorted({r.split('/')[0] for r in repos}))} trusted by policy {policy.name}")
         if hub_refs
         else "no hub artifacts (local demo models)",
         f"not in policy {policy.name}'s trusted namespaces "
@@ -301,13 +297,7 @@ def preflight(
     check(
         "pinned",
         not unpinned,
-        (
-            "pinned: "
-            + ", ".join(
-                f"{a.repo}@{a.revision[:12]}"
-                for a in hub_refs  # type: ignore[index]
-            )
-        )
+        ("pinned: " + ", ".join(f"{a.repo}@{(a.revision or '')[:12]}" for a in hub_refs))
         if hub_refs
         else "no hub artifacts (local demo models)",
         f"not pinned to a 40-hex commit: {', '.join(str(r) for r in unpinned)}",
@@ -340,16 +330,16 @@ def preflight(
     needed.setdefault(RUNTIME_PACKAGES[template], "0")
     needed.setdefault("mlx", "0")
     for package, minimum in sorted(needed.items()):
-        have = packages.get(package)
-        ok = have is not None and _version_tuple(have) >= _version_tuple(minimum)
+        version = packages.get(package)
+        ok = version is not None and _version_tuple(version) >= _version_tuple(minimum)
         shown = f">= {minimum}" if minimum != "0" else "installed"
         check(
             f"version:{package}",
             ok,
-            f"{package} {have} ({shown})",
+            f"{package} {version} ({shown})",
             f"{package} is not installed (the manifest needs {package} {shown})"
-            if have is None
-            else f"{package} {have} is older than the required {minimum}",
+            if version is None
+            else f"{package} {version} is older than the required {minimum}",
         )
     check(
         "memory",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from mcp_infra.contracts import CycleState, Event, JournalStep, Outcome, Part
+from mcp_infra.contracts import CycleState, Event, JournalStep, JSONValue, Outcome, Part
 
 PRE_PROMOTION = {
     CycleState.QUEUED,
@@ -33,14 +33,18 @@ class RecoveryDecision(Part):
     outcome: Outcome | None
     reason: str
     last_state: CycleState | None = None
-    promoted_recipe: dict | None = None
-    decided: dict | None = None  # FINISH_SEALING: the sealing line's selected, reason, speedup
+    promoted_recipe: dict[str, JSONValue] | None = None  # a Recipe as the journal holds it
+    # FINISH_SEALING: the sealing line's selected, reason and speedup
+    decided: dict[str, JSONValue] | None = None
 
 
 def _outcome(event: Event) -> Outcome | None:
     """The outcome a sealing line recorded, or None when it is missing or not one we know."""
+    raw = event.fields.get("outcome")
+    if not isinstance(raw, str):
+        return None
     try:
-        return Outcome(event.fields.get("outcome"))
+        return Outcome(raw)
     except ValueError:
         return None
 

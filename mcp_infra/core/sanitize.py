@@ -11,7 +11,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -20,8 +20,10 @@ from pydantic import BaseModel, ValidationError
 from mcp_infra.contracts import (
     BASELINE_ID,
     CANDIDATE_ID_PATTERN,
+    Bounded,
     EffectiveThresholds,
     FrozenPlan,
+    JSONValue,
     LearnedSpread,
     Manifest,
     Plan,
@@ -77,7 +79,7 @@ def shown_name(key: object) -> str:
     return "<a field whose name is not a plain word>"
 
 
-def limit_words(kind: str, ctx: dict[str, Any]) -> str | None:
+def limit_words(kind: str, ctx: dict[str, Any]) -> str | None:  # pydantic's error ctx type
     """The limit a value broke, in plain words ("at most 3 items, got 10"), from a pydantic
     error's type and context; None for an error that is not about a limit."""
     got = ctx.get("actual_length")
@@ -128,46 +130,56 @@ _ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
-def _parent(loc: tuple[Any, ...]) -> str:
+def _parent(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc[:-1])
 
 
 MAX_PLAN_DEPTH = 8  # a plan nests two levels (acceptance, candidates); a margin, never more
 
 
-def nesting_depth(raw: Any, stop: int = MAX_PLAN_DEPTH + 1) -> int:
+def nesting_depth(raw: JSONValue, stop: int = MAX_PLAN_DEPTH + 1) -> int:
     """How deeply a JSON text or a JSON-like value nests (objects and lists), counted without
     recursion and without parsing, up to ``stop`` (a string of 8,000 ``[`` must not reach a
     recursive parser)."""
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="replace")
     if isinstance(raw, str):
-        depth = deepest = 0
-        in_string = escaped = False
-        for char in raw:
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
+        return _text_depth(raw, stop)
+    return _value_depth(raw, stop)
+
+
+def _text_depth(raw: str, stop: int) -> int:
+    """The depth of brackets outside JSON strings, read character by character."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
             elif char == '"':
-                in_string = True
-            elif char in "[{":
-                depth += 1
-                deepest = max(deepest, depth)
-                if deepest >= stop:
-                    return deepest
-            elif char in "]}":
-                depth -= 1
-        return deepest
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest >= stop:
+                return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _value_depth(raw: JSONValue, stop: int) -> int:
+    """The depth of nested mappings, lists and tuples, walked with a stack."""
     deepest = 0
-    stack: list[tuple[Any, int]] = [(raw, 1)]
+    stack: list[tuple[JSONValue, int]] = [(raw, 1)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, Mapping):
-            children: Any = value.values()
+            children: Iterable[JSONValue] = value.values()
         elif isinstance(value, list | tuple):
             children = value
         else:
@@ -179,7 +191,7 @@ def nesting_depth(raw: Any, stop: int = MAX_PLAN_DEPTH + 1) -> int:
     return deepest
 
 
-def check_shape(raw: Any) -> None:
+def check_shape(raw: JSONValue) -> None:
     """Size and nesting of an untrusted plan, checked before anything parses or walks it."""
     if isinstance(raw, str | bytes) and len(raw) > MAX_PLAN_BYTES:
         raise PlanRefused(
@@ -194,7 +206,7 @@ def check_shape(raw: Any) -> None:
         )
 
 
-def has_non_finite(value: Any, depth: int = 0) -> bool:
+def has_non_finite(value: JSONValue, depth: int = 0) -> bool:
     """Is there a NaN or an infinity anywhere in this JSON-like value? (A raw JSON-RPC peer can
     send them; Python's json accepts them.) Bounded in depth, never recursing forever."""
     if isinstance(value, float):
@@ -208,7 +220,7 @@ def has_non_finite(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def parse_plan(raw: Any) -> Plan:
+def parse_plan(raw: JSONValue) -> Plan:
     """Validate untrusted input (an object, or a JSON string of one) into a ``Plan``."""
     if isinstance(raw, BaseModel):
         raw = raw.model_dump()
@@ -259,7 +271,22 @@ def _display_id(candidate: str, index: int) -> str:
     return f"<candidate #{index + 1}: not a well-formed id>"
 
 
-def sanitize(
+def _clamped(field: str, asked: float, bounds: Bounded, changes: list[PlanChange]) -> float:
+    """An acceptance value moved into the policy's range, the move recorded with its reason."""
+    value = min(max(asked, bounds.low), bounds.high)
+    if value != asked:
+        changes.append(
+            PlanChange(
+                field=f"acceptance.{field}",
+                action="clamped",
+                value=value,
+                reason=f"clamped to the policy's range [{bounds.low}, {bounds.high}]",
+            )
+        )
+    return value
+
+
+def sanitize(  # noqa: PLR0913  keyword-only inputs of one pure decision, each named at its call
     plan: Plan,
     *,
     manifests: dict[str, Manifest],
@@ -410,20 +437,7 @@ def combined_thresholds(
     memory = bounds.max_peak_memory_gb.default
     asked = plan.acceptance
     if asked and asked.min_speedup_pct is not None:
-        value = min(
-            max(asked.min_speedup_pct, bounds.min_speedup_pct.low), bounds.min_speedup_pct.high
-        )
-        if value != asked.min_speedup_pct:
-            changes.append(
-                PlanChange(
-                    field="acceptance.min_speedup_pct",
-                    action="clamped",
-                    value=value,
-                    reason="clamped to the policy's range "
-                    f"[{bounds.min_speedup_pct.low}, "
-                    f"{bounds.min_speedup_pct.high}]",
-                )
-            )
+        value = _clamped("min_speedup_pct", asked.min_speedup_pct, bounds.min_speedup_pct, changes)
         if value >= speed:
             if value > speed:
                 changes.append(
@@ -445,21 +459,9 @@ def combined_thresholds(
                 )
             )
     if asked and asked.max_peak_memory_gb is not None:
-        value = min(
-            max(asked.max_peak_memory_gb, bounds.max_peak_memory_gb.low),
-            bounds.max_peak_memory_gb.high,
+        value = _clamped(
+            "max_peak_memory_gb", asked.max_peak_memory_gb, bounds.max_peak_memory_gb, changes
         )
-        if value != asked.max_peak_memory_gb:
-            changes.append(
-                PlanChange(
-                    field="acceptance.max_peak_memory_gb",
-                    action="clamped",
-                    value=value,
-                    reason="clamped to the policy's range "
-                    f"[{bounds.max_peak_memory_gb.low}, "
-                    f"{bounds.max_peak_memory_gb.high}]",
-                )
-            )
         if live_peak is not None and value < live_peak:
             changes.append(
                 PlanChange(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, date, datetime, time, timedelta
+from functools import partial
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -116,17 +117,16 @@ def check(window: Window, now: datetime, budget_minutes: float = 0.0) -> WindowS
     zone_name = str(zone.key)
     local = now.astimezone(zone)
     budget = timedelta(minutes=max(0.0, budget_minutes))
-    base = {"mode": window.mode, "zone": zone_name, "now_local": local}
+    state = partial(WindowState, mode=window.mode, zone=zone_name, now_local=local)
     if window.mode == "always" or (window.mode == "window" and window.start == window.end):
         why = (
             "the policy's window is 'always'"
             if window.mode == "always"
             else f"the window {window.start}-{window.end} {zone_name} spans the whole day"
         )
-        return WindowState(**base, open=True, may_start=True, reason=why)
+        return state(open=True, may_start=True, reason=why)
     if window.mode == "never":
-        return WindowState(
-            **base,
+        return state(
             open=False,
             may_start=False,
             reason="the policy's window is 'never': no cycle starts on its own "
@@ -138,8 +138,7 @@ def check(window: Window, now: datetime, budget_minutes: float = 0.0) -> WindowS
     if current is not None:
         start, end = current
         if now + budget <= end:
-            return WindowState(
-                **base,
+            return state(
                 open=True,
                 may_start=True,
                 opens_at=start,
@@ -148,8 +147,7 @@ def check(window: Window, now: datetime, budget_minutes: float = 0.0) -> WindowS
                 f"{_show(end, zone)}; a {budget_minutes:g}-minute cycle fits",
             )
         following = next(s for s, _ in spans if s > now)
-        return WindowState(
-            **base,
+        return state(
             open=True,
             may_start=False,
             opens_at=start,
@@ -167,8 +165,7 @@ def check(window: Window, now: datetime, budget_minutes: float = 0.0) -> WindowS
             f", but a {budget_minutes:g}-minute cycle never fits in it: lengthen the window "
             "or lower budgets.cycle_minutes"
         )
-    return WindowState(
-        **base,
+    return state(
         open=False,
         may_start=False,
         opens_at=start,

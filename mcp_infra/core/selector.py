@@ -47,8 +47,8 @@ from mcp_infra.contracts import (
     Decision,
     EffectiveThresholds,
     GateResult,
+    MeasureProtocol,
     PromptStat,
-    Protocol,
     Sample,
     Semantics,
     Verdict,
@@ -76,7 +76,7 @@ from mcp_infra.core.stats import (
     speedup_summary,
 )
 
-# The most repeats a protocol may ask for (contracts.Protocol.repeats, le=50).
+# The most repeats a protocol may ask for (contracts.MeasureProtocol.repeats, le=50).
 MAX_REPEATS = 50
 
 METHOD_CHANGES = {
@@ -95,7 +95,7 @@ same samples could get another verdict (``evidence verify`` recomputes a verdict
 method that reached it)."""
 
 
-def decides_alike(method: int, protocol: Protocol) -> bool:
+def decides_alike(method: int, protocol: MeasureProtocol) -> bool:
     """Whether a verdict of decision ``method`` on a plan with ``protocol`` is what this method
     reaches too: its own method, or method 2 where none of method 3's inputs is in play (no
     learned spread, no futility stop, no drift check)."""
@@ -172,7 +172,7 @@ def failed_gates(
     baseline: CandidateRun,
     run: CandidateRun,
     thresholds: EffectiveThresholds,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
 ) -> list[GateResult]:
     """The gates ``run`` already fails. A gate (token identity, agreement, quality, smoke,
     memory) judges outputs that do not get better with more starts, so early stopping may
@@ -231,7 +231,7 @@ def _measured_cells(samples: Sequence[Sample]) -> set[tuple[str, int]]:
 
 
 def headline_cell(
-    baseline: CandidateRun, run: CandidateRun, protocol: Protocol
+    baseline: CandidateRun, run: CandidateRun, protocol: MeasureProtocol
 ) -> tuple[str, int] | None:
     """The cell the headline speedup is judged on: one short request at a time when both sides
     measured it, else the first decisive workload cell both measured, else the first measured
@@ -254,7 +254,7 @@ def cell_words(request_class: str, concurrency: int) -> str:
     return f"{concurrency} concurrent {kind} requests"
 
 
-def learned_prior(protocol: Protocol) -> Spread | None:
+def learned_prior(protocol: MeasureProtocol) -> Spread | None:
     learned = protocol.learned_spread
     return Spread(learned.sd, learned.df) if learned is not None else None
 
@@ -272,11 +272,133 @@ def futile(summary: SpeedupSummary, threshold: float, confidence: float | None) 
     return high if high < threshold else None
 
 
+def _refused_unmeasured(
+    baseline: CandidateRun,
+    run: CandidateRun,
+    thresholds: EffectiveThresholds,
+    verdict: CandidateVerdict,
+) -> bool:
+    """Count what the candidate used, and reject it (True, the reason added) where there is
+    nothing to judge: it did not start, measured nothing, or failed too many requests."""
+    if not run.started:
+        why = run.start_error or "no error was reported"
+        verdict.reasons.append(f"The candidate did not start: {why}.")
+        return True
+
+    measured = [s for s in run.samples if s.phase == "measure"]
+    verdict.requests_used = len(measured)
+    verdict.starts_used = len({s.start for s in measured})
+    verdict.rounds_used = len({s.round for s in measured})
+    verdict.baseline_starts = len({s.start for s in baseline.samples if s.phase == "measure"})
+    failed, total = error_count(run.samples)
+    if total == 0:  # say why when a start recorded it (a server that died in its warm-up)
+        cause = next((r.error for r in run.rounds if r.error), None) or next(
+            (s.error for s in run.samples if s.error), None
+        )
+        verdict.reasons.append(
+            "The candidate has no measured requests" + (f": {cause}." if cause else ".")
+        )
+        return True
+    rate = failed / total
+    if rate > thresholds.max_error_rate:
+        first = next(s.error for s in run.samples if s.phase == "measure" and s.error)
+        verdict.reasons.append(
+            f"{failed} of {total} measured requests failed ({rate:.0%}), above the "
+            f"{thresholds.max_error_rate:.0%} allowed; first error: {first}."
+        )
+        return True
+
+    return False
+
+
+def _verdict_notes(
+    cells: list[CellVerdict], summary: SpeedupSummary, *, confirmation: bool
+) -> list[str]:
+    """What every verdict on a candidate adds after its decision: reported cells, and what the
+    interval assumed (a confirmation's bar, a baseline of one start)."""
+    notes = [
+        f"Reported, not decisive: {c.detail}."
+        for c in cells
+        if c.role == "reported" and not c.headline and c.detail
+    ]
+    if confirmation:
+        notes.append(
+            "A confirmation of the selection: the bar is the threshold alone (the A/A noise "
+            "floor was cleared in selection; one start per side carries the assumed "
+            f"{ASSUMED_START_NOISE:.0%} start-to-start spread in its interval)."
+        )
+    elif summary.noise_floor_assumed:
+        notes.append(
+            "The baseline was measured in a single server start, so its A/A noise floor is "
+            "unknown: it was computed from an assumed "
+            f"{ASSUMED_START_NOISE:.0%} start-to-start spread ({_x(summary.noise_floor)}), and "
+            "any side with one start gets that spread in its interval too (decided "
+            "conservatively)."
+        )
+    return notes
+
+
+def _open_interval(
+    verdict: CandidateVerdict,
+    summary: SpeedupSummary,
+    threshold: float,
+    speed: str,
+    *,
+    confirmation: bool,
+) -> list[str]:
+    """Why an interval leaves the decision open (spanning the threshold, or not clearing the
+    A/A noise floor), with how many repeats would likely decide it (set on the verdict)."""
+    lines: list[str] = []
+    if summary.ci_low < threshold:
+        verdict.repeats_to_decide = repeats_to_decide(
+            summary.estimate, summary.ci_low, summary.ci_high, threshold, summary.repeats
+        )
+        if verdict.repeats_to_decide is None:
+            more = "more starts or repeats might decide it, but how many cannot be estimated"
+        else:
+            more = (
+                f"about {verdict.repeats_to_decide} repeats per prompt (now {summary.repeats}) "
+                "would likely decide it if the starts agree"
+            )
+            if verdict.repeats_to_decide > MAX_REPEATS:
+                more += f", more than the protocol allows ({MAX_REPEATS})"
+        lines.append(f"Inconclusive: {speed}; the interval spans the threshold; {more}.")
+    elif not confirmation and summary.ci_low < summary.noise_floor:
+        lines.append(
+            f"Inconclusive: {speed}; the lower bound clears the threshold but not the A/A noise "
+            f"floor {_x(summary.noise_floor)} (how far the baseline's own starts differ)."
+        )
+    return lines
+
+
+def _lost_and_open(cells: list[CellVerdict]) -> tuple[list[CellVerdict], list[CellVerdict]]:
+    """The workload cells (besides the headline) that reject a candidate, and those that leave
+    it open: a decisive cell regressed or unmeasured, or a guard cell regressed, loses; a
+    decisive cell still unclear keeps it open."""
+    lost = [
+        c
+        for c in cells
+        if (c.role == "decisive" and not c.headline and c.status in ("regressed", "unmeasured"))
+        or (c.role == "guard" and c.status == "regressed")
+    ]
+    still_open = [
+        c for c in cells if c.role == "decisive" and not c.headline and c.status == "unclear"
+    ]
+    return lost, still_open
+
+
+def _nothing_to_compare(baseline: CandidateRun) -> str:
+    """Why no speedup could be computed: which side lacks a successful measurement."""
+    if not any(s.phase == "measure" and s.error is None for s in baseline.samples):
+        return "The baseline has no successful measurement to compare with."
+    return "No prompt was measured successfully on both sides."
+
+
 def judge(
     baseline: CandidateRun,
     run: CandidateRun,
     thresholds: EffectiveThresholds,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     auto_promote: dict[CandidateClass, bool],
     quality: dict[str, list[Sample]] | None = None,
     *,
@@ -291,32 +413,7 @@ def judge(
         peak_memory_gb=run.peak_memory_gb,
         auto_promote=may_promote,
     )
-    if not run.started:
-        why = run.start_error or "no error was reported"
-        verdict.reasons.append(f"The candidate did not start: {why}.")
-        return verdict
-
-    measured = [s for s in run.samples if s.phase == "measure"]
-    verdict.requests_used = len(measured)
-    verdict.starts_used = len({s.start for s in measured})
-    verdict.rounds_used = len({s.round for s in measured})
-    verdict.baseline_starts = len({s.start for s in baseline.samples if s.phase == "measure"})
-    failed, total = error_count(run.samples)
-    if total == 0:  # say why when a start recorded it (a server that died in its warm-up)
-        why = next((r.error for r in run.rounds if r.error), None) or next(
-            (s.error for s in run.samples if s.error), None
-        )
-        verdict.reasons.append(
-            "The candidate has no measured requests" + (f": {why}." if why else ".")
-        )
-        return verdict
-    rate = failed / total
-    if rate > thresholds.max_error_rate:
-        first = next(s.error for s in run.samples if s.phase == "measure" and s.error)
-        verdict.reasons.append(
-            f"{failed} of {total} measured requests failed ({rate:.0%}), above the "
-            f"{thresholds.max_error_rate:.0%} allowed; first error: {first}."
-        )
+    if _refused_unmeasured(baseline, run, thresholds, verdict):
         return verdict
 
     verdict.gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
@@ -340,10 +437,7 @@ def judge(
         prior=learned_prior(protocol),
     )
     if summary is None:
-        if not any(s.phase == "measure" and s.error is None for s in baseline.samples):
-            hard_failures.append("The baseline has no successful measurement to compare with.")
-        else:
-            hard_failures.append("No prompt was measured successfully on both sides.")
+        hard_failures.append(_nothing_to_compare(baseline))
         verdict.reasons.extend(hard_failures)
         return verdict
     _fill_figures(verdict, summary)
@@ -357,14 +451,14 @@ def judge(
     verdict.cells = judge_cells(baseline, run, protocol, summary, head, floor, seed, level)
 
     threshold = 1 + thresholds.min_speedup_pct / 100
-    level = f"{summary.confidence:.0%}"
+    shown_level = f"{summary.confidence:.0%}"
     adjusted = (
         f", {summary.level:.1%} at this look of early stopping"
         if summary.level != summary.confidence
         else ""
     )
     speed = (
-        f"speedup {_x(summary.estimate)} ({level} interval{adjusted} {_x(summary.ci_low)} to "
+        f"speedup {_x(summary.estimate)} ({shown_level} interval{adjusted} {_x(summary.ci_low)} to "
         f"{_x(summary.ci_high)}, {summary.baseline_starts} baseline and "
         f"{summary.candidate_starts} candidate start(s)"
         + ("" if summary.spread == "this cycle" else f"; start spread {summary.spread}")
@@ -382,36 +476,8 @@ def judge(
             f"{_x(floor)} the worst-prompt tolerance allows"
         )
 
-    cells_lost = [
-        c
-        for c in verdict.cells
-        if (c.role == "decisive" and not c.headline and c.status in ("regressed", "unmeasured"))
-        or (c.role == "guard" and c.status == "regressed")
-    ]
-    cells_open = [
-        c
-        for c in verdict.cells
-        if c.role == "decisive" and not c.headline and c.status == "unclear"
-    ]
-    notes = [
-        f"Reported, not decisive: {c.detail}."
-        for c in verdict.cells
-        if c.role == "reported" and not c.headline and c.detail
-    ]
-    if confirmation:
-        notes.append(
-            "A confirmation of the selection: the bar is the threshold alone (the A/A noise "
-            "floor was cleared in selection; one start per side carries the assumed "
-            f"{ASSUMED_START_NOISE:.0%} start-to-start spread in its interval)."
-        )
-    elif summary.noise_floor_assumed:
-        notes.append(
-            "The baseline was measured in a single server start, so its A/A noise floor is "
-            "unknown: it was computed from an assumed "
-            f"{ASSUMED_START_NOISE:.0%} start-to-start spread ({_x(summary.noise_floor)}), and "
-            "any side with one start gets that spread in its interval too (decided "
-            "conservatively)."
-        )
+    cells_lost, cells_open = _lost_and_open(verdict.cells)
+    notes = _verdict_notes(verdict.cells, summary, confirmation=confirmation)
 
     def finish(decision: Decision, *lines: str) -> CandidateVerdict:
         verdict.decision = decision
@@ -475,26 +541,7 @@ def judge(
             f"interval ({_x(high)}) is below the threshold, so more starts are not expected "
             "to qualify it.",
         )
-    lines = []
-    if summary.ci_low < threshold:
-        verdict.repeats_to_decide = repeats_to_decide(
-            summary.estimate, summary.ci_low, summary.ci_high, threshold, summary.repeats
-        )
-        if verdict.repeats_to_decide is None:
-            more = "more starts or repeats might decide it, but how many cannot be estimated"
-        else:
-            more = (
-                f"about {verdict.repeats_to_decide} repeats per prompt (now {summary.repeats}) "
-                "would likely decide it if the starts agree"
-            )
-            if verdict.repeats_to_decide > MAX_REPEATS:
-                more += f", more than the protocol allows ({MAX_REPEATS})"
-        lines.append(f"Inconclusive: {speed}; the interval spans the threshold; {more}.")
-    elif not confirmation and summary.ci_low < summary.noise_floor:
-        lines.append(
-            f"Inconclusive: {speed}; the lower bound clears the threshold but not the A/A noise "
-            f"floor {_x(summary.noise_floor)} (how far the baseline's own starts differ)."
-        )
+    lines = _open_interval(verdict, summary, threshold, speed, confirmation=confirmation)
     lines += [
         f"Inconclusive: {prompt_text(p)}; its interval straddles it, so more starts would show "
         "whether that regression is real."
@@ -523,17 +570,19 @@ def _output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[in
         if tokens <= 0:
             continue
         span = None
-        if all(s.t_mono is not None and s.e2e_s is not None for s in rows):
-            span = max(s.t_mono + s.e2e_s for s in rows) - min(s.t_mono for s in rows)  # type: ignore[operator]
-        elif concurrency == 1 and all(s.e2e_s is not None for s in rows):
-            span = math.fsum(s.e2e_s for s in rows)  # type: ignore[misc]
+        stamps = [(s.t_mono, s.e2e_s) for s in rows if s.t_mono is not None and s.e2e_s is not None]
+        durations = [s.e2e_s for s in rows if s.e2e_s is not None]
+        if len(stamps) == len(rows):
+            span = max(t + e for t, e in stamps) - min(t for t, _ in stamps)
+        elif concurrency == 1 and len(durations) == len(rows):
+            span = math.fsum(durations)
         if span is not None and span > 0:
             out[start] = tokens / span
     return out
 
 
 def _futile_cell(
-    b_logs: Sequence[float], c_logs: Sequence[float], protocol: Protocol
+    b_logs: Sequence[float], c_logs: Sequence[float], protocol: MeasureProtocol
 ) -> float | None:
     """The upper end of a cell's aggregate-throughput interval at the futility confidence, or
     None without one (a non-binding stop: it can only reject)."""
@@ -545,7 +594,7 @@ def _futile_cell(
 def judge_cells(
     baseline: CandidateRun,
     run: CandidateRun,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     head_summary: SpeedupSummary,
     head: tuple[str, int] | None,
     floor: float,
@@ -672,7 +721,7 @@ def _fill_figures(verdict: CandidateVerdict, s: SpeedupSummary) -> None:
     verdict.candidate_tps = s.candidate_tps
 
 
-def _preference(run: CandidateRun) -> tuple:
+def _preference(run: CandidateRun) -> tuple[int, tuple[int, int], float, str]:
     """Preferred first: lossless before lossy, then knob cost, then lower peak memory (unknown
     last), then the id."""
     memory = run.peak_memory_gb if run.peak_memory_gb is not None else float("inf")
@@ -684,7 +733,7 @@ def select(
     baseline: CandidateRun,
     runs: list[CandidateRun],
     thresholds: EffectiveThresholds,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     auto_promote: dict[CandidateClass, bool],
     quality: dict[str, list[Sample]] | None = None,
     *,
@@ -776,7 +825,9 @@ def select(
     )
 
 
-def _drift_problem(baseline: CandidateRun, drift: float | None, protocol: Protocol) -> str | None:
+def _drift_problem(
+    baseline: CandidateRun, drift: float | None, protocol: MeasureProtocol
+) -> str | None:
     """Why the drift check does not pass, or None when it does (the check is on)."""
     again = [s for s in baseline.samples if s.phase == "drift"]
     failed = [s for s in again if s.error is not None]

@@ -19,12 +19,12 @@ The method (``speedup_summary``):
   between starts); with that second count removed, the bootstrap variance of a configuration's
   mean level is, in the limit of many resamples, exactly the plug-in variance of the mean of its
   per-start values, so for S >= 2 starts that is computed directly, free of Monte Carlo noise
-  (``_Config.variance``). Few starts make it too narrow (low by (S-1)/S, and the variance is
+  (``_Resampled.variance``). Few starts make it too narrow (low by (S-1)/S, and the variance is
   itself estimated from S values), so it is scaled by S/(S-1) and the interval is a Student t
   interval in log space with Welch-Satterthwaite degrees of freedom (S-1 per configuration). In
   effect each start is one independent observation, as it should be. A prompt's own interval
   takes the spread of its per-start values pooled over the configuration's prompts (P(S-1)
-  degrees of freedom instead of S-1; ``_Config.prompt_spread``), around its own estimate.
+  degrees of freedom instead of S-1; ``_Resampled.prompt_spread``), around its own estimate.
   The interval's confidence is the protocol's, adjusted for early stopping: the error rate is
   spent over the looks (one per start from min_starts to max_starts), Haybittle-Peto style
   (``look_level``), so stopping at the first decisive look does not inflate the error rate.
@@ -32,7 +32,7 @@ The method (``speedup_summary``):
   bar (below), a one-sided question: the lower bound of a two-sided interval at confidence C is a
   one-sided (1 + C)/2 bound, so a candidate whose true speedup is at the bar qualifies at most
   (1 - C)/2 of the time, over all looks together (the per-look rates add up to 1 - C, and the
-  union bound holds however correlated the looks are). The default C is 0.96 (``Protocol``):
+  union bound holds however correlated the looks are). The default C is 0.96 (``MeasureProtocol``):
   at most 2% wrongly qualified; the looks being correlated, the benchmark sees 1.3% to 1.7% at
   a true speedup equal to the threshold. The upper bound, which rejects a candidate as too slow,
   has the same 2% on its side.
@@ -279,7 +279,7 @@ def _draw_median(rng: random.Random, values: list[float], cdf: tuple[float, ...]
 
 
 @dataclass
-class _Config:
+class _Resampled:
     """One configuration's data, prepared for fast two-stage resampling."""
 
     starts: list[int]
@@ -347,7 +347,7 @@ def _prepare(
     table: Mapping[str, Mapping[int, list[float]]],
     prompts: Sequence[str],
     prior: Spread | None = None,
-) -> _Config:
+) -> _Resampled:
     cells = {
         p: {st: (vals, _median_cdf(len(vals))) for st, vals in sorted(table[p].items())}
         for p in prompts
@@ -357,10 +357,10 @@ def _prepare(
         for p, per in cells.items()
     }
     starts = sorted({st for p in prompts for st in table[p]})
-    return _Config(starts=starts, cells=cells, level=level, prior=prior)
+    return _Resampled(starts=starts, cells=cells, level=level, prior=prior)
 
 
-def _draw_levels(rng: random.Random, cfg: _Config, prompts: Sequence[str]) -> list[float]:
+def _draw_levels(rng: random.Random, cfg: _Resampled, prompts: Sequence[str]) -> list[float]:
     """One two-stage resample: starts with replacement, then each drawn start's repeats."""
     n = len(cfg.starts)
     chosen = [cfg.starts[rng.randrange(n)] for _ in range(n)]
@@ -403,7 +403,7 @@ def corrected_variance(boot_variance: float, starts: int) -> tuple[float, float]
 
 class Spread(NamedTuple):
     """A learned start-to-start spread: the sd of a configuration's per-start log level, and
-    the degrees of freedom it was estimated with (``Protocol.learned_spread``)."""
+    the degrees of freedom it was estimated with (``MeasureProtocol.learned_spread``)."""
 
     sd: float
     df: int

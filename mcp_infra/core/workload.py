@@ -27,7 +27,7 @@ from mcp_infra.contracts import (
     CandidateRun,
     CellFigures,
     EffectiveThresholds,
-    Protocol,
+    MeasureProtocol,
     Sample,
     WorkloadCell,
 )
@@ -48,12 +48,12 @@ BLOCKING = ("decisive", "guard")
 """Roles whose regression blocks a promotion (a guard only when clear)."""
 
 
-def decisive_cells(protocol: Protocol) -> list[WorkloadCell]:
+def decisive_cells(protocol: MeasureProtocol) -> list[WorkloadCell]:
     """The cells the selector judges: decisive and guard cells."""
     return [c for c in protocol.workload if c.role in BLOCKING]
 
 
-def decisive_view(run: CandidateRun, protocol: Protocol) -> CandidateRun:
+def decisive_view(run: CandidateRun, protocol: MeasureProtocol) -> CandidateRun:
     """The run as the selector sees it: timed samples of reported cells left out."""
     decisive = {cell_key(c) for c in decisive_cells(protocol)}
     kept = [s for s in run.samples if s.phase not in TIMED_PHASES or cell_key(s) in decisive]
@@ -76,30 +76,33 @@ def _ok(sample: Sample, phase: str) -> bool:
 
 def aggregate_tps(samples: Iterable[Sample]) -> float | None:
     """Σ output tokens / Σ batch wall time, batches keyed by (start, round, order)."""
-    batches: dict[tuple[int, int, int], list[Sample]] = {}
+    batches: dict[tuple[int, int, int], list[tuple[float, float, int]]] = {}
     for s in samples:
         if s.e2e_s is None or s.t_mono is None:
             continue
-        batches.setdefault((s.start, s.round, s.order), []).append(s)
+        sent = (s.t_mono, s.t_mono + s.e2e_s, s.completion_tokens or 0)
+        batches.setdefault((s.start, s.round, s.order), []).append(sent)
     tokens = 0
     wall = 0.0
     for batch in batches.values():
-        first = min(s.t_mono for s in batch)  # type: ignore[type-var]
-        last = max(s.t_mono + s.e2e_s for s in batch)  # type: ignore[operator]
-        tokens += sum(s.completion_tokens or 0 for s in batch)
+        first = min(began for began, _, _ in batch)
+        last = max(ended for _, ended, _ in batch)
+        tokens += sum(n for _, _, n in batch)
         wall += last - first
     return tokens / wall if wall > 0 and tokens else None
 
 
 def cell_figures(
     samples: Sequence[Sample],
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     phase: str = "measure",
     baseline: Sequence[CellFigures] | None = None,
 ) -> list[CellFigures]:
     """Per workload cell: TTFT p50/p99, median decode tok/s, aggregate tok/s, and the ratios
     to ``baseline`` (the baseline's own figures) where both sides have them."""
-    base = {(f.request_class, f.concurrency): f for f in baseline or []}
+    base: dict[tuple[str, int], CellFigures] = {
+        (f.request_class, f.concurrency): f for f in baseline or []
+    }
     out: list[CellFigures] = []
     for cell in protocol.workload:
         rows = [s for s in samples if _ok(s, phase) and cell_key(s) == cell_key(cell)]

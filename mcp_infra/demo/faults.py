@@ -167,7 +167,9 @@ def inspect(home: Home, plan_id: str | None = None) -> Aftermath:
     problems: list[str] = []
     for cycle_dir in home.cycles.iterdir() if home.cycles.is_dir() else []:
         problems += home.read_journal(cycle_dir.name)[1]
-    verified = bool(summary) and evidence.verify(evidence.bundle_path(home, summary.cycle_id)).ok
+    verified = (
+        summary is not None and evidence.verify(evidence.bundle_path(home, summary.cycle_id)).ok
+    )
     return Aftermath(
         outcome=summary.outcome.value if summary else None,
         serving=active_recipe(home).candidate_id if live else None,

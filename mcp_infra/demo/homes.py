@@ -167,7 +167,7 @@ def stop_home(home: Home) -> None:
 def use_test_policy(home: Home, config: ServiceConfig, **protocol: object) -> ServiceConfig:
     """Switch a prepared demo home (`demo.run.prepare`) to the `test` policy: the same demo,
     in a cycle a few times shorter."""
-    write_test_policy(home, **protocol)
+    write_test_policy(home, None, None, base="demo", lean=True, **protocol)
     config = config.model_copy(update={"policy": TEST_POLICY})
     write_model(home.config, config)
     return config

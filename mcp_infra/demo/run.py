@@ -23,7 +23,7 @@ import anyio
 import psutil
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp_types import Implementation
+from mcp_types import Implementation, TextContent
 
 from mcp_infra import __version__
 from mcp_infra.contracts import Recipe, ServiceConfig, SupervisorRecord
@@ -151,7 +151,8 @@ async def drive(
         result = await client.call_tool("propose_plan", {"plan": plan})
         proposal = result.structured_content
         if result.is_error or not proposal or not proposal.get("accepted"):
-            text = result.content[0].text if result.content else "no answer"
+            first = result.content[0] if result.content else None
+            text = first.text if isinstance(first, TextContent) else "no answer"
             raise RuntimeError(f"plan refused: {proposal.get('message') if proposal else text}")
         log(f"plan {proposal['plan_id']} queued: {', '.join(proposal['candidates'])}")
         deadline = time.monotonic() + FOLLOW_TIMEOUT_S

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 
@@ -27,6 +27,9 @@ from mcp_infra.faces import evidence_cli, render
 from mcp_infra.flows import api as app
 from mcp_infra.state.context import active_recipe, load_config, window_state
 from mcp_infra.state.store import ENV_HOME, CorruptFile, Home, LockHeld
+
+if TYPE_CHECKING:  # the MCP server is imported only by the commands that serve
+    from mcp_infra.faces.mcp_server import Mode
 
 
 def _print(data: Any, as_json: bool, text: str | None = None) -> None:
@@ -78,14 +81,14 @@ def cmd_serve(home: Home, args: argparse.Namespace) -> int:
 
     if args.auth == "none" and args.transport != "http":
         _fail("serve: --auth applies to --transport http only")
-    mode = args.mode or ("read-only" if args.auth == "none" else "propose")
+    mode: Mode = args.mode or ("read-only" if args.auth == "none" else "propose")
     try:
         return _serve(home, args, mode)
     except KeyboardInterrupt:  # Ctrl-C in the terminal of its client (the demo): a quiet stop
         return ExitCode.INTERRUPTED
 
 
-def _serve(home: Home, args: argparse.Namespace, mode: str) -> int:
+def _serve(home: Home, args: argparse.Namespace, mode: Mode) -> int:
     from mcp_infra.faces.mcp_server import serve
 
     return serve(
@@ -402,11 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the model")
     plan.add_argument("--goal", help="one line: what to optimize")
     plan.add_argument("--json", action="store_true")
-    plan.add_argument(
-        "--no-supervisor",
-        action="store_true",
-        help="queue only; run `mcp-infra supervise` yourself",
-    )
+    _queue_only(plan)
 
     sup = sub.add_parser(
         "supervise",
@@ -506,11 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     prop.add_argument("file")
     prop.add_argument("--dry-run", action="store_true")
     prop.add_argument("--json", action="store_true")
-    prop.add_argument(
-        "--no-supervisor",
-        action="store_true",
-        help="queue only; run `mcp-infra supervise` yourself",
-    )
+    _queue_only(prop)
 
     svc = sub.add_parser(
         "service",
@@ -530,6 +525,15 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--json", action="store_true")
     _global_options_anywhere([*sub.choices.values(), *gsub.choices.values()])
     return parser
+
+
+def _queue_only(parser: argparse.ArgumentParser) -> None:
+    """``--no-supervisor`` of `plan` and `propose` (serve's says "plans": it queues many)."""
+    parser.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="queue only; run `mcp-infra supervise` yourself",
+    )
 
 
 def _global_options_anywhere(parsers: list[argparse.ArgumentParser]) -> None:

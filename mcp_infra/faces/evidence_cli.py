@@ -11,8 +11,8 @@ from mcp_infra.contracts import CycleCost
 from mcp_infra.errors import UsageError
 from mcp_infra.faces import render
 from mcp_infra.state import evidence, signing
-from mcp_infra.state.audit import Verification
 from mcp_infra.state.store import Home, read_optional, write_bytes_atomic
+from mcp_infra.state.verification import Verification
 
 
 def show_cost(bundle: Path) -> str:
@@ -33,6 +33,16 @@ def _pin(args: argparse.Namespace) -> str | None:
     return signing.parse_fingerprint(given) if given else None
 
 
+def _key_and_pin(args: argparse.Namespace) -> tuple[Path | None, str | None]:
+    """``--key`` and ``--fingerprint`` of `verify` and `report`; a malformed pin is a usage
+    error."""
+    try:
+        pin = _pin(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return (Path(args.key) if getattr(args, "key", None) else None), pin
+
+
 def trust_line(result: Verification) -> str:
     """The line under the checks that says which key verified, and what it is worth."""
     return f"  key  {result.key_note}"
@@ -40,11 +50,7 @@ def trust_line(result: Verification) -> str:
 
 def cmd_verify(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
-    try:
-        pin = _pin(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    key = Path(args.key) if getattr(args, "key", None) else None
+    key, pin = _key_and_pin(args)
     result = evidence.verify(bundle, key=key, home=home, pin=pin)
     data = result.model_dump(mode="json") | {"ok": result.ok}
     print(
@@ -96,11 +102,7 @@ def current_report(home: Home, bundle: Path) -> Path:
 
 def cmd_report(home: Home, ref: str, args: argparse.Namespace) -> int:
     bundle = _bundle(home, ref)
-    try:
-        pin = _pin(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    key = Path(args.key) if getattr(args, "key", None) else None
+    key, pin = _key_and_pin(args)
     target = write_report(home, bundle, Path(args.output) if args.output else None, key, pin)
     print(json.dumps({"report": str(target)}) if args.json else str(target))
     return 0

@@ -105,7 +105,7 @@ async def ask_model(
     return content if isinstance(content, str) else ""
 
 
-async def plan_local(
+async def plan_local(  # noqa: PLR0913  keyword-only options, one per flag of `mcp-infra plan`
     home: Home,
     *,
     dry_run: bool = False,
@@ -120,7 +120,7 @@ async def plan_local(
     """Ask the served model for a plan through the MCP prompt; submit it through MCP."""
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
-    from mcp_types import Implementation
+    from mcp_types import Implementation, TextContent
 
     config = load_config(home)
     url = endpoint or f"http://{config.host}:{config.port}/v1"
@@ -162,7 +162,8 @@ async def plan_local(
             "propose_plan", {"plan": extraction.plan, "dry_run": dry_run}
         )
         proposal = result.structured_content  # a refused plan: isError, accepted=false
-        text = result.content[0].text if result.content else ""
+        first = result.content[0] if result.content else None
+        text = first.text if isinstance(first, TextContent) else ""
         accepted = bool(proposal and proposal.get("accepted"))
         message = (proposal or {}).get("message") or text
         return LocalPlanResult(

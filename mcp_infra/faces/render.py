@@ -11,14 +11,14 @@ import json
 import re
 from typing import Any
 
-from mcp_infra.contracts import CycleCost, CycleSummary, PlanCost
+from mcp_infra.contracts import CycleCost, CycleSummary, FrozenPlan, PlanCost
 from mcp_infra.core.gates import TaskCheck, TaskSpec
 from mcp_infra.core.progress import duration_text
 from mcp_infra.core.units import fmt_pct
 from mcp_infra.flows import api as app
 from mcp_infra.flows.planning import LocalPlanResult, PlanningContext
 from mcp_infra.state.artifacts import PrepareResult
-from mcp_infra.state.audit import Verification
+from mcp_infra.state.verification import Verification
 
 MAX_TEXT = 12_000
 
@@ -183,30 +183,7 @@ def _generic(line: str, candidate_id: str) -> str:
 
 def evidence_text(view: app.EvidenceView) -> str:
     if view.cycles is not None:
-        if not view.cycles:
-            return "No sealed cycle yet."
-        lines = [f"Sealed cycles, newest first (page {view.page} of {view.pages}):"]
-        flagged = view.not_verified or {}
-        for s in view.cycles:
-            if s.cycle_id in flagged:
-                lines.append(
-                    f"- {s.cycle_id}: DOES NOT VERIFY ({flagged[s.cycle_id]}); its outcome and "
-                    "figures are withheld"
-                )
-                continue
-            lines.append(
-                f"- {s.cycle_id} ({s.started_at:%Y-%m-%d %H:%M} UTC): {s.outcome.value}"
-                + (f", selected {s.selected}" if s.selected else "")
-                + (f" ({s.speedup_pct:+.1f}%)" if s.speedup_pct is not None else "")
-                + f" — {s.reason}"
-            )
-        shown = len(view.cycles) - len(flagged)
-        lines.append(
-            f"{shown} of {len(view.cycles)} verified (hashes and signature)"
-            + (f"; check one for good: {view.verify_command}" if view.verify_command else "")
-            + "."
-        )
-        return _bounded(lines)
+        return _listing_text(view)
     if view.verified is False and view.summary:
         lines = [
             f"cycle {view.summary.cycle_id}: its evidence DOES NOT VERIFY; failed checks: "
@@ -238,28 +215,68 @@ def evidence_text(view: app.EvidenceView) -> str:
                 f" — {divergences_once(g['detail'], cap=None)}"
             )
     if view.plan is not None:
-        p = view.plan
-        lines.append(
-            f"Frozen plan {p.plan_id} by {p.proposed_by}: {', '.join(p.candidates)}; "
-            f"thresholds min speedup {p.thresholds.min_speedup_pct}%, max peak memory "
-            f"{p.thresholds.max_peak_memory_gb} GB."
-        )
-        lines += [f"  change {c.field} {c.action}: {c.reason}" for c in p.changes]
-        lines += [f"  refused {r.id}: {r.reason}" for r in p.refused]
+        lines += _plan_lines(view.plan)
     if view.journal is not None:
-        lines.append(f"Journal page {view.page} of {view.pages}:")
-        for row in view.journal:
-            if "problem" in row:
-                lines.append(f"  problem: {row['problem']}")
-                continue
-            fields = json.dumps(row.get("fields") or {}, default=str)
-            lines.append(
-                f"  {row.get('ts')} {row.get('state')}: {row.get('message')}"
-                + (f" {fields[:300]}" if fields != "{}" else "")
-            )
+        lines += _journal_lines(view.journal, view.page, view.pages)
     if view.section == "summary" and view.summary:
         lines.append("More: evidence with section=gates | verdict | plan | journal.")
     return _bounded(lines)
+
+
+def _listing_text(view: app.EvidenceView) -> str:
+    """The page of sealed cycles: a bundle that does not verify is named, its figures withheld."""
+    cycles = view.cycles or []
+    if not cycles:
+        return "No sealed cycle yet."
+    lines = [f"Sealed cycles, newest first (page {view.page} of {view.pages}):"]
+    flagged = view.not_verified or {}
+    for s in cycles:
+        if s.cycle_id in flagged:
+            lines.append(
+                f"- {s.cycle_id}: DOES NOT VERIFY ({flagged[s.cycle_id]}); its outcome and "
+                "figures are withheld"
+            )
+            continue
+        lines.append(
+            f"- {s.cycle_id} ({s.started_at:%Y-%m-%d %H:%M} UTC): {s.outcome.value}"
+            + (f", selected {s.selected}" if s.selected else "")
+            + (f" ({s.speedup_pct:+.1f}%)" if s.speedup_pct is not None else "")
+            + f" — {s.reason}"
+        )
+    shown = len(cycles) - len(flagged)
+    lines.append(
+        f"{shown} of {len(cycles)} verified (hashes and signature)"
+        + (f"; check one for good: {view.verify_command}" if view.verify_command else "")
+        + "."
+    )
+    return _bounded(lines)
+
+
+def _plan_lines(p: FrozenPlan) -> list[str]:
+    """The frozen plan: who proposed what, its thresholds, every change and refusal."""
+    lines = [
+        f"Frozen plan {p.plan_id} by {p.proposed_by}: {', '.join(p.candidates)}; "
+        f"thresholds min speedup {p.thresholds.min_speedup_pct}%, max peak memory "
+        f"{p.thresholds.max_peak_memory_gb} GB."
+    ]
+    lines += [f"  change {c.field} {c.action}: {c.reason}" for c in p.changes]
+    lines += [f"  refused {r.id}: {r.reason}" for r in p.refused]
+    return lines
+
+
+def _journal_lines(journal: list[dict[str, Any]], page: int, pages: int) -> list[str]:
+    """One page of the journal, a line per event (a line that could not be read says so)."""
+    lines = [f"Journal page {page} of {pages}:"]
+    for row in journal:
+        if "problem" in row:
+            lines.append(f"  problem: {row['problem']}")
+            continue
+        fields = json.dumps(row.get("fields") or {}, default=str)
+        lines.append(
+            f"  {row.get('ts')} {row.get('state')}: {row.get('message')}"
+            + (f" {fields[:300]}" if fields != "{}" else "")
+        )
+    return lines
 
 
 def proposal_text(view: app.ProposalView) -> str:
@@ -289,8 +306,8 @@ def proposal_text(view: app.ProposalView) -> str:
     lines += [f"- refused {r.id}: {r.reason}" for r in view.refused]
     if view.window:
         lines.append(f"Runs: {view.window}.")
-    if said := cost_line(view.cost):
-        lines.append(f"Cost: {said}")
+    if cost_said := cost_line(view.cost):
+        lines.append(f"Cost: {cost_said}")
     if view.queue_position:
         lines.append(f"Queue position: {view.queue_position}.")
     if view.follow:

@@ -503,6 +503,16 @@ class Point:
     floor: float | None = None
 
 
+def _charted(div_id: str, svg: str, rows: list[list[str]], head: list[str]) -> str:
+    """A chart with the figures it draws, as a table a reader can open under it."""
+    return (
+        f"<div id='{div_id}'><figure>{svg}</figure>"
+        + "<details><summary>the charted figures (from verdict.json)</summary>"
+        + _table(rows, head)
+        + "</details></div>"
+    )
+
+
 def interval_chart(
     name: str,
     points: list[Point],
@@ -624,14 +634,8 @@ def candidates_chart(data: Loaded) -> str:
         _threshold_lines(data),
         "candidate / live recipe, decode tok/s (log scale)",
     )
-    return (
-        f"<div id='chart-candidates'><figure>{svg}</figure>"
-        + "<details><summary>the charted figures (from verdict.json)</summary>"
-        + _table(
-            rows, ["candidate", "speedup", "interval low", "interval high", "A/A floor", "drawn as"]
-        )
-        + "</details></div>"
-    )
+    head = ["candidate", "speedup", "interval low", "interval high", "A/A floor", "drawn as"]
+    return _charted("chart-candidates", svg, rows, head)
 
 
 def prompts_chart(data: Loaded) -> str:
@@ -674,14 +678,8 @@ def prompts_chart(data: Loaded) -> str:
         lines,
         "candidate / live recipe, decode tok/s (log scale)",
     )
-    return (
-        f"<div id='chart-prompts'><figure>{svg}</figure>"
-        + "<details><summary>the charted figures (from verdict.json)</summary>"
-        + _table(
-            rows, ["candidate", "prompt", "live tok/s", "candidate tok/s", "speedup", "interval"]
-        )
-        + "</details></div>"
-    )
+    head = ["candidate", "prompt", "live tok/s", "candidate tok/s", "speedup", "interval"]
+    return _charted("chart-prompts", svg, rows, head)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -729,7 +727,7 @@ def _cell_keys(data: Loaded) -> list[tuple[str, int, str]]:
     for _, run in [*data.runs.values()]:
         for f in run.cells:
             keys.append((f.request_class, f.concurrency, f.role))
-    order = {
+    order: dict[tuple[str, int], int] = {
         (c.request_class, c.concurrency): i
         for i, c in enumerate(data.plan.protocol.workload if data.plan else [])
     }
@@ -818,6 +816,7 @@ def workload_cells(data: Loaded) -> list[Cell]:
                 continue
             at = pointer(doc, "cells", j)
             concurrency_ref = concurrency_ref or f"{at}/concurrency"
+            # Not the judged row above: a run's own figures, for a cell the verdict did not judge.
             rows.append(
                 CellRow(
                     item.candidate,
@@ -1352,7 +1351,7 @@ def checks_html(data: Loaded, verification: Any | None) -> str:
 
 
 def render(bundle: Path, verification: Any | None = None) -> str:
-    """The report's HTML for a bundle (``verification``: an ``audit.Verification``)."""
+    """The report's HTML for a bundle (``verification``: a ``verification.Verification``)."""
     data = load(bundle, verification)
     held = heldout_check(data)
     src, summary = data.src, data.summary

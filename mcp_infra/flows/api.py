@@ -85,6 +85,7 @@ from mcp_infra.state.store import (
     M,
     open_append,
     read_journal_file,
+    read_model,
     read_optional,
     utcnow,
     write_model,
@@ -825,7 +826,9 @@ def with_cost(
     from mcp_infra.core.admission import unserved_limit
     from mcp_infra.flows import projection
 
-    mode = "exclusive" if view.memory_mode == "exclusive" else "concurrent"
+    mode: Literal["concurrent", "exclusive"] = (
+        "exclusive" if view.memory_mode == "exclusive" else "concurrent"
+    )
     cost = projection.plan_cost(
         ctx.home,
         frozen,
@@ -861,7 +864,7 @@ def candidate_cost(
         live = ctx.live.candidate_id
     except FileNotFoundError:
         return PlanCost(basis="unknown", why="no managed service is configured (config.yaml)")
-    kind = "exclusive" if mode == "exclusive" else "concurrent"
+    kind: Literal["concurrent", "exclusive"] = "exclusive" if mode == "exclusive" else "concurrent"
     return projection.plan_cost(
         ctx.home, plan, ctx.policy, live, kind, {candidate: recipe}, wait=wait
     )
@@ -1163,7 +1166,7 @@ def _cycle_list(home: Home, page: int, limit: int) -> EvidenceView:
 def _cycle_view(
     home: Home, bundle: Path, owner: Home | None, section: Section | None, page: int
 ) -> EvidenceView:
-    summary = evidence_mod.read_model(CycleFiles(bundle).summary, CycleSummary)
+    summary = read_model(CycleFiles(bundle).summary, CycleSummary)
     view = EvidenceView(
         cycle_id=summary.cycle_id,
         section=section or "summary",

@@ -31,6 +31,7 @@ from mcp_infra.contracts import (
     FrozenPlan,
     Outcome,
     Recipe,
+    ServiceConfig,
     Verdict,
 )
 from mcp_infra.core.preflight import preflight
@@ -187,24 +188,23 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
             )
         if remembered is not None and remembered.policy_hash != policy_hash(policy):
             raise ApprovalRefused(f"the policy changed since cycle {cycle_id}: propose a new cycle")
-        run = _run_of(bundle, name)
-        return _approval_cycle(
-            home, config, plan, verdict, bundle, cycle_id, live, recipe, run, chosen
-        )
+        gain = chosen.speedup_estimate
+        speedup = speedup_pct(gain) if gain is not None else None
+        promotion = cycle.Promotion(recipe, _run_of(bundle, name), verdict, speedup)
+        return _approval_cycle(home, config, plan, bundle, cycle_id, live, promotion, chosen)
 
 
 def _approval_cycle(
     home: Home,
-    config: object,
+    config: ServiceConfig,
     plan: FrozenPlan,
-    verdict: Verdict,
     bundle: Path,
     source: str,
     live: Recipe,
-    recipe: Recipe,
-    run: CandidateRun,
+    promotion: cycle.Promotion,
     chosen: CandidateVerdict,
 ) -> CycleSummary:
+    recipe = promotion.recipe
     cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S}-approve-{plan.content_hash[:6]}"
     cdir = home.cycle_dir(cycle_id)
     (CycleFiles(cdir).runs).mkdir(parents=True, exist_ok=True)
@@ -234,9 +234,7 @@ def _approval_cycle(
         "the measured recipe",
         recipes={recipe.candidate_id: recipe.model_dump(mode="json")},
     )
-    speedup = speedup_pct(chosen.speedup_estimate) if chosen.speedup_estimate is not None else None
     try:
-        promotion = cycle.Promotion(recipe, run, verdict, speedup)
         result = cycle.promote(home, config, plan, journal, live, promotion)
         if result.outcome == Outcome.PROMOTED:
             result = result._replace(
@@ -245,4 +243,4 @@ def _approval_cycle(
             )
     except Exception as exc:  # as in run_cycle: restore, then account for it
         result = cycle.restore_after_error(home, journal, exc)
-    return cycle.seal(home, plan, cycle_id, journal, started, result)
+    return cycle.conclude(home, plan, cycle_id, journal, started, result)

@@ -151,9 +151,9 @@ class Journal:
                 **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}},
             ),
         )
-        step = JournalStep(step or JournalStep.ENTER).value
+        at = JournalStep(step or JournalStep.ENTER).value
         pause = os.environ.get(PAUSE_ENV)
-        if pause and (pause == f"{state.value}:{step}" or (pause, step) == (state.value, "enter")):
+        if pause and (pause == f"{state.value}:{at}" or (pause, at) == (state.value, "enter")):
             marker = self.home.state / f"paused-at-{pause.replace(':', '-')}"
             marker.write_text(f"{os.getpid()}\n")
             while marker.exists():  # a seam for tests: wait until killed, or released (unlinked)
@@ -223,7 +223,7 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
             result = CycleResult(Outcome.NEEDS_OPERATOR, None, str(exc))
         except Exception as exc:  # any unexpected failure: restore, then account for it
             result = restore_after_error(home, journal, exc)
-        return seal(home, plan, cycle_id, journal, started, result)
+        return conclude(home, plan, cycle_id, journal, started, result)
     except OSError as exc:  # a full or read-only disk: the service first, the records later
         raise _seal_failed(home, journal, exc) from exc
 
@@ -948,7 +948,7 @@ def restore(
     return outcome
 
 
-def seal(
+def conclude(
     home: Home,
     plan: FrozenPlan,
     cycle_id: str,
@@ -1066,7 +1066,7 @@ def recover(home: Home) -> list[str]:
         if plan is None:
             notes.append(f"{cycle_id}: no readable plan; journal kept as is")
             continue
-        seal(
+        conclude(
             home,
             plan,
             cycle_id,

@@ -48,8 +48,8 @@ from mcp_infra.contracts import (
     DistributedEvidence,
     FrozenPlan,
     LaunchEvidence,
+    MeasureProtocol,
     ProcessRecord,
-    Protocol,
     Recipe,
     Sample,
     ServiceConfig,
@@ -99,7 +99,7 @@ def batches(
     return out
 
 
-def cells_for_start(protocol: Protocol, start: int) -> list[WorkloadCell]:
+def cells_for_start(protocol: MeasureProtocol, start: int) -> list[WorkloadCell]:
     """The workload cells measured in a configuration's start ``start`` (0-based): every
     decisive cell always; a guard cell in the first start only; a reported cell in the first
     ``max(2, min_starts)`` starts, enough for its interval, or the first alone where a learned
@@ -141,7 +141,7 @@ class StartSpec(NamedTuple):
     recipe: Recipe
     candidate: str
     prompts: dict[str, list[SuitePrompt]]
-    protocol: Protocol
+    protocol: MeasureProtocol
     start: int = 0
     round_index: int = 0
     phase: str = "measure"
@@ -163,7 +163,7 @@ class StartResult:
 def _timed(
     base_url: str,
     request: Request,
-    protocol: Protocol,
+    protocol: MeasureProtocol,
     barrier: threading.Barrier | None = None,
 ) -> Sample:
     """One streamed request; its send time is recorded as the moment the request went out."""
@@ -218,7 +218,7 @@ class Batch(NamedTuple):
     requests: list[Request]
 
 
-def timed_tokens(prompt: SuitePrompt, protocol: Protocol) -> int:
+def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
     """A timed request's answer length: the prompt's budget, capped by ``timed_max_tokens``
     where the protocol sets one (decode speed needs enough tokens to be measured, not the whole
     answer; the greedy passes still ask the full budget for the equality gate)."""
@@ -336,7 +336,7 @@ def measure_start(
 
 
 def _send_timed(
-    base_url: str, batch: Batch, protocol: Protocol, pool: ThreadPoolExecutor | None
+    base_url: str, batch: Batch, protocol: MeasureProtocol, pool: ThreadPoolExecutor | None
 ) -> list[Sample]:
     """One batch of timed requests, all in flight at once behind a barrier."""
     if len(batch.requests) == 1 or pool is None:
@@ -352,7 +352,7 @@ def _send_timed(
 
 
 def _start(
-    home: Home, config: ServiceConfig, recipe: Recipe, cycle_id: str, protocol: Protocol
+    home: Home, config: ServiceConfig, recipe: Recipe, cycle_id: str, protocol: MeasureProtocol
 ) -> ProcessRecord:
     """A fresh scratch server. A busy scratch port is a reason to take another port, never a
     verdict on a configuration: on PortBusy it starts once more on a free port (the record's
@@ -417,7 +417,7 @@ def keep_launch(home: Home, cycle_id: str, spec: StartSpec, record: ProcessRecor
 # ---------------------------------------------------------------------------------------------
 
 
-def short_c1(protocol: Protocol) -> Protocol:
+def short_c1(protocol: MeasureProtocol) -> MeasureProtocol:
     """The protocol narrowed to short requests one at a time, without warm-up or quality."""
     return protocol.model_copy(
         update={
@@ -456,7 +456,7 @@ def measure_live(
 
 
 def annotate_cells(
-    baseline: CandidateRun, runs: dict[str, CandidateRun], protocol: Protocol
+    baseline: CandidateRun, runs: dict[str, CandidateRun], protocol: MeasureProtocol
 ) -> tuple[CandidateRun, dict[str, CandidateRun]]:
     """Each run with its per-cell figures (and the ratio to the baseline's, for candidates)."""
     base_cells = cell_figures(baseline.samples, protocol)

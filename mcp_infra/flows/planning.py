@@ -277,7 +277,7 @@ def _baseline_figures(
             if promoted
             else verdict.candidates[0]
         )
-        if source is None:
+        if source is None or measured_as is None:
             continue
         try:
             run = read_optional(home.bundle_files(summary.cycle_id).run(measured_as), CandidateRun)

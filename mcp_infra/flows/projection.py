@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -47,7 +48,9 @@ from mcp_infra.contracts import (
     EnvironmentFingerprint,
     Event,
     FrozenPlan,
+    JournalStep,
     LearnedSpread,
+    MeasureProtocol,
     Plan,
     PlanCost,
     Policy,
@@ -56,7 +59,6 @@ from mcp_infra.contracts import (
     TargetProfile,
     Verdict,
 )
-from mcp_infra.contracts import Protocol as MeasureProtocol
 from mcp_infra.core.admission import admit
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.stats import derive_seed
@@ -106,7 +108,13 @@ class NullJournal:
 
     cycle_id = "projection"
 
-    def __call__(self, state: CycleState, message: str, **fields: object) -> None:
+    def __call__(
+        self,
+        state: CycleState,
+        message: str,
+        step: JournalStep | None = None,
+        **fields: object,
+    ) -> None:
         return None
 
 
@@ -133,7 +141,7 @@ class SimServer:
         factor = math.exp(rng.gauss(0.0, self.profile.start_spread))
         self.clock.t += truth.load_s
         ready(0)
-        tasks = load_suite(spec.protocol.quality_suite).prompts if spec.quality_suite else []
+        tasks = load_suite(spec.quality_suite).prompts if spec.quality_suite else []  # as measure
         result = StartResult(peak_gb=truth.peak_gb, memory_source="projected", port=0)
         for batch in start_plan(spec, tasks):
             samples = self._batch(truth, factor, rng, batch.requests, batch.kind)
@@ -485,10 +493,19 @@ def _config_truth(
     def sim_prompt(s: Sample) -> int:
         return prompt_tokens(prompts[s.prompt_id], chars_per_token)
 
+    def e2e(s: Sample) -> float:
+        return s.e2e_s or 0.0  # timed samples have both times
+
+    def ttft(s: Sample) -> float:
+        return s.ttft_s or 0.0
+
+    def sent(s: Sample) -> float:
+        return s.t_mono or 0.0  # the batches kept below all have one
+
     # Rates that give each measured request its measured time when the simulation sends the
     # tokens it sends (a prompt's budget): answers that stop early are priced as they ran.
-    decode = _median([sim_tokens(s) / (s.e2e_s - s.ttft_s) for s in solo if s.e2e_s > s.ttft_s])
-    prefill = _median([sim_prompt(s) / s.ttft_s for s in solo if s.ttft_s > 0])
+    decode = _median([sim_tokens(s) / (e2e(s) - ttft(s)) for s in solo if e2e(s) > ttft(s)])
+    prefill = _median([sim_prompt(s) / ttft(s) for s in solo if ttft(s) > 0])
     if decode is None or prefill is None:
         return None
     batch: dict[int, float] = {}
@@ -501,7 +518,7 @@ def _config_truth(
             continue  # served one after another: the simulation's serial model
         rates = []
         for b in group:
-            wall = max(s.t_mono + s.e2e_s for s in b) - min(s.t_mono for s in b)
+            wall = max(sent(s) + e2e(s) for s in b) - min(sent(s) for s in b)
             tokens = statistics.mean(sim_tokens(s) for s in b)
             fill = n * statistics.mean(sim_prompt(s) for s in b) / prefill
             rates.append(n * tokens / max(wall - fill, 0.1 * wall))
@@ -822,18 +839,18 @@ def project_cost(
 ) -> PlanCost:
     """``plan`` projected over ``seeds`` seeds on the profile of ``bundles`` (newest first),
     in the memory mode the cycle's admission would choose now."""
-    base = {"configurations": plan.candidates, "mode": mode}
+    cost = partial(PlanCost, configurations=plan.candidates, mode=mode)
     if not bundles:
-        return PlanCost(basis="unknown", why=NO_FIGURES, **base)
+        return cost(basis="unknown", why=NO_FIGURES)
     cycles = [b.name for b in bundles]
     try:
         found = home_profile(bundles)
     except (ValueError, CorruptFile, OSError, ValidationError) as exc:
         why = f"this home's newest sealed cycle {cycles[0]} could not be read: {exc}"
-        return PlanCost(basis="unknown", why=why[:1000], source=cycles, **base)
+        return cost(basis="unknown", why=why[:1000], source=cycles)
     got = priced(found.profile, plan.candidates[1:], live_recipe)
     if isinstance(got, str):
-        return PlanCost(basis="unknown", why=got, source=cycles, **base)
+        return cost(basis="unknown", why=got, source=cycles)
     profile, truths, notes = got
     protocol = plan.protocol.model_copy(
         update={"bootstrap_resamples": min(plan.protocol.bootstrap_resamples, COST_RESAMPLES)}
@@ -855,7 +872,7 @@ def project_cost(
     outcomes: dict[str, int] = {}
     for run in runs:
         outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
-    return PlanCost(
+    return cost(
         basis="this-home",
         why=f"the product's own round loop over the timings measured in {cycles[0]}",
         minutes=round(statistics.median(r.minutes for r in runs), 2),
@@ -867,10 +884,10 @@ def project_cost(
         outcomes=outcomes,
         source=cycles,
         assumptions=[*notes, *profile.assumptions][:20],
-        **base,
     )
 
 
+# project_cost's parameters with a home instead of bundles: it finds them, caches, may defer.
 def plan_cost(
     home: Home,
     plan: FrozenPlan,

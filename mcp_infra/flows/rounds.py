@@ -33,6 +33,7 @@ from mcp_infra.contracts import (
     Decision,
     FrozenPlan,
     JournalStep,
+    MeasureProtocol,
     Recipe,
     RoundRecord,
     Sample,
@@ -40,7 +41,6 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
-from mcp_infra.contracts import Protocol as MeasureProtocol
 from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import cell_regressions, decisive_view

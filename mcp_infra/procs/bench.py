@@ -58,7 +58,7 @@ def served_model(base_url: str, timeout: float = 5.0) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def stream_chat(
+def stream_chat(  # noqa: PLR0913  keyword-only: the labels the Sample is stamped with
     base_url: str,
     messages: Sequence[dict[str, Any]],
     *,
@@ -140,6 +140,7 @@ def stream_chat(
     )
 
 
+# stream_chat's request parameters, for the one untimed greedy answer the gates compare.
 def greedy_chat(
     base_url: str,
     messages: Sequence[dict[str, Any]],

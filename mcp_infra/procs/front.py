@@ -621,10 +621,11 @@ class Front:
             self._add(queued=1)
         self._dirty = True
         gone_wait = asyncio.ensure_future(gone.wait())
+        either: set[asyncio.Future[Any]] = {waiter.future, gone_wait}
         granted = False
         try:
             await asyncio.wait(
-                {waiter.future, gone_wait},
+                either,
                 timeout=max(0.0, deadline - time.monotonic()),
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -1050,7 +1051,7 @@ class Front:
                 up.close()
                 self.release(url)
 
-    async def relay(
+    async def relay(  # noqa: PLR0913  one request's parts, hot path, one caller
         self,
         conn: Conn,
         up: Upstream,

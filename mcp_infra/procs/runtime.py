@@ -179,7 +179,7 @@ def server_env(hf_cache: Path | None, *, own_runtime: bool = False) -> dict[str,
     return env
 
 
-def start_server(
+def start_server(  # noqa: PLR0913  keyword-only launch options, one per way a server starts
     recipe: Recipe,
     *,
     port: int,

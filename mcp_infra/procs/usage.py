@@ -136,18 +136,8 @@ def cycle_cost(home: Home, cycle_id: str, speedup_pct: float | None) -> CycleCos
         start, usages, impact = cost.read_inputs(cdir)
         events, _ = home.read_journal(cycle_id)
         energy = energy_counters()
-        return cost.build(
-            cycle_id,
-            events,
-            utcnow(),
-            start,
-            usages,
-            impact,
-            speedup_pct,
-            own_cpu_s(),
-            energy,
-            {z: energy_range(z) for z in energy},
-        )
+        end = cost.EndReadings(utcnow(), own_cpu_s(), energy, {z: energy_range(z) for z in energy})
+        return cost.build(cycle_id, events, start, usages, impact, speedup_pct, end)
     except (OSError, ValueError, psutil.Error):
         return None
 

@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +132,14 @@ class ArtifactTampered(HubError):
     """A prepared snapshot no longer matches its sha256 inventory: it is not used."""
 
 
-class View(BaseModel):
+class HubModel(BaseModel):
+    """Base of what preparing artifacts plans and reports (in memory only, so no
+    schema_version)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class FilePlan(View):
+class FilePlan(HubModel):
     path: str
     size: int | None = None
     sha256: str | None = None
@@ -143,7 +147,7 @@ class FilePlan(View):
     cached: bool = False
 
 
-class ArtifactPlan(View):
+class ArtifactPlan(HubModel):
     role: str
     repo: str
     revision: str
@@ -155,7 +159,7 @@ class ArtifactPlan(View):
     estimated: bool = Field(False, description="download size from the manifest's size_gb")
 
 
-class PreparedArtifact(View):
+class PreparedArtifact(HubModel):
     role: str
     repo: str
     revision: str
@@ -167,7 +171,7 @@ class PreparedArtifact(View):
     digest: str
 
 
-class PrepareResult(View):
+class PrepareResult(HubModel):
     candidate: str
     cache: str
     offline: bool
@@ -177,7 +181,7 @@ class PrepareResult(View):
     )
 
 
-class InventoryCheck(View):
+class InventoryCheck(HubModel):
     snapshot: str
     ok: bool
     problems: list[str] = Field(default_factory=list)
@@ -268,7 +272,7 @@ def _git_sha1(path: Path) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def _bar(total: int, desc: str, enabled: bool) -> Any:
+def _bar(total: int, desc: str, enabled: bool) -> Any:  # a tqdm bar (tqdm has no stubs)
     if not enabled:
         return None
     try:
@@ -284,7 +288,11 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 
 
 def plan_artifact(
-    artifact: ArtifactRef, cache: Path, *, offline: bool, api: Any = None
+    artifact: ArtifactRef,
+    cache: Path,
+    *,
+    offline: bool,
+    api: Any = None,  # an HfApi, or a stand-in with its model_info (tests)
 ) -> ArtifactPlan:
     """What preparing one artifact means: its files, their sizes, what must still be fetched.
 
@@ -294,13 +302,14 @@ def plan_artifact(
     allow = list(artifact.files) or list(DEFAULT_ALLOW_PATTERNS)
     snap = snapshot_path(cache, artifact.repo, artifact.revision)
     local = _snapshot_files(snap)
-    base = {
-        "role": artifact.role,
-        "repo": artifact.repo,
-        "revision": artifact.revision,
-        "allow_patterns": allow,
-        "snapshot": str(snap),
-    }
+    planned = partial(
+        ArtifactPlan,
+        role=artifact.role,
+        repo=artifact.repo,
+        revision=artifact.revision,
+        allow_patterns=allow,
+        snapshot=str(snap),
+    )
     if offline:
         files = [
             FilePlan(path=name, size=_size(path), cached=True)
@@ -309,9 +318,7 @@ def plan_artifact(
         ]
         missing = not files
         estimate = int((artifact.size_gb or 0) * GB) if missing else 0
-        return ArtifactPlan(
-            **base, source="cache", files=files, download_bytes=estimate, estimated=missing
-        )
+        return planned(source="cache", files=files, download_bytes=estimate, estimated=missing)
     if api is None:
         from huggingface_hub import HfApi
 
@@ -343,7 +350,7 @@ def plan_artifact(
     if not files:
         raise HubError(f"{artifact.repo}@{artifact.revision}: no file matches the patterns {allow}")
     download = sum(f.size or 0 for f in files if not f.cached)
-    return ArtifactPlan(**base, source="hub", files=files, download_bytes=download)
+    return planned(source="hub", files=files, download_bytes=download)
 
 
 def _size(path: Path) -> int | None:
@@ -390,7 +397,7 @@ def _free_bytes(cache: Path) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(
+def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offline, hub client)
     manifest: Manifest,
     candidate: str,
     draft: bool,
@@ -399,7 +406,7 @@ def prepare(
     cache: Path | None = None,
     offline: bool | None = None,
     progress: bool = True,
-    api: Any = None,
+    api: Any = None,  # as in plan_artifact
     free_bytes: int | None = None,
 ) -> PrepareResult:
     """Download (or find, offline) a candidate's pinned artifacts, then inventory them.
@@ -480,7 +487,7 @@ def _fetch_and_inventory(
     from huggingface_hub import snapshot_download
 
     before = plan.download_bytes if not offline else 0
-    kwargs: dict[str, Any] = {
+    kwargs: dict[str, Any] = {  # snapshot_download's keyword arguments, of mixed types
         "revision": plan.revision,
         "cache_dir": str(cache),
         "allow_patterns": plan.allow_patterns,
@@ -547,7 +554,7 @@ def build_inventory(
                     f"{digest[:12]}…, the hub publishes {want.sha256[:12]}…"
                 )
             small = want is not None and (want.size or 0) < 50_000_000
-            if small and want.git_sha1 and _git_sha1(path) != want.git_sha1:
+            if small and want and want.git_sha1 and _git_sha1(path) != want.git_sha1:
                 raise ArtifactTampered(
                     f"{plan.repo}@{plan.revision}: {name} differs from the "
                     "hub's git blob at this revision"

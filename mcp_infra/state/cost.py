@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from mcp_infra.contracts import (
     CycleCost,
     CycleState,
     Event,
     JournalStep,
+    JSONValue,
     ProcessUsage,
     ServerCost,
     UsageStart,
@@ -59,7 +60,7 @@ def downtime_from_journal(events: list[Event]) -> tuple[float | None, str]:
     return None, "journal: a promotion began but its end is not journaled"
 
 
-def downtime_from_impact(impact: dict[str, Any]) -> float | None:
+def downtime_from_impact(impact: dict[str, JSONValue]) -> float | None:
     for key in ("downtime_s", "downtime_seconds", "downtime"):
         value = impact.get(key)
         if isinstance(value, int | float):
@@ -105,18 +106,25 @@ def energy_joules(
     return round(total / 1e6, 3)
 
 
+class EndReadings(NamedTuple):
+    """The counters read once more as the cycle ends (``procs.usage.cycle_cost``)."""
+
+    at: datetime
+    supervisor_cpu_s: float | None
+    energy_uj: dict[str, int]
+    energy_ranges: dict[str, int | None]
+
+
 def build(
     cycle_id: str,
     events: list[Event],
-    ended: datetime,
     start: UsageStart | None,
     usages: list[ProcessUsage],
-    impact: dict[str, Any] | None,
+    impact: dict[str, JSONValue] | None,
     speedup_pct: float | None,
-    supervisor_cpu_now: float | None,
-    energy_end: dict[str, int],
-    energy_ranges: dict[str, int | None],
+    end: EndReadings,
 ) -> CycleCost:
+    ended, supervisor_cpu_now = end.at, end.supervisor_cpu_s
     began = events[0].ts if events else (start.at if start else ended)
     phases = phase_seconds(events, ended)
     measuring = round(sum(phases.get(s.value, 0.0) for s in MEASURING), 3)
@@ -125,7 +133,7 @@ def build(
         downtime, source = value, "service_impact.json (measured by the front)"
     else:
         downtime, source = downtime_from_journal(events)
-    energy = energy_joules(start.energy_uj, energy_end, energy_ranges) if start else None
+    energy = energy_joules(start.energy_uj, end.energy_uj, end.energy_ranges) if start else None
     energy_note = (
         "RAPL counters in /sys/class/powercap, package and DRAM zones as exposed"
         if energy is not None
@@ -164,7 +172,7 @@ def build(
 
 def read_inputs(
     cycle_dir: Path,
-) -> tuple[UsageStart | None, list[ProcessUsage], dict[str, Any] | None]:
+) -> tuple[UsageStart | None, list[ProcessUsage], dict[str, JSONValue] | None]:
     start = read_optional(cycle_dir / "usage-start.json", UsageStart)
     usages = []
     folder = cycle_dir / "usage"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from mcp_infra.contracts import CheckResult, CycleCost, CycleSummary, EvidenceManifest
+from mcp_infra.contracts import CheckResult, CycleCost, CycleSummary, EvidenceManifest, JSONValue
 from mcp_infra.core.sanitize import nearest_text
-from mcp_infra.state import audit, sealing, signing
-from mcp_infra.state.audit import Verification, load_runs, recompute
+from mcp_infra.state import sealing, signing, verification
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -24,6 +24,7 @@ from mcp_infra.state.store import (
     sha256_file,
     write_model,
 )
+from mcp_infra.state.verification import Verification, load_runs, recompute
 
 BUNDLE_FILES = (
     CycleFiles.PLAN,
@@ -105,13 +106,13 @@ def _nearest_cycles(home: Home, ref: str) -> str:
 def verify(
     bundle: Path, key: Path | None = None, home: Home | None = None, pin: str | None = None
 ) -> Verification:
-    """Every named check of ``state.audit``: hashes, signature and chain, the plan and its
+    """Every named check of ``state.verification``: hashes, signature and chain, the plan and its
     inputs, every sample, the verdict, gates, summary and journal recomputed or compared;
     ``pin``: the fingerprint the signing key must have."""
     if home is None and key is None and bundle.resolve().parent.name == "evidence":
         owner = Home(bundle.resolve().parent.parent)  # a bundle inside a home: that home's key
         home = owner if signing.public_key_path(owner).is_file() else None
-    return audit.verify(bundle, key=key, home=home, pin=pin)
+    return verification.verify(bundle, key=key, home=home, pin=pin)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,19 +168,20 @@ def integrity(bundle: Path, home: Home | None = None) -> Verification:
         hit = _cache.get(cache_key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    b = audit.Bundle(bundle)
-    checks = []
-    for name, run in (
-        ("file_hashes", lambda: audit.check_file_hashes(b)),
-        ("signature", lambda: audit.check_signature(b, key)),
-        ("statement_files", lambda: audit.check_statement_files(b)),
-    ):
+    b = verification.Bundle(bundle)
+    checks: list[CheckResult] = []
+    plan: list[tuple[str, Callable[[], str]]] = [
+        ("file_hashes", lambda: verification.check_file_hashes(b)),
+        ("signature", lambda: verification.check_signature(b, key)),
+        ("statement_files", lambda: verification.check_statement_files(b)),
+    ]
+    for name, run in plan:
         try:
             checks.append(CheckResult(name=name, status="ok", detail=run()))
-        except audit.Skipped as exc:
+        except verification.Skipped as exc:
             checks.append(CheckResult(name=name, status="skipped", detail=str(exc)))
         except (
-            audit.Failed,
+            verification.Failed,
             FileNotFoundError,
             CorruptFile,
             ValueError,
@@ -244,7 +246,7 @@ def verify_command(home: Home | None, ref: str, bundle: Path | None = None) -> s
 
 
 def list_cycles(home: Home) -> list[CycleSummary]:
-    out = []
+    out: list[CycleSummary] = []
     if not home.evidence.is_dir():
         return out
     for path in sorted(home.evidence.glob("*/summary.json")):
@@ -255,7 +257,7 @@ def list_cycles(home: Home) -> list[CycleSummary]:
     return sorted(out, key=lambda s: s.started_at, reverse=True)
 
 
-def journal_of(bundle: Path) -> list[dict]:
+def journal_of(bundle: Path) -> list[dict[str, JSONValue]]:
     events, problems = read_journal_file(CycleFiles(bundle).journal)
     rows = [e.model_dump(mode="json") for e in events]
     rows += [{"problem": p} for p in problems]

@@ -20,9 +20,12 @@ from typing import Any
 
 import yaml
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+from mcp_infra.contracts import JSONValue
+
+# Any: the C loader exists only where PyYAML was built with libyaml (the stubs cannot say)
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _lock = threading.Lock()
-_yaml: dict[str, tuple[tuple[int, int, int], Any]] = {}
+_yaml: dict[str, tuple[tuple[int, int, int], JSONValue]] = {}
 _versions: dict[str, tuple[tuple[int, ...], str | None]] = {}
 
 
@@ -31,7 +34,7 @@ def _identity(path: Path) -> tuple[int, int, int]:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: Path) -> JSONValue:
     """``yaml.safe_load`` of the file, parsed again only when the file changed."""
     key = str(path)
     stamp = _identity(path)

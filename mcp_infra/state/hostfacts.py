@@ -8,6 +8,7 @@ import hashlib
 import os
 import platform
 import shutil
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -180,7 +181,7 @@ def model_fingerprint(path: Path) -> str:
         h.update(rel)
         h.update(p.stat().st_size.to_bytes(8, "big"))
         with open(p, "rb") as fh:
-            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+            for chunk in iter(partial(fh.read, 1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
 

@@ -25,7 +25,6 @@ read from the bundle on the fly, with its environment from its own ``environment
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -34,6 +33,7 @@ from mcp_infra.contracts import (
     Decision,
     EnvironmentFingerprint,
     FrozenPlan,
+    JSONValue,
     Policy,
     Recipe,
     RememberedGate,
@@ -74,7 +74,9 @@ PLAN_INDEPENDENT_GATES = ("lossless", "smoke", "quality", "agreement")
 
 
 def environment_key(
-    env: dict[str, str], recipe: Recipe | dict[str, Any], identities: dict[str, str] | None = None
+    env: dict[str, str],
+    recipe: Recipe | dict[str, JSONValue],
+    identities: dict[str, str] | None = None,
 ) -> str:
     """sha256 of the environment, the candidate's artifacts (``identities`` caches
     ``artifact_identity`` by path) and, for a recipe that runs from its own runtime environment,
@@ -88,7 +90,7 @@ def environment_key(
             if path not in cache:
                 cache[path] = artifact_identity(path)
             artifacts[role] = cache[path]
-    key: dict[str, Any] = {"environment": env, "artifacts": artifacts}
+    key: dict[str, JSONValue] = {"environment": env, "artifacts": artifacts}
     runtime = data.get("runtime")
     if isinstance(runtime, dict):  # absent for the control plane's interpreter: keys unchanged
         key["runtime_lock"] = runtime.get("lock_digest")
@@ -128,7 +130,7 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
         return None
     env = environment() if env_now or fingerprint is None else environment_from(fingerprint)
     events, _ = read_journal_file(CycleFiles(bundle).journal)
-    recipes: dict[str, dict[str, Any]] = {}
+    recipes: dict[str, dict[str, JSONValue]] = {}
     approval_of = None
     for event in events:
         if event.state.value == "PREPARE" and isinstance(event.fields.get("recipes"), dict):
@@ -167,7 +169,7 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
                 ],
             )
         )
-    elif verdict is not None:
+    elif verdict is not None:  # every judged candidate (an approval above remembers one recipe)
         for item in verdict.candidates:
             recipe = recipes.get(item.candidate, {})
             outcomes.append(
@@ -224,9 +226,9 @@ def cycles(home: Home) -> list[CycleMemory]:
         for bundle in sorted(home.evidence.glob("*/MANIFEST.json")):
             cycle_id = bundle.parent.name
             if cycle_id not in seen:
-                memo = from_bundle(home, cycle_id)
-                if memo is not None:
-                    seen[cycle_id] = memo
+                found = from_bundle(home, cycle_id)
+                if found is not None:
+                    seen[cycle_id] = found
     return sorted(
         seen.values(),
         key=lambda m: (min((o.sealed_at for o in m.outcomes), default=m.recorded_at), m.cycle_id),
@@ -298,6 +300,21 @@ def _history(home: Home) -> dict[str, list[RememberedOutcome]]:
     return history
 
 
+def _measured_before(
+    home: Home, recipes: dict[str, Recipe], env: dict[str, str] | None
+) -> list[tuple[str, Recipe, list[RememberedOutcome], str]]:
+    """The recipes this home remembers outcomes of, by id: each with its outcomes (oldest
+    first) and its environment key now (``env``: this machine's, unless given)."""
+    env = env or environment()
+    history = _history(home)
+    identities: dict[str, str] = {}
+    return [
+        (cid, recipe, history[cid], environment_key(env, recipe, identities))
+        for cid, recipe in sorted(recipes.items())
+        if cid in history
+    ]
+
+
 def skips(
     home: Home,
     recipes: dict[str, Recipe],
@@ -306,17 +323,12 @@ def skips(
     env: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """candidate id → reason to skip it now (see the module notes). Deterministic."""
-    env = env or environment()
-    history = _history(home)
-    identities: dict[str, str] = {}
     out = {}
-    for cid, recipe in sorted(recipes.items()):
-        if cid not in history:
-            continue
+    for cid, recipe, remembered, env_key in _measured_before(home, recipes, env):
         last = latest(
-            history[cid],
+            remembered,
             manifest_hash=recipe.manifest_hash,
-            environment_key_=environment_key(env, recipe, identities),
+            environment_key_=env_key,
             policy_hash=policy_hash,
         )
         reason = skip_reason(last, policy)
@@ -330,20 +342,15 @@ def changed_candidates(
 ) -> dict[str, str]:
     """Candidates measured before whose manifest, policy or environment changed since their
     latest outcome: candidate id → what changed. Candidates never measured are not listed."""
-    env = env or environment()
-    history = _history(home)
-    identities: dict[str, str] = {}
     out = {}
-    for cid, recipe in sorted(recipes.items()):
-        if cid not in history:
-            continue
-        last = history[cid][-1]
+    for cid, recipe, remembered, env_key in _measured_before(home, recipes, env):
+        last = remembered[-1]
         what = []
         if last.manifest_hash != recipe.manifest_hash:
             what.append("manifest")
         if last.policy_hash != policy_hash:
             what.append("policy")
-        if last.environment_key != environment_key(env, recipe, identities):
+        if last.environment_key != env_key:
             what.append("environment or model files")
         if what:
             out[cid] = f"{', '.join(what)} changed since cycle {last.cycle_id}"

@@ -1,5 +1,6 @@
 """What sealing adds to a bundle: the inputs needed to re-judge it, the signed Statement and the
-link to the home's previous bundle. ``evidence.seal`` calls these in order; ``audit`` reads them.
+link to the home's previous bundle. ``evidence.seal`` calls these in order; ``verification``
+reads them.
 """
 
 from __future__ import annotations

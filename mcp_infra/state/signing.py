@@ -141,6 +141,7 @@ def load_private(path: Path) -> Ed25519PrivateKey:
     return key
 
 
+# load_private's twin: the loader and the key type it must return differ.
 def load_public(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(path.read_bytes())
@@ -221,7 +222,7 @@ def sign(statement: InTotoStatement, key: Ed25519PrivateKey) -> DsseEnvelope:
     payload = statement_bytes(statement)
     signature = key.sign(pae(PAYLOAD_TYPE, payload))
     return DsseEnvelope(
-        payloadType=PAYLOAD_TYPE,
+        payload_type=PAYLOAD_TYPE,
         payload=base64.b64encode(payload).decode(),
         signatures=[
             DsseSignature(

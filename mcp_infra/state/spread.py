@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from mcp_infra.contracts import BASELINE_ID, CandidateRun, FrozenPlan, LearnedSpread, Protocol
+from mcp_infra.contracts import (
+    BASELINE_ID,
+    CandidateRun,
+    FrozenPlan,
+    LearnedSpread,
+    MeasureProtocol,
+)
 from mcp_infra.core.stats import pooled_spread, start_levels
 from mcp_infra.state import evidence
 from mcp_infra.state.store import CorruptFile, Home, read_optional
@@ -21,7 +27,7 @@ MAX_DF = 30  # history never outweighs a long cycle entirely
 HEADLINE = ("short", 1)
 
 
-def comparable(old: Protocol, new: Protocol) -> bool:
+def comparable(old: MeasureProtocol, new: MeasureProtocol) -> bool:
     """Cycles whose baseline starts measured the same thing: suite and answer lengths."""
     return (old.suite, old.max_tokens, old.timed_max_tokens) == (
         new.suite,
@@ -30,7 +36,7 @@ def comparable(old: Protocol, new: Protocol) -> bool:
     )
 
 
-def learned_spread(home: Home, protocol: Protocol, now: datetime) -> LearnedSpread | None:
+def learned_spread(home: Home, protocol: MeasureProtocol, now: datetime) -> LearnedSpread | None:
     """The pooled within-cycle spread of the baseline's per-start level (one short request at
     a time) over this home's newest comparable sealed cycles, or None with fewer than 2 degrees
     of freedom of history."""

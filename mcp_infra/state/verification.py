@@ -180,6 +180,12 @@ class Bundle:
 # ---------------------------------------------------------------------------------------------
 
 
+def _fail_on(problems: list[str]) -> None:
+    """A check fails with every problem it found, in one detail."""
+    if problems:
+        raise Failed("; ".join(problems))
+
+
 def check_file_hashes(b: Bundle) -> str:
     manifest = read_model(b.path / "MANIFEST.json", EvidenceManifest)
     SIGNATURE = CycleFiles.SIGNATURE
@@ -196,8 +202,7 @@ def check_file_hashes(b: Bundle) -> str:
     problems += [
         f"{extra}: not listed in the manifest" for extra in sorted(present - set(manifest.files))
     ]
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"{len(manifest.files)} file(s) match MANIFEST.json"
 
 
@@ -358,8 +363,7 @@ def check_plan_inputs(b: Bundle) -> str:
         problems.append("the plan's thresholds do not follow from the policy: " + "; ".join(looser))
     if plan.protocol.model_dump() != policy.protocol.model_dump():
         problems.append("the plan's protocol is not the policy's")
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return "policy hash, registry hash, thresholds and protocol re-derived from the bundled texts"
 
 
@@ -378,8 +382,7 @@ def check_suites(b: Bundle) -> str:
     strangers = sorted(measured - ids)
     if strangers and not problems:
         problems.append(f"samples of prompts no bundled suite holds: {', '.join(strangers[:5])}")
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"{len(ids)} prompt(s) in {len(sealing.suite_names(plan))} bundled suite(s)"
 
 
@@ -512,8 +515,7 @@ def check_gates_recomputed(b: Bundle) -> str:
             "the journal says online verification passed, but its samples "
             "(online.json) are not in the bundle"
         )
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"{count} gate(s) recomputed from stored outputs"
 
 
@@ -593,8 +595,7 @@ def check_summary_agrees(b: Bundle) -> str:
     )
     if summary.cycle_id != b.path.name and b.path.name.startswith("c-"):
         problems.append(f"summary.json is of cycle {summary.cycle_id}")
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"outcome {summary.outcome.value}, selected {summary.selected or '-'}"
 
 
@@ -630,8 +631,7 @@ def check_journal_agrees(b: Bundle) -> str:
         problems.append(
             f"the journal promoted {promoted[-1]}, the recomputed verdict selects {expected}"
         )
-    if problems:
-        raise Failed("; ".join(problems))
+    _fail_on(problems)
     return f"final record: {last.get('outcome')}, selected {last.get('selected') or '-'}"
 
 
@@ -773,7 +773,7 @@ def trust_words(
 
 def verify(
     bundle: Path, key: Path | None = None, home: Home | None = None, pin: str | None = None
-) -> object:
+) -> Verification:
     """Run every check; the result names each one (see ``Verification``). ``home``: the
     verifying home (its key is the default, and "the home's own key" is said of it); ``pin``: a
     fingerprint the signing key must have (``signing.parse_fingerprint``'s form)."""

@@ -1,0 +1,290 @@
+"""Policies (policy/*.yaml): thresholds, the measurement protocol, window, budgets, service."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from mcp_infra.contracts.base import ID_PATTERN, Contract, Part
+from mcp_infra.contracts.manifest import CandidateClass, TemplateName
+
+
+class Bounded(Part):
+    """A threshold: its default and the range a plan may move it within."""
+
+    default: float
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Bounded:
+        if not (self.low <= self.default <= self.high):
+            raise ValueError("need low <= default <= high")
+        return self
+
+
+class Thresholds(Part):
+    min_speedup_pct: Bounded
+    max_peak_memory_gb: Bounded
+    max_error_rate: float = Field(0.0, ge=0, le=1)
+    worst_prompt_tolerance_pct: float = Field(
+        10.0, ge=0, le=100, description="largest per-prompt slowdown a qualified candidate may show"
+    )
+    tie_tolerance_pct: float = Field(2.0, ge=0, le=50)
+    lossy_min_identical_fraction: float = Field(0.5, ge=0, le=1)
+
+
+class WorkloadCell(Part):
+    """One condition of the user's workload: a request class at a concurrency level. Decisive cells
+    block promotion on a regression beyond tolerance and are measured in every start; a guard
+    cell (a costly one, such as long prefills at concurrency 4) is measured in a configuration's
+    first start only and blocks only a clear regression; reported cells are shown only."""
+
+    request_class: Literal["short", "long_prefill"]
+    concurrency: int = Field(ge=1, le=64)
+    role: Literal["decisive", "guard", "reported"] = "decisive"
+
+
+def _default_workload() -> list[WorkloadCell]:
+    return [
+        WorkloadCell(request_class=c, concurrency=n)
+        for c in ("short", "long_prefill")
+        for n in (1, 4)
+    ]
+
+
+class LearnedSpread(Part):
+    """This home's start-to-start spread, learned from earlier cycles' baseline starts: the sd
+    of a configuration's per-start mean log decode speed, pooled within cycles."""
+
+    sd: float = Field(gt=0, le=1)
+    df: int = Field(ge=1, le=1000, description="degrees of freedom: starts minus one per cycle")
+    source: str = Field("", max_length=300, description="the cycles it was learned from")
+
+
+class MeasureProtocol(Part):
+    """How candidates are measured: the suites, requests per prompt, starts and rounds, the
+    workload cells and the confidence of the decision (``Policy.protocol``, frozen into each
+    plan). Named for what it is: ``typing.Protocol`` is another thing."""
+
+    suite: Annotated[str, Field(pattern=ID_PATTERN)] = "demo-speed"
+    quality_suite: Annotated[str, Field(pattern=ID_PATTERN)] | None = None
+    repeats: int = Field(3, ge=1, le=50)
+    warmup: int = Field(
+        1,
+        ge=0,
+        le=10,
+        description="untimed warm-up passes over every prompt per fresh start (phase warmup)",
+    )
+    max_tokens: int = Field(64, ge=2, le=8192)
+    timed_max_tokens: int | None = Field(
+        None,
+        ge=8,
+        le=8192,
+        description="answer length of timed requests, if shorter than each prompt's budget: "
+        "decode speed needs enough tokens to be measured, not the whole answer (greedy passes "
+        "for the equality gate still ask the full budget)",
+    )
+    seed: int = 20261129
+    bootstrap_resamples: int = Field(2000, ge=100, le=100_000)
+    confidence: float = Field(
+        0.96,
+        gt=0.5,
+        lt=1.0,
+        description="two-sided confidence of the speedup intervals; a candidate qualifies on the "
+        "lower bound, so one no faster than the threshold qualifies at most (1 - confidence) / 2 "
+        "of the time, all early-stopping looks together (2% at 0.96; core.stats)",
+    )
+    drift_check: bool = False
+    drift_tolerance_pct: float = Field(10.0, ge=0, le=100)
+    request_timeout_s: float = Field(120.0, gt=0, le=3600)
+    ready_timeout_s: float = Field(120.0, gt=0, le=3600)
+    workload: list[WorkloadCell] = Field(
+        default_factory=_default_workload, min_length=1, max_length=8
+    )
+    learn_spread: bool | None = Field(
+        None,
+        description="learn the start-to-start spread from this home's sealed cycles when a "
+        "plan is frozen (state.spread)",
+    )
+    learned_spread: LearnedSpread | None = Field(
+        None,
+        description="set when the plan is frozen, from this home's history: pooled with each "
+        "cycle's own start-to-start spread where the two agree (core.stats.pooled_variance)",
+    )
+    heldout_repeats: int | None = Field(
+        None,
+        ge=1,
+        le=50,
+        description="timed requests per held-out prompt in the confirmation (None: twice what "
+        "selection's first rounds gave each prompt, at least 6)",
+    )
+    futility_confidence: float | None = Field(
+        None,
+        gt=0.5,
+        lt=1.0,
+        description="a candidate whose interval at this two-sided confidence lies wholly below "
+        "the threshold stops as futile (non-binding: it can only reject, never qualify)",
+    )
+    min_starts: int = Field(
+        2,
+        ge=1,
+        le=20,
+        description="fresh server processes per configuration before any decision (one per round)",
+    )
+    max_starts: int = Field(
+        13,
+        ge=1,
+        le=20,
+        description="rounds at most: one more start per configuration per round while some "
+        "decision is still open (13: enough to qualify a true gain 10 points above the threshold "
+        "at 5% start-to-start noise, see core.stats)",
+    )
+
+
+class Window(Part):
+    """When cycles may start. ``start``/``end`` are wall-clock times in ``timezone`` (an IANA name,
+    or ``local`` for the machine's own zone); ``end`` earlier than ``start`` spans midnight and
+    ``start == end`` means the whole day. See ``mcp_infra.core.schedule``."""
+
+    mode: Literal["always", "window", "never"] = "always"
+    start: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")] = "00:00"
+    end: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")] = "00:00"
+    timezone: str = Field("local", max_length=64)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        if value == "local":
+            return value
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown IANA time zone {value[:64]!r} (or use 'local')") from exc
+        return value
+
+
+class Watch(Part):
+    """`mcp-infra supervise --watch`: how often to look, and whether to re-check changed
+    candidates on its own (each change at most ``budgets.retries`` + 1 times, waiting
+    ``budgets.retry_backoff_s``, doubled per attempt, between attempts)."""
+
+    recheck_changed: bool = Field(
+        False,
+        description="propose a re-check of candidates measured before whose manifest, "
+        "policy or environment has changed since",
+    )
+    interval_s: float = Field(300, ge=1, le=86_400, description="seconds between looks")
+
+
+class Budgets(Part):
+    cycle_minutes: float = Field(30, gt=0, le=24 * 60)
+    download_gb: float = Field(50, ge=0)
+    disk_gb: float = Field(100, ge=0)
+    retries: int = Field(1, ge=0, le=10, description="re-runs of a cycle that failed by error")
+    retry_backoff_s: float = Field(30.0, ge=0, le=3600, description="doubles on each retry")
+
+
+class ServicePolicy(Part):
+    """How the stable endpoint (the front) behaves through a cycle, and what may run beside it."""
+
+    max_hold_s: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="longest a request is held "
+        "while no backend can serve; past it the front answers 503",
+    )
+    drain_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="longest wait for in-flight requests on an old backend before it is stopped",
+    )
+    memory_budget_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="share of physical memory that backends running at once may use",
+    )
+    max_live_requests_per_round: int = Field(
+        2,
+        ge=0,
+        description="live requests overlapping a measurement round above which it is repeated",
+    )
+    max_round_repeats: int = Field(2, ge=0, le=10)
+    quiet_wait_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="with quiet_cpu_fraction set: the longest a server start waits for a quiet "
+        "machine before it is measured anyway (its round records the load)",
+    )
+    quiet_cpu_fraction: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="wait before each server start until processes other than this supervisor, "
+        "the front and the servers it measures use at most this share of the CPUs (over a "
+        "1-second look), at most quiet_wait_s; None: never wait (core.machine)",
+    )
+    max_unserved_s: float | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description="longest the stable endpoint may be projected to go unserved by an "
+        "exclusive-mode plan outside a maintenance window: a plan projected over it waits for "
+        "the window (refused where the window mode is never or always); None: no limit",
+    )
+
+
+class Policy(Contract):
+    name: Annotated[str, Field(pattern=ID_PATTERN)]
+    trusted_namespaces: list[str] = Field(default_factory=list)
+    allowed_classes: list[CandidateClass]
+    allowed_templates: list[TemplateName]
+    thresholds: Thresholds
+    protocol: MeasureProtocol = Field(default_factory=MeasureProtocol)
+    auto_promote: dict[CandidateClass, bool] = Field(
+        default_factory=lambda: dict(DEFAULT_AUTO_PROMOTE),
+        description="per class: may a qualified candidate be promoted without a person? Classes "
+        "left out take DEFAULT_AUTO_PROMOTE (drafters and server tuning yes, the rest no)",
+    )
+    window: Window = Field(default_factory=Window)
+    budgets: Budgets = Field(default_factory=Budgets)
+    watch: Watch = Field(default_factory=Watch)
+    service: ServicePolicy = Field(default_factory=ServicePolicy)
+
+    @field_validator("auto_promote")
+    @classmethod
+    def _every_class(cls, value: dict[CandidateClass, bool]) -> dict[CandidateClass, bool]:
+        return {
+            klass: bool(value.get(klass, DEFAULT_AUTO_PROMOTE[klass])) for klass in CandidateClass
+        }
+
+    @model_validator(mode="after")
+    def _drift_below_speedup(self) -> Policy:
+        """A machine that drifts by less than the tolerance can still fake the required gain
+        unless the tolerance is below it: refuse such a policy when it is loaded."""
+        tolerance = self.protocol.drift_tolerance_pct
+        required = self.thresholds.min_speedup_pct.default
+        if self.protocol.drift_check and tolerance >= required:
+            raise ValueError(
+                f"protocol.drift_tolerance_pct ({tolerance:g}%) must be below "
+                f"thresholds.min_speedup_pct.default ({required:g}%): a baseline that drifted "
+                "by less than the tolerance could make a candidate with no real gain qualify"
+            )
+        return self
+
+
+DEFAULT_AUTO_PROMOTE: dict[CandidateClass, bool] = {
+    CandidateClass.ACCELERATION_PLUGIN: True,
+    CandidateClass.SERVER_TUNING: True,
+    CandidateClass.KV_CACHE: False,
+    CandidateClass.QUANTIZATION: False,
+    CandidateClass.RUNTIME_UPGRADE: False,
+    CandidateClass.MODEL_CHANGE: False,
+}

@@ -1,0 +1,158 @@
+"""Samples and runs: every measured request, round and cell of one configuration."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from mcp_infra.contracts.base import Contract, Part
+from mcp_infra.contracts.manifest import CandidateClass, Knobs, Semantics
+
+
+class Sample(Contract):
+    """One measured request."""
+
+    candidate: str
+    phase: Literal["warmup", "measure", "verify", "drift", "quality", "heldout"] = "measure"
+    prompt_id: str
+    repeat: int
+    order: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    decode_tps: float | None = None
+    e2e_s: float | None = None
+    e2e_tps: float | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    token_ids: list[int] | None = None
+    error: str | None = None
+    start: int = Field(
+        0,
+        ge=0,
+        description="index of the fresh server process this sample was "
+        "measured in (per configuration, counted from 0)",
+    )
+    round: int = Field(0, ge=0, description="measurement round the sample belongs to")
+    started_at: datetime | None = Field(
+        None, description="UTC wall-clock time the request was sent"
+    )
+    t_mono: float | None = Field(None, description="time.monotonic() when the request was sent")
+    timing_source: Literal["client", "server"] = Field(
+        "client", description="who timed it: the client (streamed tokens) or the server's timings"
+    )
+    request_class: Literal["short", "long_prefill"] = "short"
+    concurrency: int = Field(
+        1, ge=1, le=64, description="requests in flight at once, this included"
+    )
+
+
+class MachineLoad(Part):
+    """What the rest of the machine did while one server start ran (core.machine, from two
+    psutil readings): a busy machine slows starts unevenly and widens the intervals, so each
+    round says how busy it was."""
+
+    window_s: float = Field(ge=0, description="seconds between the two readings")
+    cpus: int = Field(ge=1, description="logical CPUs of the machine")
+    other_cpu_s: float = Field(
+        ge=0,
+        description="CPU seconds of every process other than this supervisor (with the servers "
+        "it started and reaped, the measured one included) and the front",
+    )
+    other_cpu_fraction: float = Field(
+        ge=0, description="other_cpu_s over the window's CPU capacity (window_s x cpus)"
+    )
+    own_cpu_s: float | None = Field(
+        None,
+        ge=0,
+        description="CPU seconds the left-out processes took: the measurement's own (the "
+        "measured server, the requests this supervisor sent, the front)",
+    )
+    steal_s: float | None = Field(
+        None, description="CPU seconds a hypervisor gave to other machines (Linux guests)"
+    )
+    load_avg_1m: float | None = Field(
+        None, description="the higher 1-minute load average of the two readings (ours included)"
+    )
+    available_memory_fraction: float | None = Field(
+        None, ge=0, le=1, description="the lower available/total memory of the two readings"
+    )
+    swap_in_bytes: int | None = Field(None, ge=0)
+    swap_out_bytes: int | None = Field(None, ge=0)
+    waited_s: float | None = Field(
+        None,
+        ge=0,
+        description="seconds the start waited for a quiet machine first (service."
+        "quiet_cpu_fraction); None when the policy does not wait",
+    )
+    quiet: bool | None = Field(
+        None, description="whether the machine was quiet when the wait ended; None: no wait"
+    )
+
+
+class RoundRecord(Part):
+    """One fresh server process of one configuration in one measurement round (flows.measure)."""
+
+    config: str = Field(description="the configuration measured: baseline or a candidate id")
+    start: int = Field(ge=0, description="index of this configuration's fresh process, from 0")
+    round: int = Field(ge=0)
+    position: int = Field(0, ge=0, description="its place in the round's interleaved order")
+    started_at: datetime
+    ended_at: datetime
+    port: int | None = None
+    live_requests: int | None = Field(
+        None,
+        description="live requests the stable endpoint served while this round ran "
+        "(co-tenant load); None when no counter was available",
+    )
+    error: str | None = None
+    machine: MachineLoad | None = Field(
+        None, description="the rest of the machine's load while it ran; None: not read"
+    )
+
+
+class CellFigures(Part):
+    """One configuration's figures in one workload cell, and how they compare with the baseline's
+    in the same cell (reported in words by the cycle; the selector decides on the samples)."""
+
+    request_class: Literal["short", "long_prefill"]
+    concurrency: int = Field(ge=1, le=64)
+    role: Literal["decisive", "guard", "reported"] = "decisive"
+    requests: int = 0
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    decode_tps: float | None = Field(None, description="median per-request decode tok/s")
+    aggregate_tps: float | None = Field(
+        None, description="output tokens of all requests / wall time their batches took"
+    )
+    aggregate_vs_baseline: float | None = None
+    decode_vs_baseline: float | None = None
+
+
+class CandidateRun(Contract):
+    """Everything measured for one candidate: the input to selection, kept raw in evidence."""
+
+    candidate: str
+    candidate_class: CandidateClass | None = None
+    semantics: Semantics = Semantics.LOSSLESS
+    knobs: Knobs = Field(default_factory=Knobs)
+    started: bool = True
+    start_error: str | None = None
+    peak_memory_gb: float | None = None
+    memory_source: str | None = None
+    samples: list[Sample] = Field(default_factory=list)
+    greedy: list[Sample] = Field(default_factory=list)
+    cache_note: str = ""
+    purpose: Literal["selection", "heldout", "live"] = Field(
+        "selection",
+        description="selection runs feed the selector; held-out runs are the final "
+        "check of the winner; the live run is the live service's sanity measurement",
+    )
+    starts: int = Field(0, ge=0, description="fresh server processes this configuration ran in")
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    stopped: str = Field("", description="why measuring this configuration stopped")
+    cells: list[CellFigures] = Field(default_factory=list)
