@@ -375,7 +375,8 @@ def test_evidence_verify_checks_the_bundled_runtime_lock(tmp_path: Path) -> None
         update={"packages": [p.model_copy(update={"version": "9"}) for p in lock.packages]}
     )
     write_model(lock_file, forged)
-    with pytest.raises(verification.Failed, match="the package list does not give the lock's digest"):
+    refused = "the package list does not give the lock's digest"
+    with pytest.raises(verification.Failed, match=refused):
         verification.check_runtime_locks(verification.Bundle(bundle))
 
 
