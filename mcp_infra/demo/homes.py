@@ -132,7 +132,7 @@ def make_split_home(root: Path, models: dict[str, Path], **protocol: object) -> 
     process (built beside the demo models on first use), so ``demo-split:tp2-ring`` (the same
     folder over 2 ranks on this machine) is measured against it. Its config names this machine
     as the only distributed host, with 2 slots."""
-    home = make_home(root, models, **protocol)
+    home = make_home(root, models, **protocol)  # type: ignore[arg-type]  # protocol fields only
     folder = build_split_target(models["target"].parent)
     config = read_model(home.config, ServiceConfig)
     baseline = Recipe(

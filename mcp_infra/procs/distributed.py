@@ -216,12 +216,12 @@ def launch_log_tail(record: ProcessRecord, limit: int = 600) -> str:
                 dead = (rank.rank, "is gone")
                 break
     if dead is not None:
-        rank, how = dead
-        host = launch.hosts[rank] if rank < len(launch.hosts) else "?"
-        tail = _tail(rank_log(launch, rank), limit) or (
+        index, how = dead
+        host = launch.hosts[index] if index < len(launch.hosts) else "?"
+        tail = _tail(rank_log(launch, index), limit) or (
             f"(none of its own here; the launcher's) {launcher[-limit:]}"
         )
-        return f"rank {rank} on host {host} {how}; its log tail: {tail}"
+        return f"rank {index} on host {host} {how}; its log tail: {tail}"
     parts = [
         f"rank {i}: {_tail(rank_log(launch, i), limit // 2) or '(empty)'}"
         for i in range(len(launch.hosts))

@@ -84,8 +84,8 @@ def environment_key(
     data = recipe.model_dump(mode="json") if isinstance(recipe, Recipe) else recipe
     cache = identities if identities is not None else {}
     artifacts = {}
-    for role, key in (("target", "model_path"), ("draft", "draft_path")):
-        path = data.get(key)
+    for role, field in (("target", "model_path"), ("draft", "draft_path")):
+        path = data.get(field)
         if path:
             if path not in cache:
                 cache[path] = artifact_identity(path)
