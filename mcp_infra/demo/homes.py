@@ -52,6 +52,9 @@ PROMOTING_PROTOCOL: dict[str, object] = {
     "max_starts": 3,
     "confidence": 0.6,
     "repeats": 1,
+    # Three timed requests per held-out prompt (the policies' own figure) instead of the six
+    # the default derives: the confirmation still runs, at half the cost of every promotion.
+    "heldout_repeats": 3,
 }
 
 
