@@ -79,11 +79,21 @@ from mcp_infra.state.store import Home
 PROTOCOL = {"repeats": 3, "warmup": 1, "max_tokens": 40}
 
 
+ATTEMPTS = 3  # cycles that may end before a pause past SELECT (no winner that time)
+
+
 def kill_at(state: str) -> Callable[[Home], str]:
     def scenario(home: Home) -> str:
-        pause_and_kill(home, state, timeout=600)
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                pause_and_kill(home, state, timeout=600)
+                break
+            except AssertionError as exc:
+                if "exited (0)" not in str(exc) or attempt == ATTEMPTS:
+                    raise
+                queue_plan(home)  # that cycle sealed without reaching the state: once more
         run_supervisor(home)
-        return "new supervisor recovered"
+        return "new supervisor recovered" + (f" (attempt {attempt})" if attempt > 1 else "")
 
     return scenario
 
@@ -153,7 +163,6 @@ def front_killed(home: Home) -> str:
 def held_then_supervisor_killed(home: Home) -> str:
     """Exclusive mode (a memory budget no two servers fit): the front holds requests while the
     candidate runs; the supervisor is SIGKILLed with requests held."""
-    _exclusive(home)
     port = load_config(home).port
     proc = supervisor(home, pause_at="EXPERIMENT:measuring")
     wait_for((home.state / "paused-at-EXPERIMENT-measuring").exists, 300, "the pause", proc)
@@ -227,7 +236,6 @@ def hold_not_confirmed(home: Home) -> str:
     """Exclusive mode: the front is SIGSTOPped just before it is asked to hold requests, so it
     never confirms the hold. The live backend must not be stopped, no candidate may run alone,
     and the service must come back (the frozen front replaced)."""
-    _exclusive(home)
     proc = supervisor(home, pause_at="MAINTENANCE")
     front = None
     try:
@@ -250,12 +258,16 @@ def hold_not_confirmed(home: Home) -> str:
     return f"{'front replaced' if replaced else 'same front'}; {summary.reason[:60]}"
 
 
-def _exclusive(home: Home) -> None:
-    """A memory budget no two servers fit: candidates run alone, the front holds requests."""
+def _service_policy(home: Home, service: dict[str, Any]) -> None:
+    """The home's policy with this ``service:`` section, before any plan is frozen under it."""
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
-    data["service"] = {"max_hold_s": 5.0, "memory_budget_fraction": 0.001}
+    data["service"] = service
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+EXCLUSIVE = {"max_hold_s": 5.0, "memory_budget_fraction": 0.001}
+"""A memory budget no two servers fit: candidates run alone, the front holds requests."""
 
 
 def _served(home: Home) -> tuple[int, str]:
@@ -390,6 +402,7 @@ class Fault:
     run: Callable[..., Any]
     kind: str = "cycle"
     home: dict[str, Any] = field(default_factory=dict)
+    service: dict[str, Any] | None = None  # the policy's service section, if not the default
 
 
 WINS = {"thresholds": PROMOTE_ANY_GAIN}  # a winner on any measured gain: the rows past SELECT
@@ -404,14 +417,18 @@ FAULTS: list[Fault] = [
     Fault("candidate server killed mid-benchmark", candidate_dies),
     Fault("stranger takes the stable port", stranger_takes_port),
     Fault("front SIGKILLed mid-cycle", front_killed),
-    Fault("supervisor SIGKILLed while requests are held", held_then_supervisor_killed),
+    Fault(
+        "supervisor SIGKILLed while requests are held",
+        held_then_supervisor_killed,
+        service=EXCLUSIVE,
+    ),
     Fault("server ignores SIGTERM", term_ignored),
     Fault(
         "winner dies before the switch (failed adoption)",
         winner_dies_before_the_switch,
         home=WINS,
     ),
-    Fault("front does not confirm the hold (SIGSTOP)", hold_not_confirmed),
+    Fault("front does not confirm the hold (SIGSTOP)", hold_not_confirmed, service=EXCLUSIVE),
     Fault("disk full during EXPERIMENT", disk_full("EXPERIMENT:measuring"), kind="disk"),
     Fault("disk full while sealing", disk_full("SEALED"), kind="disk"),
     Fault("paths outside the API; an Origin", paths_and_origins, kind="front"),
@@ -427,6 +444,8 @@ def run_fault(fault: Fault, root: Path, models: dict[str, Path], protocol: dict)
         disk = stack.enter_context(small_disk(root)) if fault.kind == "disk" else None
         home = make_home(root, models, **fault.home, **protocol)
         stack.callback(stop_home, home)  # before the small disk is unmounted
+        if fault.service is not None:
+            _service_policy(home, fault.service)
         start_live(home)
         if fault.kind == "front":
             note, held = fault.run(home)

@@ -33,7 +33,7 @@ from faultkit import stranger as start_stranger
 from mcp_infra.contracts import CycleState, Outcome
 from mcp_infra.errors import ExitCode
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import SealFailed, supervise
+from mcp_infra.flows.cycle import supervise
 from mcp_infra.procs.front import front_record
 from mcp_infra.procs.runtime import is_running, stop_server
 from mcp_infra.state import evidence
@@ -263,27 +263,6 @@ def quick_home(tmp_path: Path, demo_models: dict[str, Path]):
     home = make_home(tmp_path / "home", demo_models, budgets={"cycle_minutes": 0.001}, **FAST)
     yield home
     _kill_leftovers(home)
-
-
-def test_injected_write_error_while_sealing(quick_home: Home, monkeypatch) -> None:
-    from mcp_infra.state import evidence
-
-    home = quick_home
-    start_live(home)
-    queue_plan(home)
-
-    # Stand-in, and why: a real full disk needs a tmpfs mount (root; see the test above, which
-    # skips without it); here sealing raises the OSError a full disk raises, at the same call.
-    def disk_full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(evidence, "seal", disk_full)
-    with pytest.raises(SealFailed, match="No space left"):
-        supervise(home)
-    assert inspect(home).healthy
-    monkeypatch.undo()
-    supervise(home)
-    assert inspect(home).verified
 
 
 def test_second_supervisor_exits_with_a_clear_message(fast_home: Home) -> None:
