@@ -255,7 +255,10 @@ def hold_not_confirmed(home: Home) -> str:
     summary = evidence.list_cycles(home)[0]
     again = front_record(home)
     replaced = again is not None and front is not None and again.pid != front.pid
-    return f"{'front replaced' if replaced else 'same front'}; {summary.reason[:60]}"
+    said = summary.reason[:60]
+    if summary.outcome.value == "needs_operator":
+        said += " … " + summary.reason.rsplit("; ", 1)[-1][:200]
+    return f"{'front replaced' if replaced else 'same front'}; {said}"
 
 
 def _service_policy(home: Home, service: dict[str, Any]) -> None:
