@@ -183,11 +183,18 @@ def test_poison_bodies_reach_the_backend_at_most_once_and_a_poisoned_backend_is_
     time.sleep(1.0)
     assert posts_logged(record.log_path) == before + 1, "sent once, never retried"
     took = served_again(base, 40)
-    assert took is not None, "the poisoned backend was replaced"
+    assert took is not None, "served again: the poisoned backend was replaced, or was not hurt"
     status = settled(home)
-    assert not is_running(record)
-    assert status is not None and status.healing.restarts == 1
-    assert "failed its health check" in status.healing.note or "restarted" in status.healing.note
+    assert status is not None
+    # Whether that body breaks mlx_lm.server's generation thread depends on its timing (one run
+    # in six served on unhurt): a broken backend is replaced once, a well one never.
+    if is_running(record):
+        assert status.healing.restarts == 0, status.healing.note
+    else:
+        assert status.healing.restarts == 1
+        assert (
+            "failed its health check" in status.healing.note or "restarted" in status.healing.note
+        )
 
 
 def test_a_slowloris_is_bounded_and_real_clients_are_still_served(home: Home) -> None:
