@@ -186,8 +186,9 @@ def test_poison_bodies_reach_the_backend_at_most_once_and_a_poisoned_backend_is_
     assert took is not None, "served again: the poisoned backend was replaced, or was not hurt"
     status = settled(home)
     assert status is not None
-    # Whether that body breaks mlx_lm.server's generation thread depends on its timing (one run
-    # in six served on unhurt): a broken backend is replaced once, a well one never.
+    # Whether that body breaks mlx_lm.server's generation thread depends on its timing (in a
+    # run of benchmarks/faults.py it served on unhurt): a broken backend is replaced once, a
+    # well one never.
     if is_running(record):
         assert status.healing.restarts == 0, status.healing.note
     else:
