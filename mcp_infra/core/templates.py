@@ -16,24 +16,24 @@ def _opt(flag: str, value: object | None) -> list[str]:
     return [] if value is None else [flag, str(value)]
 
 
+def _server_head(template: str, recipe: Recipe, host: str, port: int, python: str) -> list[str]:
+    """The start every template shares: the server module (``SERVER_MODULES``), the model and
+    the address."""
+    module = SERVER_MODULES[template]
+    return [python, *module, "--model", recipe.model_path, "--host", host, "--port", str(port)]
+
+
+def _draft_path(recipe: Recipe) -> str:
+    if not recipe.draft_path:
+        raise ValueError("recipe asks for a draft but has no draft path")
+    return recipe.draft_path
+
+
 def mlx_lm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
     knobs = recipe.knobs
-    argv = [
-        python,
-        "-m",
-        "mlx_lm",
-        "server",
-        "--model",
-        recipe.model_path,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
+    argv = _server_head("mlx_lm_server", recipe, host, port, python)
     if knobs.draft:
-        if not recipe.draft_path:
-            raise ValueError("recipe asks for a draft but has no draft path")
-        argv += ["--draft-model", recipe.draft_path]
+        argv += ["--draft-model", _draft_path(recipe)]
         argv += _opt("--num-draft-tokens", knobs.num_draft_tokens)
     argv += _opt("--kv-bits", knobs.kv_bits)
     argv += _opt("--kv-group-size", knobs.kv_group_size)
@@ -54,21 +54,9 @@ def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> li
     block size is used; without ``draft_kind`` mlx-vlm detects it from the drafter's config.
     ``--trust-remote-code`` is never passed."""
     knobs = recipe.knobs
-    argv = [
-        python,
-        "-m",
-        "mlx_vlm.server",
-        "--model",
-        recipe.model_path,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
+    argv = _server_head("mlx_vlm_server", recipe, host, port, python)
     if knobs.draft:
-        if not recipe.draft_path:
-            raise ValueError("recipe asks for a draft but has no draft path")
-        argv += ["--draft-model", recipe.draft_path]
+        argv += ["--draft-model", _draft_path(recipe)]
         argv += _opt("--draft-kind", knobs.draft_kind)
         argv += _opt("--draft-block-size", knobs.draft_block_size)
     elif knobs.draft_kind or knobs.draft_block_size:
