@@ -428,10 +428,11 @@ def _judge_round(
         plan.auto_promote,
         interim=True,
     )
-    still = open_decisions(verdict, open_)
     if rejections_only:
         rejected = {v.candidate for v in verdict.candidates if v.decision == Decision.REJECTED}
         still = [name for name in open_ if name not in rejected]
+    else:
+        still = open_decisions(verdict, open_)
     decided = {
         v.candidate: v.decision.value for v in verdict.candidates if v.candidate not in still
     }
