@@ -1,0 +1,1 @@
+"""Tests of the pure core (mcp_infra/core/)."""

@@ -1,0 +1,1 @@
+"""Tests of the demo model builder (mcp_infra/demo/)."""

@@ -1,0 +1,1 @@
+"""Tests of the flows: approval, measurement, rounds, planning, projection (mcp_infra/flows/)."""

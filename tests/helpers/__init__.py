@@ -1,0 +1,1 @@
+"""Helpers the tests share (not tests, not fixtures: fixtures live in tests/conftest.py)."""

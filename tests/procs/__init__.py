@@ -1,0 +1,1 @@
+"""Tests of processes, launch templates and the front (mcp_infra/procs/)."""

@@ -1,0 +1,1 @@
+"""Checks of the project itself: lint, layers, docs, and that every benchmark runs."""
