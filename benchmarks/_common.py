@@ -2,7 +2,7 @@
 
 Each script prints one table for a person; with ``--json`` its last line of standard output is
 one JSON object with the same figures. ``--smoke`` is the smallest real run of the same code
-(tests/test_benchmarks.py runs it), too small to judge any target by.
+(tests/project/test_benchmarks.py runs it), too small to judge any target by.
 
 A script imports this module first: it keeps the run offline before anything reaches the
 Hugging Face hub client.

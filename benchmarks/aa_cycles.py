@@ -2,7 +2,7 @@
 under another registry id. Nothing is faster than itself, so it must never qualify.
 
 What: the candidate is `demo-aa:same`, from a manifest written into the home's own registry
-(tests/demo-aa.yaml): the demo target with mlx_lm.server's default prefill step stated
+(tests/data/demo-aa.yaml): the demo target with mlx_lm.server's default prefill step stated
 explicitly (the same process behaviour; an identical knob set would be removed from the plan as
 "identical to the recipe already serving"). Each cycle runs the product's own protocol (fresh
 starts, interleaved rounds, early stopping) and selector under the policy named (default: the
@@ -40,7 +40,7 @@ from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_model
 
 CANDIDATE = "demo-aa:same"
-AA_MANIFEST = Path(__file__).resolve().parent.parent / "tests" / "demo-aa.yaml"
+AA_MANIFEST = Path(__file__).resolve().parent.parent / "tests" / "data" / "demo-aa.yaml"
 
 
 def aa_home(root: Path, models: dict[str, Path], policy: str, smoke: bool) -> Home:

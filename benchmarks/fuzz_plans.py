@@ -6,7 +6,7 @@ repeats a key the sender invented (a plain word excepted). Each input goes throu
 own `parse_plan` and `freeze_plan` against a real demo home (the demo models, this machine's
 host facts); the inputs come from a seeded generator (plans nearly valid, plans with anything in
 any field, their JSON text, any JSON, any text), independent of the property test in
-tests/test_fuzz_plans.py, which asserts the same invariants with hypothesis on a few hundred
+tests/core/test_fuzz_plans.py, which asserts the same invariants with hypothesis on a few hundred
 examples.
 
 Target: no invariant broken (exit status 1 if one is; the first breaches are printed).

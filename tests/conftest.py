@@ -13,8 +13,9 @@ process; a Python audit hook and a check after each fast test fail any test that
 
 No leftovers: every process of this run carries ``RUN_ENV`` in its environment (inherited by
 servers, supervisors and fronts; tests that build a child environment pass it on via
-``run_env``). ``sweep`` stops the run's processes by pid and start time, group leader or not; it
-runs after each slow test, at the start and end of the session, at exit and on SIGTERM.
+``tests.helpers.run.run_env``). ``sweep`` stops the run's processes by pid and start time, group
+leader or not; it runs after each slow test, at the start and end of the session, at exit and on
+SIGTERM. Helpers the tests share are in tests/helpers/, not here: this file holds the fixtures.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +33,11 @@ import pytest
 
 from mcp_infra.contracts import Recipe, ServiceConfig
 
-# Served homes are the package's (the benchmarks build the same); the tests import them from here.
-from mcp_infra.demo.homes import PROMOTE_ANY_GAIN as PROMOTE_ANY_GAIN
-from mcp_infra.demo.homes import PROMOTING_PROTOCOL as PROMOTING_PROTOCOL
-from mcp_infra.demo.homes import make_home
-from mcp_infra.demo.homes import stop_home as _kill_leftovers
-from mcp_infra.demo.homes import write_test_policy as write_test_policy
+# Served homes are the package's (the benchmarks build the same); tests import them from there.
+from mcp_infra.demo.homes import make_home, stop_home, write_test_policy
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.state.store import Home, write_model
+from tests.helpers.run import RUN_ENV, RUN_ID, RUN_START, Spawn
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -49,11 +45,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # The run's marker, the sweep, and the fast-tier guard
 # ---------------------------------------------------------------------------------------------
 
-RUN_ENV = "MCP_INFRA_TEST_RUN"
-_ME = psutil.Process()
-RUN_START = _ME.create_time()
-RUN_ID = f"{_ME.pid}:{RUN_START:.3f}"
-os.environ[RUN_ENV] = RUN_ID  # inherited by every child that gets os.environ
+_ME = psutil.Process()  # the run's marker (RUN_ENV=RUN_ID) is set by tests.helpers.run
 
 # Fixtures that start real processes, or stand for a home that a server will serve: a test
 # using any of them (directly or through another fixture) is slow.
@@ -64,11 +56,6 @@ SLOW_TIMEOUT_S = 1500  # a whole cycle, or the demo, on a loaded 2-core machine
 HYPOTHESIS_CI_SEED = 20261129
 
 _basetemp: list[Path] = []  # this run's pytest temporary root, once known
-
-
-def run_env(**extra: str) -> dict[str, str]:
-    """The marker a child must carry (for tests that build a child's environment by hand)."""
-    return {RUN_ENV: RUN_ID, **extra}
 
 
 def _key(proc: psutil.Process) -> tuple[int, float]:
@@ -307,49 +294,6 @@ def demo_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_demo_models(tmp_path_factory.mktemp("models"))
 
 
-class Spawn:
-    """Real child processes of a test (`mcp-infra` subcommands, mlx tools), with the run's
-    marker in their environment; whatever is still running at teardown is stopped."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[Any]] = []
-
-    @staticmethod
-    def env(env: dict[str, str] | None = None) -> dict[str, str]:
-        return {**(os.environ if env is None else env), **run_env()}
-
-    def run(
-        self,
-        argv: list[str],
-        *,
-        env: dict[str, str] | None = None,
-        timeout: float = 300,
-        **kwargs: Any,
-    ) -> subprocess.CompletedProcess[str]:
-        kwargs.setdefault("capture_output", True)
-        kwargs.setdefault("text", True)
-        return subprocess.run(argv, env=self.env(env), timeout=timeout, check=False, **kwargs)
-
-    def mcp_infra(
-        self, home: Home | Path | str, *args: str, **kwargs: Any
-    ) -> subprocess.CompletedProcess[str]:
-        root = home.root if isinstance(home, Home) else home
-        return self.run([sys.executable, "-m", "mcp_infra", "--home", str(root), *args], **kwargs)
-
-    def popen(
-        self, argv: list[str], *, env: dict[str, str] | None = None, **kwargs: Any
-    ) -> subprocess.Popen[Any]:
-        proc = subprocess.Popen(argv, env=self.env(env), **kwargs)
-        self.procs.append(proc)
-        return proc
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
-
-
 @pytest.fixture
 def spawn() -> Iterator[Spawn]:
     spawner = Spawn()
@@ -361,7 +305,7 @@ def spawn() -> Iterator[Spawn]:
 def home(tmp_path: Path, demo_models: dict[str, Path]) -> Iterator[Home]:
     h = make_home(tmp_path / "home", demo_models)
     yield h
-    _kill_leftovers(h)
+    stop_home(h)
 
 
 @pytest.fixture
@@ -387,15 +331,14 @@ def bare_home(tmp_path: Path) -> Home:
 
 
 @pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face hub cache of this test's own, offline (``HF_HUB_CACHE``)."""
+    folder = tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(folder))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return folder
+
+
+@pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -7,7 +7,6 @@ import math
 from statistics import NormalDist
 
 import pytest
-from test_selector import ALL, BASELINE, PROTOCOL, THRESHOLDS, make_run, only
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -20,6 +19,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.selector import cell_words, headline_cell, select
 from mcp_infra.core.stats import ASSUMED_START_NOISE, look_level, speedup_summary, t_quantile
+from tests.helpers.selector_runs import ALL, BASELINE, PROTOCOL, THRESHOLDS, make_run, only
 
 
 def decide(runs, baseline=BASELINE, protocol=PROTOCOL, thresholds=THRESHOLDS, **kw):

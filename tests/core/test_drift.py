@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from test_selector import BASELINE, PROTOCOL, THRESHOLDS, make_run
 
 from mcp_infra.contracts import Decision
 from mcp_infra.core.selector import select
 from mcp_infra.core.stats import baseline_drift
+from tests.helpers.selector_runs import BASELINE, PROTOCOL, THRESHOLDS, make_run
 
 
 def with_drift(factor: float):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import yaml
@@ -51,6 +50,7 @@ from mcp_infra.flows.rounds import Bench, run_rounds
 from mcp_infra.procs.usage import load_snapshot
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import Home
+from tests.helpers.paths import BENCHMARKS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -252,11 +252,7 @@ def test_the_wait_is_bounded_and_then_measures_anyway() -> None:
 
 def test_every_start_of_the_round_loop_records_the_machine_load() -> None:
     profile = TargetProfile.model_validate(
-        yaml.safe_load(
-            (
-                Path(__file__).resolve().parents[1] / "benchmarks/profiles/qwen27b-m5pro.yaml"
-            ).read_text()
-        )
+        yaml.safe_load((BENCHMARKS / "profiles/qwen27b-m5pro.yaml").read_text())
     )
     fast = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
     server = SimServer(profile, {"sim:fast": fast}, seed=3)

@@ -6,7 +6,7 @@ with this test venv's installed `mcp-infra` console script in place of the place
 (`/home/me/.local/bin/mcp-infra`, `"$(command -v mcp-infra)"`), and the home the snippet names
 replaced by the test's home. A `uvx --from PATH mcp-infra ...` snippet is checked for its shape
 and started the same way (uvx would resolve every dependency from the network; the wheel itself
-is tested in test_installable.py).
+is tested in tests/e2e/test_installable.py).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp_clients import child_env
 
 from mcp_infra.state.store import Home
+from tests.helpers.mcp_clients import child_env
+from tests.helpers.paths import REPO
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = REPO / "README.md"
 SCRIPT = Path(sys.executable).parent / "mcp-infra"
 BLOCK = re.compile(r"<!-- client-config: ([\w-]+) -->\n```(\w+)\n(.*?)\n```", re.DOTALL)
 

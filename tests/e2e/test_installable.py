@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from installed import REPO, build_wheel, clean_env, install_venv, wheel_names
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from mcp_infra.faces.cli import build_parser
 from mcp_infra.state.datafiles import shipped_dir
+from tests.helpers.installed import REPO, build_wheel, clean_env, install_venv, wheel_names
 
 SHIPPED = sorted(
     str(p.relative_to(REPO))

@@ -11,11 +11,9 @@ no held-out check or promotion runs: the test stays short.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import psutil
 import yaml
-from conftest import Spawn
 
 from mcp_infra.contracts import CandidateRun, CycleState, JournalStep, ProcessUsage
 from mcp_infra.core.machine import load_sentence
@@ -25,8 +23,10 @@ from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.paths import DATA
+from tests.helpers.run import Spawn
 
-AA_MANIFEST = (Path(__file__).parent / "demo-aa.yaml").read_text()
+AA_MANIFEST = (DATA / "demo-aa.yaml").read_text()
 WAIT_S = 3.0
 SPIN = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end:\n    pass\n"
 

@@ -8,8 +8,6 @@ the machine's speed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -21,13 +19,14 @@ from mcp_infra.state import evidence
 from mcp_infra.state.catalog import policy_dir
 from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.paths import DATA
 
 pytestmark = pytest.mark.slow
 
 SHORT_1 = {"request_class": "short", "concurrency": 1, "role": "decisive"}
 SHORT_4 = {"request_class": "short", "concurrency": 4, "role": "reported"}
 
-AA_MANIFEST = (Path(__file__).parent / "demo-aa.yaml").read_text()
+AA_MANIFEST = (DATA / "demo-aa.yaml").read_text()
 
 
 def policy(home: Home, **protocol: object) -> None:
@@ -165,7 +164,8 @@ def test_when_four_concurrent_requests_decide_the_drafter_is_refused_with_the_re
         # 2-core machine the target batches 4 requests of 64 tokens (~2.2x its own rate) and the
         # drafter serves ~0.8x of it; on a CPU saturated by other processes the drafter's
         # single-request gain grows and the loss can vanish. Then there is no loss to refuse, and
-        # nothing here is tested (cell_regressions is tested directly in test_measure.py).
+        # nothing here is tested (cell_regressions is tested directly in
+        # tests/flows/test_measure.py).
         pytest.skip(
             f"the drafter served {four.aggregate_vs_baseline:.2f}x the target at 4 concurrent "
             f"requests on this machine now (the target's own batching gain: {batching:.2f}x)"

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_home
-from faultkit import queue_plan, start_live
 
 from mcp_infra.contracts import CandidateRun, Outcome, RuntimeEnvSpec, Verdict
+from mcp_infra.demo.homes import make_home
 from mcp_infra.flows.api import prepare_candidate
 from mcp_infra.flows.cycle import supervise
 from mcp_infra.state import evidence, runtimes
@@ -29,6 +28,7 @@ from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import HomeContext, active_recipe
 from mcp_infra.state.hostfacts import folder_fingerprint
 from mcp_infra.state.store import CycleFiles, Home, read_model
+from tests.helpers.faultkit import queue_plan, start_live
 
 # One start of each side, one request per prompt: this test is about the environment (built,
 # served from, locked, verified, refused when tampered), not about a decision.

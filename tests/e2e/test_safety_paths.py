@@ -13,56 +13,21 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import PROMOTE_ANY_GAIN, make_home
-from faultkit import inspect, queue_plan, start_live
 
 from mcp_infra.contracts import CycleState, CycleSummary, Event, Outcome, Verdict
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home
 from mcp_infra.flows.cycle import supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, service_record
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.faultkit import inspect, queue_plan, start_live
+from tests.helpers.journal import on_journal
 
 FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}
 BASELINE, WINNER = "demo-tiny:target", "demo-tiny:draft-k4"
-
-
-@contextmanager
-def on_journal(
-    home: Home,
-    when: Callable[[Event], bool],
-    action: Callable[[], None],
-    *,
-    every_cycle: bool = False,
-) -> Iterator[list[str]]:
-    """Run ``action`` as soon as a journal line matching ``when`` is durable (once, or once per
-    cycle); yields the ids of the cycles it acted in."""
-    acted: list[str] = []
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            for folder in sorted(home.cycles.iterdir()) if home.cycles.is_dir() else []:
-                if folder.name in acted or (acted and not every_cycle):
-                    continue
-                if any(when(e) for e in home.read_journal(folder.name)[0]):
-                    action()
-                    acted.append(folder.name)
-            time.sleep(0.02)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
-        yield acted
-    finally:
-        done.set()
-        thread.join(timeout=10)
 
 
 def promoting(event: Event) -> bool:

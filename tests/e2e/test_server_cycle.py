@@ -14,13 +14,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp_clients import audit, serve_processes, stdio_client, wait_for
 
 from mcp_infra.contracts import CycleSummary, FrozenPlan
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state.context import load_config
 from mcp_infra.state.evidence import verify
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.mcp_clients import audit, serve_processes, stdio_client, wait_for
 
 pytestmark = pytest.mark.anyio
 

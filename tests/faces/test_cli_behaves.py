@@ -16,8 +16,15 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import Spawn, make_home
-from faultkit import (
+
+from mcp_infra import __version__
+from mcp_infra.demo.homes import make_home
+from mcp_infra.errors import ExitCode
+from mcp_infra.procs.runtime import port_open
+from mcp_infra.state import evidence
+from mcp_infra.state.context import load_config
+from mcp_infra.state.store import Home
+from tests.helpers.faultkit import (
     inspect,
     project_servers,
     queue_plan,
@@ -26,13 +33,7 @@ from faultkit import (
     supervisor_log,
     wait_for,
 )
-
-from mcp_infra import __version__
-from mcp_infra.errors import ExitCode
-from mcp_infra.procs.runtime import port_open
-from mcp_infra.state import evidence
-from mcp_infra.state.context import load_config
-from mcp_infra.state.store import Home
+from tests.helpers.run import Spawn
 
 PLAN = {"hypothesis": "a drafter speeds up decoding", "candidates": ["demo-tiny:draft-k2"]}
 

@@ -2,7 +2,7 @@
 
 `propose`, `service`, `evidence verify/show/list`, `gate`, and the README's headline command,
 `mcp-infra demo`, end to end in a temporary home. (The same evidence and gate logic in-process,
-tampering included, is in test_evidence_verify.py, fast tier.)
+tampering included, is in tests/state/test_evidence_verify.py, fast tier.)
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ import re
 import shutil
 from pathlib import Path
 
-from conftest import Spawn
-from mcp_clients import supervisors
-
 from mcp_infra.procs import bench
 from mcp_infra.procs.runtime import port_open
 from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home
+from tests.helpers.mcp_clients import supervisors
+from tests.helpers.paths import SHIPPED, shipped_key
+from tests.helpers.run import Spawn
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-SHIPPED = sorted(p.parent for p in (REPO_ROOT / "evidence").glob("*/MANIFEST.json"))
 PLAN = {"hypothesis": "a drafter speeds up decoding", "candidates": ["demo-tiny:draft-k2"]}
 
 
@@ -74,7 +71,7 @@ def test_service_command_starts_and_stops_the_live_service(home: Home, spawn: Sp
 def test_evidence_commands_as_subprocesses(spawn: Spawn, tmp_path: Path) -> None:
     home = tmp_path / "no-home"
     for bundle in SHIPPED:
-        key = str(bundle.parent / f"{bundle.name}.pub")  # shipped beside the bundle
+        key = str(shipped_key(bundle))
         ok = spawn.mcp_infra(home, "evidence", "verify", str(bundle), "--key", key)
         assert ok.returncode == 0, ok.stdout + ok.stderr
         assert f"{bundle}: VERIFIED" in ok.stdout
@@ -83,7 +80,7 @@ def test_evidence_commands_as_subprocesses(spawn: Spawn, tmp_path: Path) -> None
     copy = tmp_path / "copy"
     shutil.copytree(SHIPPED[0], copy)
     (copy / "journal.ndjson").write_text((copy / "journal.ndjson").read_text() + "\n")
-    key = str(SHIPPED[0].parent / f"{SHIPPED[0].name}.pub")
+    key = str(shipped_key(SHIPPED[0]))
     tampered = spawn.mcp_infra(home, "evidence", "verify", str(copy), "--key", key)
     assert tampered.returncode == 1
     assert "FAIL file_hashes" in tampered.stdout

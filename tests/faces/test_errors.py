@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from mcp import Client
-from mcp_clients import PLAN, audit
 
 from mcp_infra.contracts import (
     AuditRecord,
@@ -29,11 +28,11 @@ from mcp_infra.contracts import (
 from mcp_infra.core.sanitize import PlanRefused, nesting_depth, parse_plan
 from mcp_infra.faces.mcp_server import build_server
 from mcp_infra.state.store import Home, utcnow, write_model
+from tests.helpers.mcp_clients import PLAN, audit
+from tests.helpers.paths import SHIPPED
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "auto"]
-REPO = Path(__file__).resolve().parent.parent
-SHIPPED = sorted(p.parent for p in (REPO / "evidence").glob("*/MANIFEST.json"))
 
 
 def text(result: Any) -> str:

@@ -8,63 +8,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-from mcp_clients import PLAN, audit, child_env, serve_argv
 
 from mcp_infra.faces.http_transport import HttpConfigError, HttpPlan, client, read_token
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.state.store import Home
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "probe", "version": "0"},
-    },
-}
-HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-
-class HttpServer:
-    def __init__(self, home: Home, *extra: str) -> None:
-        self.port = free_port()
-        self.log = home.logs / f"http-{self.port}.log"
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.argv = serve_argv(home, "--transport", "http", "--port", str(self.port), *extra)
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=child_env(),
-            )
-        deadline = time.monotonic() + 30
-        while not port_open(self.port):
-            assert self.proc.poll() is None, self.log.read_text()
-            assert time.monotonic() < deadline, "the HTTP server did not start"
-            time.sleep(0.1)
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-
-    def post(self, **headers: str) -> httpx2.Response:
-        return httpx2.post(self.url, json=INIT, headers={**HEADERS, **headers}, timeout=10)
-
-    def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        return self.log.read_text()
+from tests.helpers.mcp_clients import HEADERS, PLAN, HttpServer, audit, child_env, serve_argv
 
 
 @pytest.fixture

@@ -13,13 +13,13 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, MCPError
-from mcp_clients import stdio_client
 
 from mcp_infra.contracts import CycleState
 from mcp_infra.faces.live_status import STATUS_URI, fingerprint
 from mcp_infra.faces.mcp_server import build_server
 from mcp_infra.procs.front import ask_front, front_record
 from mcp_infra.state.store import Home
+from tests.helpers.mcp_clients import stdio_client
 
 pytestmark = pytest.mark.anyio
 

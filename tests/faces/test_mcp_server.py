@@ -2,7 +2,7 @@
 output, dry runs, refusals of untrusted input, resources, the planning prompt, modes and audit.
 
 No cycle runs here (plans are dry runs or queued with `--no-supervisor`); the one full cycle of
-the MCP front is in test_server_cycle.py.
+the MCP front is in tests/e2e/test_server_cycle.py.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from mcp import MCPError
-from mcp_clients import PLAN, RawStdio, audit, files_under, stdio_client
 
 from mcp_infra.state.store import Home
+from tests.helpers.mcp_clients import PLAN, RawStdio, audit, files_under, stdio_client
 
 pytestmark = pytest.mark.anyio
 
@@ -350,7 +350,8 @@ async def test_propose_waits_for_the_maintenance_window(home: Home, anyio_backen
     from zoneinfo import ZoneInfo
 
     import yaml
-    from mcp_clients import supervisors, wait_for
+
+    from tests.helpers.mcp_clients import supervisors, wait_for
 
     path = home.user_policy / "test.yaml"
     policy = yaml.safe_load(path.read_text())
@@ -380,9 +381,8 @@ async def test_propose_waits_for_the_maintenance_window(home: Home, anyio_backen
 
 
 async def test_autonomous_mode_keeps_one_watcher(home: Home, anyio_backend: str) -> None:
-    from mcp_clients import supervisors
-
     from mcp_infra.flows.api import watcher_pid
+    from tests.helpers.mcp_clients import supervisors
 
     for _ in range(2):  # a second server finds the first one's watcher and starts none
         async with stdio_client(home, "--mode", "autonomous") as client:

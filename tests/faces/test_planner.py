@@ -17,13 +17,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from mcp_clients import audit, child_env, files_under
 
 from mcp_infra.core.extraction import extract_plan
 from mcp_infra.core.gates import strip_thinking
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home
+from tests.helpers.mcp_clients import audit, child_env, files_under
 
 GOOD = {"hypothesis": "A 4-token drafter is faster", "candidates": ["demo-tiny:draft-k4"]}
 DECOY = {"hypothesis": "thinking aloud", "candidates": ["demo-tiny:kv8"]}

@@ -24,10 +24,10 @@ from mcp_infra.contracts import CandidateRun, FrozenPlan, Verdict
 from mcp_infra.faces import cli, report
 from mcp_infra.state import evidence
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.paths import SHIPPED, shipped_key
 
-REPO = Path(__file__).resolve().parents[1]
-BUNDLE = sorted(p.parent for p in (REPO / "evidence").glob("*/MANIFEST.json"))[0]
-KEY = BUNDLE.parent / f"{BUNDLE.name}.pub"
+BUNDLE = SHIPPED[0]
+KEY = shipped_key(BUNDLE)
 
 # The page's formats, written out again here: a figure shown in another form fails.
 FORMATS = {
@@ -325,11 +325,10 @@ def test_a_floor_of_zero_is_not_drawn_on_a_log_axis() -> None:
 
 
 def test_every_number_of_a_cycle_that_kept_the_live_recipe(home: Home) -> None:
-    """Another shape of bundle: a cheap seal (synthetic timings, tests/synthetic_bundle.py) in
-    which nothing wins, so there is no held-out check and no promotion; verified with the home's
+    """Another shape of bundle: a cheap seal (synthetic timings, tests/helpers/synthetic_bundle.py)
+    in which nothing wins, so there is no held-out check and no promotion; verified with the home's
     own key."""
-    from synthetic_bundle import freeze
-    from test_evidence_proof import cheap_seal
+    from tests.helpers.synthetic_bundle import cheap_seal, freeze
 
     summary = cheap_seal(home, freeze(home, ["demo-tiny:kv8"]))
     bundle = home.evidence / summary.cycle_id
@@ -361,7 +360,7 @@ def test_report_in_chromium(tmp_path: Path) -> None:
     """The shipped bundle's page in headless Chromium: nothing fetched, no error, the summary
     above the first chart, the concurrency-4 cell's aggregate tok/s and TTFT p99 in its table,
     the rejected candidate greyed. Screenshots are left in the test's folder (printed)."""
-    import chromium
+    from tests.helpers import chromium
 
     if chromium.chromium() is None:
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")

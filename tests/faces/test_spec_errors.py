@@ -17,13 +17,22 @@ from typing import Any
 import httpx2
 import pytest
 from mcp import Client, MCPError
-from mcp_clients import PLAN, RawStdio, audit, child_env, serve_argv
 
 from mcp_infra.contracts import CANDIDATE_ID_PATTERN, Plan, text_problem
 from mcp_infra.core.sanitize import PlanRefused, parse_plan
 from mcp_infra.faces.http_transport import _bearer_matches, _host_allowed, read_token
 from mcp_infra.faces.mcp_server import build_server
 from mcp_infra.state.store import Home
+from tests.helpers.mcp_clients import (
+    HEADERS,
+    INIT,
+    PLAN,
+    HttpServer,
+    RawStdio,
+    audit,
+    child_env,
+    serve_argv,
+)
 
 pytestmark = pytest.mark.anyio
 ERAS = ["legacy", "auto"]
@@ -200,8 +209,6 @@ def test_unknown_prompt_logs_one_line(home: Home, tmp_path: Path) -> None:
 
 
 def test_http_host_case_and_exact_token(home: Home) -> None:
-    from test_http import HEADERS, INIT, HttpServer
-
     server = HttpServer(home)
     try:
         token = read_token(home.root / "http-token")
@@ -228,8 +235,6 @@ def test_http_host_case_and_exact_token(home: Home) -> None:
 
 
 async def test_http_unknown_tool_is_a_json_rpc_error(home: Home, anyio_backend: str) -> None:
-    from test_http import HttpServer
-
     from mcp_infra.faces.http_transport import client
 
     server = HttpServer(home)

@@ -3,7 +3,7 @@ progress per round and server start with the time left, the running plan shown a
 
 Real MCP sessions (in-memory) on a home with no built models; the cycle's journal and state
 records are written by the cycle's own ``Journal`` under the supervisor lock, as a supervisor
-writes them. The same with a real front rewriting its status file: test_live_status.py.
+writes them. The same with a real front rewriting its status file: tests/faces/test_live_status.py.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from mcp_infra.faces.mcp_server import build_server
 from mcp_infra.flows import api as app
 from mcp_infra.flows.cycle import Journal
 from mcp_infra.state.store import Home, read_journal_file, utcnow
+from tests.helpers.paths import SHIPPED
 
 pytestmark = pytest.mark.anyio
-REPO = Path(__file__).resolve().parent.parent
-SHIPPED = sorted(p.parent for p in (REPO / "evidence").glob("*/MANIFEST.json"))
 CYCLE = "c-20990101-000000-abcdef"
 
 
@@ -177,15 +176,14 @@ async def test_a_proposal_followed_sends_progress_until_sealed(
 ) -> None:
     """propose_plan with follow_s and a progress token: MCP progress notifications while the
     cycle moves (each further than the last), and a result once the cycle is sealed. The cycle
-    is written by the cycle's own Journal and sealing (tests/synthetic_bundle.py), as a
+    is written by the cycle's own Journal and sealing (tests/helpers/synthetic_bundle.py), as a
     supervisor would, in a thread beside the session."""
     import threading
 
-    from conftest import make_home
-    from synthetic_bundle import seal_one
-
+    from mcp_infra.demo.homes import make_home
     from mcp_infra.demo.models import build_demo_models
     from mcp_infra.state.store import read_model
+    from tests.helpers.synthetic_bundle import seal_one
 
     home = make_home(tmp_path / "home", build_demo_models(tmp_path / "models"))
     server = build_server(home, start_supervisor=False)

@@ -4,7 +4,8 @@ command with the key's fingerprint, and every summary carries the held-out confi
 the online check. Over real MCP sessions (in-memory) and the CLI's own functions.
 
 Fast: the demo models are built (no server starts) and the cycle is sealed synthetically by
-the product's own sealing (tests/synthetic_bundle.py), so its bundle is signed by the home's key.
+the product's own sealing (tests/helpers/synthetic_bundle.py), so its bundle is signed by the
+home's key.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_home
 from mcp import Client
-from synthetic_bundle import freeze, seal_one
 
+from mcp_infra.demo.homes import make_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.faces import cli
 from mcp_infra.faces.mcp_server import build_server
 from mcp_infra.state.signing import home_fingerprint
 from mcp_infra.state.store import Home
+from tests.helpers.paths import SHIPPED
+from tests.helpers.synthetic_bundle import freeze, seal_one
 
 pytestmark = pytest.mark.anyio
 
@@ -112,8 +114,7 @@ def test_held_out_and_online_from_a_promoting_journal() -> None:
     """The shipped bundle promoted: both lines come from its journal as recorded."""
     from mcp_infra.flows.api import confirmations
 
-    repo = Path(__file__).resolve().parent.parent
-    bundle = next(p.parent for p in (repo / "evidence").glob("*/MANIFEST.json"))
+    bundle = SHIPPED[0]
     heldout, online = confirmations(bundle)
     assert heldout.startswith("passed: held-out prompts: Qualified: speedup ")
     assert online == "passed: the winner reproduces the measured greedy outputs"
@@ -124,8 +125,7 @@ async def test_large_resources_come_in_pages(bare_home: Home, anyio_backend: str
     whose concatenation is the whole document."""
     import shutil
 
-    repo = Path(__file__).resolve().parent.parent
-    bundle = next(p.parent for p in (repo / "evidence").glob("*/MANIFEST.json"))
+    bundle = SHIPPED[0]
     from mcp_infra.contracts import ChainHead
     from mcp_infra.state import sealing, signing
     from mcp_infra.state.store import write_model

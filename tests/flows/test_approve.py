@@ -2,8 +2,8 @@
 promotes it after a fresh online verification on real servers, and refuses stale approvals.
 
 The cycle's greedy outputs are real (read from a real live mlx_lm.server and a real candidate on
-its own port); only its timing samples are fixed numbers (see tests/sealed.py), so that the
-candidate qualifies on speed deterministically on a busy 2-core machine.
+its own port); only its timing samples are fixed numbers (see tests/helpers/synthetic_bundle.py),
+so that the candidate qualifies on speed deterministically on a busy 2-core machine.
 """
 
 from __future__ import annotations
@@ -11,45 +11,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from synthetic_bundle import baseline_run, freeze, seal, timing
 
-from mcp_infra.contracts import CandidateRun, Decision, FrozenPlan, Outcome
+from mcp_infra.contracts import CandidateRun, Decision, Outcome
 from mcp_infra.core.preflight import find_candidate
-from mcp_infra.core.workload import request_class_of
 from mcp_infra.faces import cli
 from mcp_infra.flows.approve import ApprovalRefused, approve
-from mcp_infra.procs import bench
 from mcp_infra.procs.service import ensure_serving, start_candidate, stop_candidate
 from mcp_infra.state import evidence, memory
 from mcp_infra.state.artifacts import resolve_recipe
-from mcp_infra.state.catalog import load_registry, load_suite
+from mcp_infra.state.catalog import load_registry
 from mcp_infra.state.context import active_recipe, load_config
 from mcp_infra.state.store import Home
+from tests.helpers.synthetic_bundle import baseline_run, freeze, real_greedy, seal, timing
 
 KV8 = "demo-tiny:kv8"
-
-
-def real_greedy(base_url: str, candidate: str, plan: FrozenPlan):
-    """Greedy outputs of the prompts a cycle's greedy pass sends: the selection prompts of the
-    workload's request classes (``measure.start_plan``)."""
-    suite = load_suite(plan.protocol.suite)
-    classes = {cell.request_class for cell in plan.protocol.workload}
-    chosen = [
-        p
-        for p in suite.prompts
-        if p.split == "selection" and request_class_of(p.prompt_class) in classes
-    ]
-    return [
-        bench.greedy_chat(
-            base_url,
-            p.chat_messages(),
-            max_tokens=p.token_budget(plan.protocol.max_tokens),
-            timeout=60,
-            candidate=candidate,
-            prompt_id=p.id,
-        )
-        for p in chosen
-    ]
 
 
 def test_awaiting_approval_then_approve_after_online_verification(

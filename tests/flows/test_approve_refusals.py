@@ -1,7 +1,7 @@
 """Every refusal of `mcp-infra approve`, each before the service is touched.
 
-The cycles approved here are SYNTHETIC bundles (tests/synthetic_bundle.py: invented timings and
-token ids, so that a candidate qualifies or not by construction); everything approve checks
+The cycles approved here are SYNTHETIC bundles (tests/helpers/synthetic_bundle.py: invented timings
+and token ids, so that a candidate qualifies or not by construction); everything approve checks
 (the bundle's hashes and recomputed verdict, the live recipe, the registry, preflight, recipe
 memory, the policy) is real. No server runs: a refusal must come before anything is started, and
 each test asserts that no process record was written.
@@ -15,24 +15,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from synthetic_bundle import baseline_run, freeze, greedy_ids, prompts, seal, timing
 
 from mcp_infra.contracts import CandidateRun, CycleSummary, EvidenceManifest
 from mcp_infra.faces import cli
 from mcp_infra.flows import cycle
 from mcp_infra.flows.approve import ApprovalRefused, approve
 from mcp_infra.state.store import Home, read_model, sha256_file, write_model
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.synthetic_bundle import (
+    baseline_run,
+    freeze,
+    greedy_ids,
+    prompts,
+    seal,
+    timing,
+    write_manifest,
+)
 
 KV8, MY_KV8, DRAFT = "demo-tiny:kv8", "mytiny:kv8", "demo-tiny:draft-k2"
-
-
-def write_manifest(home: Home, description: str = "a copy of demo-tiny") -> None:
-    data = yaml.safe_load((REPO_ROOT / "registry" / "demo-tiny.yaml").read_text())
-    data.update(id="mytiny", description=description)
-    home.user_registry.mkdir(parents=True, exist_ok=True)
-    (home.user_registry / "mytiny.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def synthetic_cycle(home: Home, rates: dict[str, float]) -> CycleSummary:

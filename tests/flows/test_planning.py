@@ -4,7 +4,7 @@ evidence's own, its reasons are whole, and its example is a plan the product's o
 ``extract_plan`` finds and ``propose_plan`` accepts.
 
 Fast: the demo models are built (no server starts) and one cycle is sealed synthetically
-(tests/synthetic_bundle.py: invented timings, the product's own selector and sealing).
+(tests/helpers/synthetic_bundle.py: invented timings, the product's own selector and sealing).
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_home
-from synthetic_bundle import baseline_run, freeze, greedy_ids, prompts, seal, timing
 
 from mcp_infra.contracts import CandidateRun, Verdict
 from mcp_infra.core.extraction import extract_plan
 from mcp_infra.core.preflight import find_candidate
+from mcp_infra.demo.homes import make_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.faces.render import plan_example, planning_prompt
 from mcp_infra.flows import api as app
@@ -26,6 +25,7 @@ from mcp_infra.flows.planning import build_context, whole
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry
 from mcp_infra.state.store import Home, read_model, write_model
+from tests.helpers.synthetic_bundle import baseline_run, freeze, greedy_ids, prompts, seal, timing
 
 DIVERGES, SLOWER = "demo-tiny:draft-k4-cache", "demo-tiny:draft-k2"
 

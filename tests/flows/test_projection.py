@@ -14,17 +14,14 @@ same bound on it.
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import statistics
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_test_policy
 
 from mcp_infra.contracts import (
     BASELINE_ID,
@@ -37,6 +34,7 @@ from mcp_infra.contracts import (
     Window,
 )
 from mcp_infra.core.admission import unserved_limit
+from mcp_infra.demo.homes import write_test_policy
 from mcp_infra.flows import api as app
 from mcp_infra.flows import projection as pj
 from mcp_infra.flows.cycle import supervise
@@ -45,10 +43,9 @@ from mcp_infra.state import evidence
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_model, write_model
+from tests.helpers import paths
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = next((ROOT / "evidence").glob("c-*/"))
-BENCHMARKS = ROOT / "benchmarks"
+SHIPPED = paths.SHIPPED[0]
 LIVE = "demo-tiny:target"
 
 
@@ -104,14 +101,10 @@ def test_the_shipped_bundle_is_projected_within_a_quarter_of_what_it_measured() 
 
 
 def test_cycle_cost_prints_the_this_home_row(capsys: pytest.CaptureFixture[str]) -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        cycle_cost = importlib.import_module("cycle_cost")
-        code = cycle_cost.main(
-            ["--profile", "this-home", "--bundle", str(SHIPPED), "--smoke", "--json"]
-        )
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    cycle_cost = paths.load_benchmark("cycle_cost")
+    code = cycle_cost.main(
+        ["--profile", "this-home", "--bundle", str(SHIPPED), "--smoke", "--json"]
+    )
     assert code == 0
     (row,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
     assert row["profile"] == "this-home" and row["plan"] == SHIPPED.name and row["seeds"] == 2

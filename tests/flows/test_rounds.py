@@ -29,14 +29,12 @@ from mcp_infra.flows.rounds import (
     run_rounds,
 )
 from mcp_infra.state.catalog import load_policy
+from tests.helpers.paths import BENCHMARKS, SHIPPED
 
 PROFILE = TargetProfile.model_validate(
-    yaml.safe_load(
-        (
-            Path(__file__).resolve().parents[1] / "benchmarks" / "profiles" / "qwen27b-m5pro.yaml"
-        ).read_text()
-    )
+    yaml.safe_load((BENCHMARKS / "profiles" / "qwen27b-m5pro.yaml").read_text())
 )
+
 FAST = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
 
 
@@ -158,7 +156,7 @@ def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(tmp_pat
     from mcp_infra.state.spread import learned_spread
     from mcp_infra.state.store import Home, read_model
 
-    shipped = next((Path(__file__).resolve().parents[1] / "evidence").glob("c-*/"))
+    shipped = SHIPPED[0]
     home = Home(tmp_path / "home").ensure()
     shutil.copytree(shipped, home.evidence / shipped.name)
     plan = read_model(home.bundle_files(shipped.name).plan, FrozenPlan)

@@ -16,7 +16,7 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import REPO
 
 
 def build_wheel(out: Path) -> Path:

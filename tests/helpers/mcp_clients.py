@@ -10,13 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import psutil
-from conftest import run_env
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from mcp_infra.contracts import AuditRecord
+from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.state.store import Home
+from tests.helpers.run import run_env
 
 PLAN = {
     "hypothesis": "A 2-token drafter speeds up greedy decoding.",
@@ -153,3 +155,53 @@ def files_under(path: Path) -> set[str]:
         if path.exists()
         else set()
     )
+
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "0"},
+    },
+}
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+class HttpServer:
+    """`mcp-infra serve --transport http` as a real subprocess on a free loopback port, its
+    output in the home's logs."""
+
+    def __init__(self, home: Home, *extra: str) -> None:
+        self.port = free_port()
+        self.log = home.logs / f"http-{self.port}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.argv = serve_argv(home, "--transport", "http", "--port", str(self.port), *extra)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+            )
+        deadline = time.monotonic() + 30
+        while not port_open(self.port):
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "the HTTP server did not start"
+            time.sleep(0.1)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def post(self, **headers: str) -> httpx2.Response:
+        return httpx2.post(self.url, json=INIT, headers={**HEADERS, **headers}, timeout=10)
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.log.read_text()

@@ -11,10 +11,12 @@ Everything else is the product's own code: the plan is frozen by `app.freeze_pla
 comes from `selector.select`, the journal is written by `cycle.Journal` in the order a real cycle
 writes it (QUEUED, PREFLIGHT, PREPARE, BASELINE, MAINTENANCE, EXPERIMENT per candidate, SELECT,
 SEALED), and `cycle.conclude` seals the bundle (and records recipe memory). Greedy outputs may also
-be real ones read from real servers (tests/test_approve.py).
+be real ones read from real servers (`real_greedy`).
 """
 
 from __future__ import annotations
+
+import yaml
 
 from mcp_infra.contracts import (
     BASELINE_ID,
@@ -28,13 +30,16 @@ from mcp_infra.contracts import (
 from mcp_infra.core.preflight import find_candidate
 from mcp_infra.core.sanitize import parse_plan
 from mcp_infra.core.selector import select
+from mcp_infra.core.workload import request_class_of
 from mcp_infra.flows import api as app
 from mcp_infra.flows import cycle
+from mcp_infra.procs import bench
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry, load_suite
 from mcp_infra.state.context import HomeContext, active_recipe
 from mcp_infra.state.hostfacts import fingerprint_environment
 from mcp_infra.state.store import Home, utcnow, write_model
+from tests.helpers.paths import REPO
 
 
 def freeze(home: Home, candidates: list[str]) -> FrozenPlan:
@@ -197,3 +202,53 @@ def seal_one(
         peak_memory_gb=0.3,
     )
     return seal(home, plan, baseline_run(plan, greedy_ids("baseline", plan, ids)), [run])
+
+
+def cheap_seal(home: Home, plan: FrozenPlan) -> CycleSummary:
+    """A sealed cycle of fixed timings : kv8 measured, nothing wins."""
+    from tests.helpers.synthetic_bundle import baseline_run, greedy_ids, prompts, seal, timing
+
+    ids = {p: [1, 2, 3] for p in prompts(plan)}
+    return seal(
+        home,
+        plan,
+        baseline_run(plan, greedy_ids("baseline", plan, ids)),
+        [
+            CandidateRun(
+                candidate="demo-tiny:kv8",
+                samples=timing("demo-tiny:kv8", plan, 9.0),
+                greedy=greedy_ids("demo-tiny:kv8", plan, ids),
+            )
+        ],
+    )
+
+
+def real_greedy(base_url: str, candidate: str, plan: FrozenPlan):
+    """Greedy outputs of the prompts a cycle's greedy pass sends: the selection prompts of the
+    workload's request classes (``measure.start_plan``)."""
+    suite = load_suite(plan.protocol.suite)
+    classes = {cell.request_class for cell in plan.protocol.workload}
+    chosen = [
+        p
+        for p in suite.prompts
+        if p.split == "selection" and request_class_of(p.prompt_class) in classes
+    ]
+    return [
+        bench.greedy_chat(
+            base_url,
+            p.chat_messages(),
+            max_tokens=p.token_budget(plan.protocol.max_tokens),
+            timeout=60,
+            candidate=candidate,
+            prompt_id=p.id,
+        )
+        for p in chosen
+    ]
+
+
+def write_manifest(home: Home, description: str = "a copy of demo-tiny") -> None:
+    """A user manifest `mytiny`: the shipped demo-tiny manifest under another id."""
+    data = yaml.safe_load((REPO / "registry" / "demo-tiny.yaml").read_text())
+    data.update(id="mytiny", description=description)
+    home.user_registry.mkdir(parents=True, exist_ok=True)
+    (home.user_registry / "mytiny.yaml").write_text(yaml.safe_dump(data, sort_keys=False))

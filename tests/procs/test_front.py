@@ -18,8 +18,6 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 import yaml
-from conftest import _kill_leftovers, make_home
-from faultkit import queue_plan, run_supervisor, supervisor, wait_for
 
 from mcp_infra.contracts import CycleState, Outcome, ServiceImpact
 from mcp_infra.core.admission import (
@@ -32,6 +30,7 @@ from mcp_infra.core.admission import (
     route_to,
 )
 from mcp_infra.core.preflight import find_candidate
+from mcp_infra.demo.homes import make_home, stop_home
 from mcp_infra.flows import api as app
 from mcp_infra.procs.front import (
     front_record,
@@ -47,6 +46,7 @@ from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry
 from mcp_infra.state.context import active_recipe, load_config, service_record
 from mcp_infra.state.store import Home
+from tests.helpers.faultkit import queue_plan, run_supervisor, supervisor, wait_for
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 WINNER = "demo-tiny:draft-k4"
@@ -245,7 +245,7 @@ def _kill_winner_when_verifying(home: Home, stop: threading.Event) -> list[int]:
             if any(
                 e.state == CycleState.VERIFY for c in cycles for e in home.read_journal(c.name)[0]
             ):
-                from faultkit import candidate_records
+                from tests.helpers.faultkit import candidate_records
 
                 for record in candidate_records(home):
                     if record.role == "backend":
@@ -272,25 +272,25 @@ def _traffic(port: int, stop: threading.Event, calls: list[Call]) -> threading.T
 
 @pytest.mark.slow
 def test_rollback_then_promotion_under_traffic_fail_no_client_request(home: Home) -> None:
-    """A qualified KV-cache candidate (real greedy outputs, fixed timings: tests/sealed.py) is
-    approved twice under live traffic: first its server dies while it is verified (rollback),
-    then it is promoted. The front switches only after verification; no client request fails."""
-    from synthetic_bundle import baseline_run, freeze, seal, timing
-    from test_approve import KV8, real_greedy
-
+    """A qualified KV-cache candidate (real greedy outputs, fixed timings:
+    tests/helpers/synthetic_bundle.py) is approved twice under live traffic: first its server dies
+    while it is verified (rollback), then it is promoted. The front switches only after
+    verification; no client request fails."""
     from mcp_infra.contracts import CandidateRun
     from mcp_infra.flows.approve import approve
     from mcp_infra.procs.service import start_candidate, stop_candidate
+    from tests.helpers.synthetic_bundle import baseline_run, freeze, real_greedy, seal, timing
 
+    kv8 = "demo-tiny:kv8"
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
-    plan = freeze(home, [KV8])
+    plan = freeze(home, [kv8])
     live = service_record(home)
     assert live is not None
     base_greedy = real_greedy(backend_url(live), "baseline", plan)
-    record = start_candidate(home, _recipe(home, KV8), config, cycle_id="measure", timeout=120)
+    record = start_candidate(home, _recipe(home, kv8), config, cycle_id="measure", timeout=120)
     try:
-        kv_greedy = real_greedy(backend_url(record), KV8, plan)
+        kv_greedy = real_greedy(backend_url(record), kv8, plan)
     finally:
         stop_candidate(home, record)
     summary = seal(
@@ -299,7 +299,7 @@ def test_rollback_then_promotion_under_traffic_fail_no_client_request(home: Home
         baseline_run(plan, base_greedy),
         [
             CandidateRun(
-                candidate=KV8, samples=timing(KV8, plan, 13.0), greedy=kv_greedy, peak_memory_gb=0.2
+                candidate=kv8, samples=timing(kv8, plan, 13.0), greedy=kv_greedy, peak_memory_gb=0.2
             )
         ],
     )
@@ -314,7 +314,7 @@ def test_rollback_then_promotion_under_traffic_fail_no_client_request(home: Home
         assert service_record(home) == live, "the live backend was never touched"
         promoted = approve(home, summary.cycle_id)
         assert promoted.outcome == Outcome.PROMOTED, promoted.reason
-        assert active_recipe(home).candidate_id == KV8
+        assert active_recipe(home).candidate_id == kv8
         time.sleep(1.0)  # traffic on the new backend too
     finally:
         stop.set()
@@ -396,4 +396,4 @@ def test_supervisor_sigkilled_while_requests_are_held_leaves_none_hanging(
         impact = ServiceImpact.model_validate_json((bundle / "service_impact.json").read_text())
         assert impact.mode == "exclusive" and impact.expected_downtime_s > 0
     finally:
-        _kill_leftovers(home)
+        stop_home(home)

@@ -6,7 +6,8 @@ event loop in a thread of this test, in front of a tiny backend made from the st
 ``http.server``. That backend is a test double, and only here: the fast tier may not start an
 mlx server, and what is checked is what the front lets through to a backend (paths, headers,
 how often a request arrives), which a recording double shows exactly and an mlx server's log
-would not. The same behaviour against real mlx_lm.server backends is in test_front_limits.py.
+would not. The same behaviour against real mlx_lm.server backends is in
+tests/procs/test_front_limits.py.
 """
 
 from __future__ import annotations

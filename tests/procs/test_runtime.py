@@ -9,8 +9,6 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import Spawn
-from faultkit import stranger as start_stranger
 
 from mcp_infra.contracts import Knobs, Recipe
 from mcp_infra.procs import bench
@@ -25,6 +23,8 @@ from mcp_infra.procs.runtime import (
     stop_server,
     wait_ready,
 )
+from tests.helpers.faultkit import stranger as start_stranger
+from tests.helpers.run import Spawn
 
 PY = "/usr/bin/python3"
 

@@ -1,10 +1,11 @@
 """Runtime environments as pinned artifacts, on pure functions and small fake environments.
 
-The ``--help`` texts under ``tests/runtime-help/`` were recorded from the real servers
+The ``--help`` texts under ``tests/data/runtime-help/`` were recorded from the real servers
 (``python -m mlx_lm server --help`` of mlx-lm 0.31.3 and 0.32.2 on this Linux CPU): 0.31.3 has no
 ``--kv-bits``, which makes a real example of a flag a runtime version does not accept. The fake
 environments are real folders with a real interpreter link and real ``dist-info`` metadata; only
-the pip install is left out (the slow test in ``test_runtime_upgrade.py`` builds a real one).
+the pip install is left out (the slow test in ``tests/e2e/test_runtime_upgrade.py`` builds a real
+one).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy, load_registry
 from mcp_infra.state.context import HomeContext
 from mcp_infra.state.store import CycleFiles, Home, read_model, write_model
+from tests.helpers.paths import DATA
 
-HELP = Path(__file__).parent / "runtime-help"
+HELP = DATA / "runtime-help"
 REAL_SHA = "5c0991248cfff5872503d74f466d2532dd8cb7fb3670cb9be7a06d7305dadc04"  # mlx-lm 0.32.2
 PY = ".".join(map(str, sys.version_info[:2]))
 

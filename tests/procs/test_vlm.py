@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx2 as httpx
 import psutil
 import pytest
-from conftest import Spawn
 
 from mcp_infra.contracts import Knobs, Recipe
 from mcp_infra.procs import bench
@@ -27,22 +26,16 @@ from mcp_infra.procs.runtime import (
 )
 from mcp_infra.state.artifacts import resolve_recipe, snapshot_path
 from mcp_infra.state.catalog import load_registry
+from tests.helpers.run import Spawn
 
 DFLASH2 = "qwen38-dflash2-v1"
 TARGET = ("mlx-community/Qwen3.8-27B-4bit", "3e6447f082e89cc7f0bc6e5441afd38dfce760ff")
 DRAFT = ("z-lab/Qwen3.8-27B-DFlash2", "50307d4c4cde6860d4eee73e2547cd786fe8e8a4")
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "hf" / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(folder))
-    return folder
-
-
-def test_argv_of_every_dflash2_variant(cache: Path, tmp_path: Path) -> None:
+def test_argv_of_every_dflash2_variant(hf_cache: Path, tmp_path: Path) -> None:
     manifest = load_registry()[DFLASH2]
-    target, draft = snapshot_path(cache, *TARGET), snapshot_path(cache, *DRAFT)
+    target, draft = snapshot_path(hf_cache, *TARGET), snapshot_path(hf_cache, *DRAFT)
     head = [
         "/py",
         "-m",

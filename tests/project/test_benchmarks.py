@@ -18,9 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Spawn
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.helpers.paths import BENCHMARKS
+from tests.helpers.run import Spawn
+
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
 HELP_TIMEOUT_S = 240
 SMOKE_TIMEOUT_S = 900

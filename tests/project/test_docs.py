@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import REPO
+
+ROOT = REPO
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 LAYOUT = DOCS / "layout.md"

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "mcp_infra"
+from tests.helpers.paths import REPO
+
+PACKAGE = REPO / "mcp_infra"
 RANK = {
     "contracts": 0,
     "errors": 0,

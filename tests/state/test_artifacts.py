@@ -88,14 +88,6 @@ def write_manifest(home: Home, draft: tuple[str, str] = DRAFT) -> None:
     (home.user_registry / "tinyhub.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "hf" / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(folder))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return folder
-
-
 def _blob(snapshot: Path, name: str) -> Path:
     return (snapshot / name).resolve()
 
@@ -113,16 +105,16 @@ def _preflight(home: Home):
 
 
 def test_prepare_from_a_local_cache_then_detect_tampering(
-    home: Home, cache: Path, demo_models: dict[str, Path]
+    home: Home, hf_cache: Path, demo_models: dict[str, Path]
 ) -> None:
-    target = build_cache(cache, *TARGET, demo_models["target"])
-    draft = build_cache(cache, *DRAFT, demo_models["draft"])
+    target = build_cache(hf_cache, *TARGET, demo_models["target"])
+    draft = build_cache(hf_cache, *DRAFT, demo_models["draft"])
     write_manifest(home)
     integrity = {c.name: c for c in _preflight(home).checks}["integrity"]
     assert not integrity.passed and "no sha256 inventory" in integrity.detail
 
     result = prepare_candidate(home, CANDIDATE, progress=False)
-    assert result.offline and Path(result.cache) == cache
+    assert result.offline and Path(result.cache) == hf_cache
     by_role = {a.role: a for a in result.artifacts}
     assert Path(by_role["target"].snapshot) == target and Path(by_role["draft"].snapshot) == draft
     assert by_role["target"].files == len(list(demo_models["target"].iterdir()))
@@ -138,7 +130,7 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
         assert entry["sha256"] == hashlib.sha256(data).hexdigest()
     # the same cache is what huggingface_hub (and so the runtime) resolves
     assert try_to_load_from_cache(
-        TARGET[0], "config.json", cache_dir=cache, revision=TARGET[1]
+        TARGET[0], "config.json", cache_dir=hf_cache, revision=TARGET[1]
     ) == str(target / "config.json")
 
     checks = _preflight(home)
@@ -178,9 +170,9 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
 
 
 def test_offline_prepare_names_everything_missing(
-    home: Home, cache: Path, demo_models: dict[str, Path]
+    home: Home, hf_cache: Path, demo_models: dict[str, Path]
 ) -> None:
-    build_cache(cache, *TARGET, demo_models["target"], skip=("config.json",))
+    build_cache(hf_cache, *TARGET, demo_models["target"], skip=("config.json",))
     write_manifest(home)
     policy = home.user_policy / "test.yaml"  # the demo policy allows no download at all
     data = yaml.safe_load(policy.read_text())
@@ -192,8 +184,8 @@ def test_offline_prepare_names_everything_missing(
     assert "offline (HF_HUB_OFFLINE is set)" in message
     assert f"target {TARGET[0]}@{TARGET[1]}: the cached snapshot lacks config.json" in message
     assert f"draft {DRAFT[0]}@{DRAFT[1]}: no snapshot in the cache" in message
-    assert str(cache) in message
-    assert not hub.inventory_path(hub.snapshot_path(cache, *TARGET)).exists()
+    assert str(hf_cache) in message
+    assert not hub.inventory_path(hub.snapshot_path(hf_cache, *TARGET)).exists()
 
 
 def test_the_budget_is_checked_before_any_download(tmp_path: Path) -> None:
@@ -241,10 +233,10 @@ def test_only_the_runtime_files_are_fetched_never_code() -> None:
 
 
 def test_prepare_command(
-    home: Home, cache: Path, demo_models: dict[str, Path], capsys: pytest.CaptureFixture[str]
+    home: Home, hf_cache: Path, demo_models: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    build_cache(cache, *TARGET, demo_models["target"])
-    build_cache(cache, *DRAFT, demo_models["draft"])
+    build_cache(hf_cache, *TARGET, demo_models["target"])
+    build_cache(hf_cache, *DRAFT, demo_models["draft"])
     write_manifest(home)
     assert cli.main(["--home", str(home.root), "prepare", CANDIDATE, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

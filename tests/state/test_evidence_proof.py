@@ -15,10 +15,7 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import chromium
 import pytest
-from conftest import PROMOTING_PROTOCOL, _kill_leftovers, make_home
-from synthetic_bundle import freeze
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -32,12 +29,15 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.sanitize import plan_content_hash
+from mcp_infra.demo.homes import PROMOTING_PROTOCOL, make_home, stop_home
 from mcp_infra.faces import cli
 from mcp_infra.flows.cycle import supervise
 from mcp_infra.state import evidence, sealing, signing
 from mcp_infra.state.store import Home, read_model, sha256_file, write_model
+from tests.helpers import chromium
+from tests.helpers.paths import REPO
+from tests.helpers.synthetic_bundle import cheap_seal, freeze
 
-REPO = Path(__file__).resolve().parents[1]
 CANDIDATES = ["demo-tiny:draft-k4", "demo-tiny:draft-k2", "demo-tiny:kv8"]
 
 
@@ -69,7 +69,8 @@ def sealed_home(
         # at 0.739x and at 1.511x of its rounds in two full runs), and the drift check then
         # rightly keeps the baseline; a held-out start can land in a slow moment as well. These
         # tests need a promoted, sealed cycle; the drift and held-out rules are tested in
-        # test_decisions.py and test_selector.py. A second refusal fails the fixture.
+        # tests/core/test_decisions.py and tests/core/test_selector.py. A second refusal fails the
+        # fixture.
         for _ in range(2):
             home.enqueue(freeze(home, CANDIDATES))
             (summary,) = supervise(home, ignore_window=True)
@@ -80,7 +81,7 @@ def sealed_home(
                 break
         yield home, summary.cycle_id
     finally:
-        _kill_leftovers(home)
+        stop_home(home)
 
 
 @pytest.fixture
@@ -481,27 +482,9 @@ def test_the_committed_bundle_verifies_with_its_key() -> None:
         }
 
 
-def cheap_seal(home: Home, plan: FrozenPlan) -> CycleSummary:
-    """A sealed cycle of fixed timings (tests/synthetic_bundle.py): kv8 measured, nothing wins."""
-    from synthetic_bundle import baseline_run, greedy_ids, prompts, seal, timing
-
-    ids = {p: [1, 2, 3] for p in prompts(plan)}
-    return seal(
-        home,
-        plan,
-        baseline_run(plan, greedy_ids("baseline", plan, ids)),
-        [
-            CandidateRun(
-                candidate="demo-tiny:kv8",
-                samples=timing("demo-tiny:kv8", plan, 9.0),
-                greedy=greedy_ids("demo-tiny:kv8", plan, ids),
-            )
-        ],
-    )
-
-
 def test_chain_shows_deleted_and_rewritten_history(home: Home) -> None:
-    """Three cheap seals (fixed timings, see tests/sealed.py): each names the one before."""
+    """Three cheap seals (fixed timings: `cheap_seal`, tests/helpers/synthetic_bundle.py): each
+    names the one before."""
     plan = freeze(home, ["demo-tiny:kv8"])
     cycles = [cheap_seal(home, plan).cycle_id for _ in range(3)]
     for cycle_id in cycles:

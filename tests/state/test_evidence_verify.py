@@ -1,12 +1,12 @@
 """`evidence verify` and `evidence show`: the shipped bundle(s) re-verified with the public key
 shipped beside them (`evidence/<id>.pub`), and each kind of tampering caught and named (a changed
 verdict whose hashes were made to match, a missing file, an extra file). The forgeries of issue 12's
-table, signatures and chains are in test_evidence_proof.py.
+table, signatures and chains are in tests/state/test_evidence_proof.py.
 
 Fast tier: the bundles are the real ones shipped in evidence/ (sealed by a real demo cycle), copied
 to a temporary folder before any change; the CLI runs in-process (`cli.main`), with a home that
 holds nothing, because `evidence verify PATH` must not need the home that sealed the bundle. The
-same commands as real `mcp-infra` subprocesses are in test_cli_commands.py (slow tier).
+same commands as real `mcp-infra` subprocesses are in tests/faces/test_cli_commands.py (slow tier).
 """
 
 from __future__ import annotations
@@ -21,10 +21,7 @@ from mcp_infra.contracts import EvidenceManifest, Verdict
 from mcp_infra.faces import cli
 from mcp_infra.state import evidence
 from mcp_infra.state.store import read_model, sha256_file, write_model
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-SHIPPED = sorted(p.parent for p in (REPO_ROOT / "evidence").glob("*/MANIFEST.json"))
+from tests.helpers.paths import SHIPPED
 
 
 def test_there_is_a_shipped_bundle() -> None:

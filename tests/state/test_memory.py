@@ -7,24 +7,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from synthetic_bundle import baseline_run, freeze, greedy_ids, prompts, seal, timing
 
 from mcp_infra.contracts import CandidateRun, Decision
 from mcp_infra.core.sanitize import PlanRefused
 from mcp_infra.flows import api as app
 from mcp_infra.state import memory
 from mcp_infra.state.store import Home
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.synthetic_bundle import (
+    baseline_run,
+    freeze,
+    greedy_ids,
+    prompts,
+    seal,
+    timing,
+    write_manifest,
+)
 
 BAD, SLOW = "mytiny:draft-k4-cache", "mytiny:draft-k2"
-
-
-def write_manifest(home: Home, description: str = "a copy of demo-tiny") -> None:
-    data = yaml.safe_load((REPO_ROOT / "registry" / "demo-tiny.yaml").read_text())
-    data.update(id="mytiny", description=description)
-    home.user_registry.mkdir(parents=True, exist_ok=True)
-    (home.user_registry / "mytiny.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def failed_cycle(home: Home) -> str:
