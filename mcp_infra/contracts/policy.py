@@ -210,12 +210,6 @@ class ServicePolicy(Part):
         le=1,
         description="share of physical memory that backends running at once may use",
     )
-    max_live_requests_per_round: int = Field(
-        2,
-        ge=0,
-        description="live requests overlapping a measurement round above which it is repeated",
-    )
-    max_round_repeats: int = Field(2, ge=0, le=10)
     quiet_wait_s: float = Field(
         60.0,
         ge=0,

@@ -127,7 +127,9 @@ class CellFigures(Part):
     ttft_p99_s: float | None = None
     decode_tps: float | None = Field(None, description="median per-request decode tok/s")
     aggregate_tps: float | None = Field(
-        None, description="output tokens of all requests / wall time their batches took"
+        None,
+        description="output tokens / wall span of the cell's requests, per start, geometric "
+        "mean over starts (core.workload.aggregate_tps, as the verdict's output tok/s)",
     )
     aggregate_vs_baseline: float | None = None
     decode_vs_baseline: float | None = None

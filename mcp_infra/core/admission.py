@@ -127,22 +127,6 @@ def unserved_limit(
     )
 
 
-RoundVerdict = Literal["clean", "repeat", "accept_noted"]
-
-
-def round_traffic_verdict(
-    overlap: int | None, limit: int, repeats_done: int, max_repeats: int
-) -> RoundVerdict:
-    """A measurement round overlapped by more live requests than the policy allows is repeated,
-    at most ``max_repeats`` times; after that it is kept and the evidence must say so.
-    ``overlap`` None (no front to count) is clean: nothing could have overlapped unseen."""
-    if overlap is None or overlap <= limit:
-        return "clean"
-    if repeats_done < max_repeats:
-        return "repeat"
-    return "accept_noted"
-
-
 def route_to(
     current: FrontRoute | None,
     *,

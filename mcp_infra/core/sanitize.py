@@ -67,8 +67,18 @@ LATER_OPTIONAL_FIELDS = frozenset(
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""
 
 
+RETIRED_FIELDS: dict[str, dict[str, object]] = {
+    "service": {"max_live_requests_per_round": 2, "max_round_repeats": 2},
+}
+"""Policy fields removed unread (no code ever acted on them), hashed at the defaults every
+policy carried, so a plan frozen while they existed keeps its hash: {section: {field: value}}."""
+
+
 def policy_hash(policy: Policy) -> str:
-    return sha256_bytes(canonical_json(policy.model_dump(mode="json"), LATER_OPTIONAL_FIELDS))
+    body = policy.model_dump(mode="json")
+    for section, fields in RETIRED_FIELDS.items():
+        body[section] = {**fields, **body[section]}
+    return sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS))
 
 
 def shown_name(key: object) -> str:

@@ -75,6 +75,7 @@ from mcp_infra.core.stats import (
     repeats_to_decide,
     speedup_summary,
 )
+from mcp_infra.core.workload import aggregate_tps, output_tps_by_start
 
 # The most repeats a protocol may ask for (contracts.MeasureProtocol.repeats, le=50).
 MAX_REPEATS = 50
@@ -558,29 +559,6 @@ def _ttft(samples: Sequence[Sample]) -> tuple[float | None, float | None]:
     return quantile(values, 0.5), quantile(values, 0.99)
 
 
-def _output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[int, float]:
-    """Aggregate output tok/s per start: Σ completion tokens / wall span of the requests (first
-    send to last finish, from t_mono + e2e_s); one request at a time may use Σ e2e_s instead."""
-    by: dict[int, list[Sample]] = {}
-    for s in samples:
-        by.setdefault(s.start, []).append(s)
-    out: dict[int, float] = {}
-    for start, rows in sorted(by.items()):
-        tokens = sum(s.completion_tokens or 0 for s in rows)
-        if tokens <= 0:
-            continue
-        span = None
-        stamps = [(s.t_mono, s.e2e_s) for s in rows if s.t_mono is not None and s.e2e_s is not None]
-        durations = [s.e2e_s for s in rows if s.e2e_s is not None]
-        if len(stamps) == len(rows):
-            span = max(t + e for t, e in stamps) - min(t for t, _ in stamps)
-        elif concurrency == 1 and len(durations) == len(rows):
-            span = math.fsum(durations)
-        if span is not None and span > 0:
-            out[start] = tokens / span
-    return out
-
-
 def _futile_cell(
     b_logs: Sequence[float], c_logs: Sequence[float], protocol: MeasureProtocol
 ) -> float | None:
@@ -662,13 +640,13 @@ def judge_cells(
             summary.ci_low,
             summary.ci_high,
         )
-        base_out = _output_tps_by_start(ok, c.concurrency)
-        cand_out = _output_tps_by_start(mine, c.concurrency)
+        base_out = output_tps_by_start(ok, c.concurrency)
+        cand_out = output_tps_by_start(mine, c.concurrency)
         if base_out and cand_out:
             b_logs = [math.log(v) for v in base_out.values()]
             c_logs = [math.log(v) for v in cand_out.values()]
-            cv.baseline_output_tps = math.exp(math.fsum(b_logs) / len(b_logs))
-            cv.candidate_output_tps = math.exp(math.fsum(c_logs) / len(c_logs))
+            cv.baseline_output_tps = aggregate_tps(ok, c.concurrency)
+            cv.candidate_output_tps = aggregate_tps(mine, c.concurrency)
             cv.output_ratio, cv.output_ci_low, cv.output_ci_high = log_interval(
                 b_logs, c_logs, level, learned_prior(protocol)
             )

@@ -29,15 +29,22 @@ def _draft_path(recipe: Recipe) -> str:
     return recipe.draft_path
 
 
+def _kv_quantization(knobs: Knobs) -> list[str]:
+    """The KV-cache quantization flags, spelled alike by both servers."""
+    return (
+        _opt("--kv-bits", knobs.kv_bits)
+        + _opt("--kv-group-size", knobs.kv_group_size)
+        + _opt("--quantized-kv-start", knobs.quantized_kv_start)
+    )
+
+
 def mlx_lm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> list[str]:
     knobs = recipe.knobs
     argv = _server_head("mlx_lm_server", recipe, host, port, python)
     if knobs.draft:
         argv += ["--draft-model", _draft_path(recipe)]
         argv += _opt("--num-draft-tokens", knobs.num_draft_tokens)
-    argv += _opt("--kv-bits", knobs.kv_bits)
-    argv += _opt("--kv-group-size", knobs.kv_group_size)
-    argv += _opt("--quantized-kv-start", knobs.quantized_kv_start)
+    argv += _kv_quantization(knobs)
     argv += _opt("--prefill-step-size", knobs.prefill_step_size)
     argv += _opt("--prompt-cache-size", knobs.prompt_cache_size)
     if knobs.draft_kind or knobs.draft_block_size or knobs.max_kv_size:
@@ -61,9 +68,7 @@ def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> li
         argv += _opt("--draft-block-size", knobs.draft_block_size)
     elif knobs.draft_kind or knobs.draft_block_size:
         raise ValueError("draft_kind and draft_block_size need draft: true")
-    argv += _opt("--kv-bits", knobs.kv_bits)
-    argv += _opt("--kv-group-size", knobs.kv_group_size)
-    argv += _opt("--quantized-kv-start", knobs.quantized_kv_start)
+    argv += _kv_quantization(knobs)
     argv += _opt("--max-kv-size", knobs.max_kv_size)
     argv += _opt("--prefill-step-size", knobs.prefill_step_size)
     if knobs.num_draft_tokens or knobs.prompt_cache_size is not None:

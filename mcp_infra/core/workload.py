@@ -11,17 +11,17 @@ same answer from the same raw files:
   worst-prompt floor of the baseline's aggregate output tok/s (e.g. a drafter at 4 concurrent
   requests, where the target batches and the drafter does not); ``describe_cell`` says it in words.
 
-Aggregate output tok/s of a cell is the sum of the output tokens of every request in the cell
-over the sum of the wall times of its batches (a batch: the requests sent together, sharing
-``start``, ``round`` and ``order``; its wall time runs from the first request sent to the last
-one finished). At concurrency 1 that is Σ tokens / Σ request time.
+Aggregate output tok/s of a cell, per start, is the output tokens of its requests over their
+wall span (first request sent to last one finished; a start sends a cell's batches back to
+back); over starts, the geometric mean. ``aggregate_tps`` is that figure for the run files and
+the verdict alike (``evidence verify`` recomputes the verdict's with it).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -74,22 +74,37 @@ def _ok(sample: Sample, phase: str) -> bool:
     return sample.phase == phase and sample.error is None and bool(sample.completion_tokens)
 
 
-def aggregate_tps(samples: Iterable[Sample]) -> float | None:
-    """Σ output tokens / Σ batch wall time, batches keyed by (start, round, order)."""
-    batches: dict[tuple[int, int, int], list[tuple[float, float, int]]] = {}
+def output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[int, float]:
+    """Aggregate output tok/s per start: Σ completion tokens / wall span of the requests (first
+    send to last finish, from t_mono + e2e_s); one request at a time may use Σ e2e_s instead."""
+    by: dict[int, list[Sample]] = {}
     for s in samples:
-        if s.e2e_s is None or s.t_mono is None:
+        by.setdefault(s.start, []).append(s)
+    out: dict[int, float] = {}
+    for start, rows in sorted(by.items()):
+        tokens = sum(s.completion_tokens or 0 for s in rows)
+        if tokens <= 0:
             continue
-        sent = (s.t_mono, s.t_mono + s.e2e_s, s.completion_tokens or 0)
-        batches.setdefault((s.start, s.round, s.order), []).append(sent)
-    tokens = 0
-    wall = 0.0
-    for batch in batches.values():
-        first = min(began for began, _, _ in batch)
-        last = max(ended for _, ended, _ in batch)
-        tokens += sum(n for _, _, n in batch)
-        wall += last - first
-    return tokens / wall if wall > 0 and tokens else None
+        span = None
+        stamps = [(s.t_mono, s.e2e_s) for s in rows if s.t_mono is not None and s.e2e_s is not None]
+        durations = [s.e2e_s for s in rows if s.e2e_s is not None]
+        if len(stamps) == len(rows):
+            span = max(t + e for t, e in stamps) - min(t for t, _ in stamps)
+        elif concurrency == 1 and len(durations) == len(rows):
+            span = math.fsum(durations)
+        if span is not None and span > 0:
+            out[start] = tokens / span
+    return out
+
+
+def aggregate_tps(samples: Sequence[Sample], concurrency: int) -> float | None:
+    """A cell's aggregate output tok/s: the geometric mean over starts of
+    ``output_tps_by_start`` (None without one)."""
+    per_start = output_tps_by_start(samples, concurrency)
+    if not per_start:
+        return None
+    logs = [math.log(v) for v in per_start.values()]
+    return math.exp(math.fsum(logs) / len(logs))
 
 
 def cell_figures(
@@ -116,7 +131,7 @@ def cell_figures(
             ttft_p50_s=_quantile(ttft, 0.5) if ttft else None,
             ttft_p99_s=_quantile(ttft, 0.99) if ttft else None,
             decode_tps=statistics.median(decode) if decode else None,
-            aggregate_tps=aggregate_tps(rows),
+            aggregate_tps=aggregate_tps(rows, cell.concurrency),
         )
         ref = base.get(cell_key(cell))
         if ref is not None:

@@ -799,6 +799,7 @@ def promote(
     return _verify_and_switch(home, config, plan, journal, live, promotion, new)
 
 
+# promote's second half, split off to keep each readable: promote's arguments and the winner.
 def _verify_and_switch(
     home: Home,
     config: ServiceConfig,

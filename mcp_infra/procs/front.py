@@ -57,7 +57,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 import h11
@@ -160,6 +160,17 @@ class BodyFailed(Exception):
         self.status = status
 
 
+class Outbound(NamedTuple):
+    """One request as the front sends it on to a backend (``url``), body buffered or streamed."""
+
+    method: str
+    url: str
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes | AsyncIterator[bytes]
+    length: int
+
+
 class Upstream:
     """One HTTP/1.1 exchange with a backend on a fresh connection (never reused: a request is
     then known to have reached no backend exactly when its connection could not be opened)."""
@@ -187,15 +198,8 @@ class Upstream:
             self.writer.write(data)
             await self.writer.drain()
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        path: str,
-        headers: list[tuple[str, str]],
-        body: bytes | AsyncIterator[bytes],
-        length: int,
-    ) -> None:
+    async def send(self, request: Outbound) -> None:
+        method, url, path, headers, body, length = request
         host = urlsplit(url).netloc
         out = [("host", host), *headers, ("connection", "close")]
         if method == "POST":
@@ -263,7 +267,7 @@ async def get_once(
     async def run() -> tuple[int, bytes]:
         up = await Upstream.open(url, gate, timeout)
         try:
-            await up.send("GET", url, path, [("accept", "application/json")], b"", 0)
+            await up.send(Outbound("GET", url, path, [("accept", "application/json")], b"", 0))
             response = await up.response()
             body = b"".join([c async for c in up.body()])
             return response.status_code, body[:1_000_000]
@@ -1044,30 +1048,18 @@ class Front:
                 self._add(connect_retries=1)
                 continue
             try:
-                return await self.relay(
-                    conn, up, url, method, path, upstream_headers, content, length, origin
-                )
+                outbound = Outbound(method, url, path, upstream_headers, content, length)
+                return await self.relay(conn, up, outbound, origin)
             finally:
                 up.close()
                 self.release(url)
 
-    async def relay(  # noqa: PLR0913  one request's parts, hot path, one caller
-        self,
-        conn: Conn,
-        up: Upstream,
-        url: str,
-        method: str,
-        path: str,
-        headers: list[tuple[str, str]],
-        content: bytes | AsyncIterator[bytes],
-        length: int,
-        origin: str | None,
-    ) -> bool:
+    async def relay(self, conn: Conn, up: Upstream, request: Outbound, origin: str | None) -> bool:
         """Send the request and relay the answer as it comes. Nothing here is retried: the
         request may have reached the backend."""
         conn.on_gone = up.close
         try:
-            await up.send(method, url, path, headers, content, length)
+            await up.send(request)
             response = await up.response()
         except BodyFailed as exc:
             return await self._refuse(conn, exc.status, str(exc))
@@ -1078,7 +1070,7 @@ class Front:
             self._add(upstream_errors=1)
             self.probe_now.set()
             return await self._fail(conn, 502, f"the backend failed before it answered: {exc}")
-        self.mark(url, True)
+        self.mark(request.url, True)
         if conn.gone.is_set():
             self._add(client_gone=1)
             return False

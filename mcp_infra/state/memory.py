@@ -25,6 +25,7 @@ read from the bundle on the fly, with its environment from its own ``environment
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -150,17 +151,27 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
     identities: dict[str, str] = {}
     policy_hash = plan.policy_hash if plan else None
     cap = plan.thresholds.max_peak_memory_gb if plan else None
+
+    def outcome(candidate: str, recipe: dict[str, JSONValue], **decided: Any) -> RememberedOutcome:
+        """One remembered outcome: what all of this cycle's share (cycle, manifest, environment,
+        policy) and what its decision says."""
+        return RememberedOutcome(
+            candidate=candidate,
+            cycle_id=cycle_id,
+            sealed_at=sealed_at,
+            manifest_hash=recipe.get("manifest_hash"),
+            environment_key=environment_key(env, recipe, identities),
+            policy_hash=policy_hash,
+            **decided,
+        )
+
     if approval_of is not None:  # an approval: only the approved candidate, promoted or not
         candidate = str(approval_of.get("candidate"))
         recipe = recipes.get(candidate) or approval_of.get("recipe") or {}
         outcomes.append(
-            RememberedOutcome(
-                candidate=candidate,
-                cycle_id=cycle_id,
-                sealed_at=sealed_at,
-                manifest_hash=recipe.get("manifest_hash"),
-                environment_key=environment_key(env, recipe, identities),
-                policy_hash=policy_hash,
+            outcome(
+                candidate,
+                recipe,
                 decision=Decision.QUALIFIED,
                 selected=summary.selected == candidate,
                 reasons=[
@@ -173,13 +184,9 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
         for item in verdict.candidates:
             recipe = recipes.get(item.candidate, {})
             outcomes.append(
-                RememberedOutcome(
-                    candidate=item.candidate,
-                    cycle_id=cycle_id,
-                    sealed_at=sealed_at,
-                    manifest_hash=recipe.get("manifest_hash"),
-                    environment_key=environment_key(env, recipe, identities),
-                    policy_hash=policy_hash,
+                outcome(
+                    item.candidate,
+                    recipe,
                     decision=item.decision,
                     reasons=item.reasons[:8],
                     gates=[

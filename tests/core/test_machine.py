@@ -42,7 +42,7 @@ from mcp_infra.core.machine import (
     summarize,
     waiting_text,
 )
-from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, policy_hash
+from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, RETIRED_FIELDS, policy_hash
 from mcp_infra.flows.api import CycleView, cycle_progress
 from mcp_infra.flows.machine import Machine
 from mcp_infra.flows.projection import NullJournal, SimServer, simulated_plan
@@ -147,12 +147,21 @@ def test_the_quiet_setting_leaves_existing_policy_hashes_alone() -> None:
     assert policy.service.quiet_cpu_fraction is None
     body = policy.model_dump(mode="json")
     del body["service"]["quiet_cpu_fraction"]
+    body["service"] |= RETIRED_FIELDS["service"]
     before = sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS - {"quiet_cpu_fraction"}))
     assert policy_hash(policy) == before
     busy = policy.model_copy(
         update={"service": policy.service.model_copy(update={"quiet_cpu_fraction": 0.2})}
     )
     assert policy_hash(busy) != before
+
+
+def test_the_retired_round_fields_leave_existing_policy_hashes_alone() -> None:
+    policy = load_policy("default")
+    body = policy.model_dump(mode="json")
+    assert "max_round_repeats" not in body["service"]  # removed: nothing ever read them
+    body["service"] |= {"max_live_requests_per_round": 2, "max_round_repeats": 2}
+    assert policy_hash(policy) == sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS))
 
 
 # ---------------------------------------------------------------------------------------------

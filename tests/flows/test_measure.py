@@ -177,16 +177,20 @@ def test_decisive_view_leaves_reported_cells_out() -> None:
 def test_aggregate_tps_counts_a_batch_once_in_wall_time() -> None:
     # Four requests in flight together for 1 s each: 4 x 33 tokens in 1 s of wall time.
     batch = [_sample(p, 33, n=4, order=3, t=10.0) for p in "abcd"]
-    assert aggregate_tps(batch) == pytest.approx(132)
+    assert aggregate_tps(batch, 4) == pytest.approx(132)
     # One at a time, back to back: 2 x 33 tokens in 2 s.
-    serial = [_sample("a", 33, order=0, t=0.0), _sample("b", 33, order=1, t=5.0)]
-    assert aggregate_tps(serial) == pytest.approx(33)
+    serial = [_sample("a", 33, order=0, t=0.0), _sample("b", 33, order=1, t=1.0)]
+    assert aggregate_tps(serial, 1) == pytest.approx(33)
+    # The wall span counts the time between them too (the verdict's figure): 66 tokens in 6 s.
+    apart = [_sample("a", 33, order=0, t=0.0), _sample("b", 33, order=1, t=5.0)]
+    assert aggregate_tps(apart, 1) == pytest.approx(11)
 
 
 def test_cell_figures_compare_with_the_baseline_and_name_the_loss() -> None:
-    base = [_sample(p, 73, order=i, t=i * 10.0) for i, p in enumerate("abcd")]
+    # One at a time, back to back (each request takes 33 tokens / its tok/s), then 4 at once.
+    base = [_sample(p, 73, order=i, t=i * 33 / 73) for i, p in enumerate("abcd")]
     base += [_sample(p, 43, n=4, order=9, t=100.0) for p in "abcd"]
-    cand = [_sample(p, 105, order=i, t=i * 10.0) for i, p in enumerate("abcd")]
+    cand = [_sample(p, 105, order=i, t=i * 33 / 105) for i, p in enumerate("abcd")]
     cand += [_sample(p, 24, n=4, order=9, t=100.0) for p in "abcd"]
     base_cells = cell_figures(base, SINGLE_USER)
     cells = cell_figures(cand, SINGLE_USER, baseline=base_cells)

@@ -26,7 +26,6 @@ from mcp_infra.core.admission import (
     expected_downtime_s,
     hold_expired,
     retry_after_s,
-    round_traffic_verdict,
     route_to,
 )
 from mcp_infra.core.preflight import find_candidate
@@ -70,14 +69,6 @@ def test_admission_concurrent_only_when_both_figures_fit() -> None:
 def test_expected_downtime_is_zero_only_in_concurrent_mode() -> None:
     assert expected_downtime_s("concurrent", candidates=3, per_candidate_s=60, load_s=30) == 0
     assert expected_downtime_s("exclusive", candidates=2, per_candidate_s=60, load_s=30) == 240
-
-
-def test_round_traffic_limit_repeats_then_accepts_with_a_note() -> None:
-    assert round_traffic_verdict(None, 0, 0, 2) == "clean"
-    assert round_traffic_verdict(2, 2, 0, 2) == "clean"
-    assert round_traffic_verdict(3, 2, 0, 2) == "repeat"
-    assert round_traffic_verdict(3, 2, 1, 2) == "repeat"
-    assert round_traffic_verdict(3, 2, 2, 2) == "accept_noted"
 
 
 def test_route_transitions_number_generations_and_keep_what_a_hold_returns_to() -> None:
