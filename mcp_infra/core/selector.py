@@ -87,6 +87,9 @@ METHOD_CHANGES = {
     "where they agree; a futility stop (protocol.futility_confidence) rejects a candidate whose "
     "interval at that confidence is wholly below the threshold; drift counts beyond the "
     "start-to-start spread one re-measure carries",
+    4: "where a look may qualify, the learned spread counts as at most 4 degrees of freedom "
+    "in the pool (stats.PRIOR_MAX_DF) and the pooled figure is never below the cycle's own; "
+    "the futility stop keeps history at its full weight",
 }
 """What each decision method changed from the one before (the verifier names them)."""
 
@@ -98,16 +101,16 @@ method that reached it)."""
 
 def decides_alike(method: int, protocol: MeasureProtocol) -> bool:
     """Whether a verdict of decision ``method`` on a plan with ``protocol`` is what this method
-    reaches too: its own method, or method 2 where none of method 3's inputs is in play (no
-    learned spread, no futility stop, no drift check)."""
+    reaches too: its own method; method 3 without a learned spread (method 4 changed only how
+    one is pooled); method 2 where none of method 3's inputs is in play (no learned spread, no
+    futility stop, no drift check)."""
     if method == DECISION_METHOD:
         return True
-    return (
-        method == 2
-        and protocol.learned_spread is None
-        and protocol.futility_confidence is None
-        and not protocol.drift_check
-    )
+    if protocol.learned_spread is not None:
+        return False
+    if method == 3:
+        return True
+    return method == 2 and protocol.futility_confidence is None and not protocol.drift_check
 
 
 def _x(value: float) -> str:
@@ -264,12 +267,14 @@ def futile(summary: SpeedupSummary, threshold: float, confidence: float | None) 
     """The upper end of the interval at the futility confidence when it lies below the
     threshold (the candidate cannot be expected to qualify), else None. The half-width is the
     look's, scaled by the ratio of normal quantiles: with few degrees of freedom the t ratio is
-    smaller, so this errs towards measuring on."""
-    if confidence is None or summary.estimate <= 0 or summary.ci_high <= summary.estimate:
+    smaller, so this errs towards measuring on. A learned spread counts at its full weight here
+    (``reject_high``): a stop that can only reject needs no guard against a history too quiet."""
+    top = summary.reject_high if summary.reject_high is not None else summary.ci_high
+    if confidence is None or summary.estimate <= 0 or top <= summary.estimate:
         return None
     normal = statistics.NormalDist()
     scale = normal.inv_cdf((1 + confidence) / 2) / normal.inv_cdf((1 + summary.level) / 2)
-    high = summary.estimate * (summary.ci_high / summary.estimate) ** scale
+    high = summary.estimate * (top / summary.estimate) ** scale
     return high if high < threshold else None
 
 
@@ -566,7 +571,8 @@ def _futile_cell(
     None without one (a non-binding stop: it can only reject)."""
     if protocol.futility_confidence is None:
         return None
-    return log_interval(b_logs, c_logs, protocol.futility_confidence, learned_prior(protocol))[2]
+    prior = learned_prior(protocol)
+    return log_interval(b_logs, c_logs, protocol.futility_confidence, prior, guarded=False)[2]
 
 
 def judge_cells(

@@ -109,6 +109,9 @@ class SpeedupSummary:
     candidate_starts: int = 1
     level: float = 0.95
     spread: str = "this cycle"  # where the start-to-start spread came from (``pooled_spread``)
+    # The upper end with a learned spread at its full weight (``pooled_variance(guarded=False)``):
+    # the futility stop's, which can only reject. None: the same as ``ci_high``.
+    reject_high: float | None = None
 
 
 def _valid(value: float | None) -> bool:
@@ -297,7 +300,9 @@ class _Resampled:
             out.append(math.fsum(values) / len(values))
         return out
 
-    def variance(self, boot: float, prompt: str | None = None) -> tuple[float, float]:
+    def variance(
+        self, boot: float, prompt: str | None = None, *, guarded: bool = True
+    ) -> tuple[float, float]:
         """(variance, degrees of freedom) of this configuration's mean log level (overall, or
         one prompt's), from ``boot``, the two-stage bootstrap variance of it.
 
@@ -316,7 +321,7 @@ class _Resampled:
             spread, df = self.prompt_spread
             return spread / n, df
         if n >= 2:
-            return pooled_variance(values, self.prior)[:2]
+            return pooled_variance(values, self.prior, guarded=guarded)[:2]
         if self.prior is not None:
             return boot + self.prior.sd**2, float(self.prior.df)
         return corrected_variance(boot, 1)
@@ -414,6 +419,13 @@ PRIOR_STARTS = 3
 alone, so a learned spread that is wrong (a noisier or a quieter machine then) cannot cost the
 long cycles their power or their error rate."""
 
+PRIOR_MAX_DF = 4
+"""History counts as at most this many degrees of freedom in the pool, however many it has: a
+machine that became noisier than its history cannot be seen by an F test on one or two starts,
+so history may narrow an early look only as much as four starts of this cycle would
+(decision_quality.py with the learned spread half the truth: 2.8% qualified at the threshold
+with history's full weight, 1.5% capped at 4; docs/statistics.md)."""
+
 SPREAD_CONSISTENCY = 0.99
 """A cycle's own spread that exceeds the learned one beyond this F quantile disagrees with
 history: the cycle's spread alone is used, as without history."""
@@ -447,15 +459,22 @@ def pooled_spread(level_sets: Iterable[Sequence[float]]) -> tuple[float, int]:
     return (math.sqrt(squares / df) if df else 0.0), df
 
 
-def pooled_variance(values: Sequence[float], prior: Spread | None) -> tuple[float, float, str]:
+def pooled_variance(
+    values: Sequence[float], prior: Spread | None, *, guarded: bool = True
+) -> tuple[float, float, str]:
     """(variance, degrees of freedom, source) of the mean of per-start ``values`` (two or more).
 
     Without a prior, the sample variance over S starts, S - 1 degrees of freedom (as
     ``corrected_variance``). With a learned spread from this home's history and at most
-    ``PRIOR_STARTS`` starts, the two estimates pooled (degrees of freedom add) unless this
-    cycle's spread is larger than history allows at ``SPREAD_CONSISTENCY`` (an F test): then the
-    cycle disagrees with history and its own spread is used alone. A cycle quieter than history
-    keeps the wider pooled figure (conservative) until it has starts enough of its own."""
+    ``PRIOR_STARTS`` starts, the two estimates pooled (degrees of freedom add, history's capped
+    at ``PRIOR_MAX_DF``), never below the cycle's own figure, unless this cycle's spread is
+    larger than history allows at ``SPREAD_CONSISTENCY`` (an F test): then the cycle disagrees
+    with history and its own spread is used alone. A cycle quieter than history keeps the wider
+    pooled figure (conservative) until it has starts enough of its own.
+
+    ``guarded=False`` is for the futility stop, which can only reject: there history counts
+    with all its degrees of freedom and may narrow the interval below the cycle's own figure
+    (a wrong history then costs a good candidate its chance, never a false qualification)."""
     n = len(values)
     own = _variance(values)
     if prior is None or prior.df <= 0 or prior.sd <= 0:
@@ -465,8 +484,12 @@ def pooled_variance(values: Sequence[float], prior: Spread | None) -> tuple[floa
     ratio = own / prior.sd**2
     if f_cdf(ratio, n - 1, prior.df) > SPREAD_CONSISTENCY:
         return own / n, float(n - 1), "this cycle (it disagrees with the learned spread)"
-    pooled = (prior.df * prior.sd**2 + (n - 1) * own) / (prior.df + n - 1)
-    return pooled / n, float(prior.df + n - 1), "learned, pooled with this cycle"
+    if not guarded:  # a look that can only reject: history at its full weight
+        pooled = (prior.df * prior.sd**2 + (n - 1) * own) / (prior.df + n - 1)
+        return pooled / n, float(prior.df + n - 1), "learned, pooled with this cycle"
+    weight = min(prior.df, PRIOR_MAX_DF)
+    pooled = max((weight * prior.sd**2 + (n - 1) * own) / (weight + n - 1), own)
+    return pooled / n, float(weight + n - 1), "learned, pooled with this cycle"
 
 
 def welch_half_width(parts: Sequence[tuple[float, float]], level: float) -> float:
@@ -590,20 +613,25 @@ def log_interval(
     candidate: Sequence[float],
     level: float,
     prior: Spread | None = None,
+    *,
+    guarded: bool = True,
 ) -> tuple[float, float, float]:
     """(estimate, low, high) of exp(mean(candidate) - mean(baseline)) from per-start log values
-    (one value per start), Welch t; a side with one start gets the assumed start noise."""
+    (one value per start), Welch t; a side with one start gets the assumed start noise.
+    ``guarded``: as ``pooled_variance``."""
     if not baseline or not candidate:
         raise ValueError("an interval needs at least one start on each side")
     est = math.fsum(candidate) / len(candidate) - math.fsum(baseline) / len(baseline)
-    parts = [_side_variance(side, prior) for side in (baseline, candidate)]
+    parts = [_side_variance(side, prior, guarded) for side in (baseline, candidate)]
     hw = welch_half_width(parts, level)
     return math.exp(est), math.exp(est - hw), math.exp(est + hw)
 
 
-def _side_variance(side: Sequence[float], prior: Spread | None) -> tuple[float, float]:
+def _side_variance(
+    side: Sequence[float], prior: Spread | None, guarded: bool
+) -> tuple[float, float]:
     if len(side) >= 2:
-        return pooled_variance(side, prior)[:2]
+        return pooled_variance(side, prior, guarded=guarded)[:2]
     if prior is not None:
         return prior.sd**2, float(prior.df)
     return ASSUMED_START_NOISE**2, math.inf
@@ -661,6 +689,11 @@ def speedup_summary(
     b_mean = [math.fsum(d) / len(d) for d in b_draws]
     c_mean = [math.fsum(d) / len(d) for d in c_draws]
     hw = welch_half_width(parts(b_mean, c_mean), level)
+    unguarded = [
+        base.variance(_variance(b_mean), guarded=False),
+        cand.variance(_variance(c_mean), guarded=False),
+    ]
+    hw_reject = welch_half_width(unguarded, level) if prior is not None else hw
 
     boot = _variance(b_mean)
     source = "this cycle"
@@ -726,6 +759,7 @@ def speedup_summary(
         candidate_starts=nc,
         level=level,
         spread=source,
+        reject_high=max(math.exp(log_est + hw_reject), estimate) if prior is not None else None,
     )
 
 

@@ -338,10 +338,10 @@ def _short(value: Any) -> str:
 # Plain words for the statistics, and each divergence stated once. The selector's reasons are
 # recorded in the verdict as they are (section=verdict shows them, and `evidence verify`
 # recomputes them); these texts say the same in words a reader does not have to decode. The
-# method: README, "How the statistics decide".
+# method: docs/statistics.md.
 # ---------------------------------------------------------------------------------------------
 
-METHOD = "how these figures are decided: README, section 'How the statistics decide'"
+METHOD = "how these figures are decided: docs/statistics.md (in the mcp-infra source)"
 
 _SPEED = re.compile(
     r"speedup (?P<e>\d+\.\d+x) \((?P<level>\d+(?:\.\d+)?%) interval"

@@ -607,7 +607,13 @@ def confirm_step(c: CycleContext) -> CycleResult | None:
         step=JournalStep.HELDOUT_PASSED if held.passed else JournalStep.HELDOUT_FAILED,
         candidate=selected,
     )
-    return None if held.passed else CycleResult(Outcome.KEPT_BASELINE, None, held.reason)
+    if held.passed:
+        return None
+    reason = held.reason
+    if held.verdict is not None:  # left open on a busy machine: say how busy it was
+        quiet = c.loaded.policy.service.quiet_cpu_fraction
+        reason += open_verdict_words(held.verdict, [held.baseline, held.winner], quiet)
+    return CycleResult(Outcome.KEPT_BASELINE, None, reason)
 
 
 def promote_step(c: CycleContext) -> CycleResult | None:
