@@ -412,3 +412,20 @@ def test_pooled_prompt_spread_is_the_one_way_anova_within_variance() -> None:
     within = sum(sum((x - sum(v) / 3) ** 2 for x in v) for v in logs.values())
     assert df == 4.0 and spread == pytest.approx(within / 4)
     assert cfg.variance(0.0, "a") == (pytest.approx(within / 4 / 3), 4.0)
+
+
+def test_a_learned_spread_narrows_the_futility_end_more_than_the_qualifying_end() -> None:
+    """Method 4: where a look may qualify, history counts as at most 4 degrees of freedom and
+    never below the cycle's own spread; the futility stop (which can only reject) takes it at
+    its full weight, so its upper end is never wider than the interval's."""
+    from mcp_infra.core.stats import Spread
+
+    base = _starts("b", [{"p": 10.0, "q": 20.0}, {"p": 10.4, "q": 20.6}])
+    cand = _starts("c", [{"p": 11.0, "q": 22.0}, {"p": 11.9, "q": 23.5}])
+    alone = speedup_summary(base, cand, resamples=200)
+    learned = speedup_summary(base, cand, resamples=200, prior=Spread(0.02, 30))
+    assert alone is not None and learned is not None
+    assert alone.reject_high is None
+    assert learned.reject_high is not None
+    assert learned.estimate <= learned.reject_high < learned.ci_high
+    assert learned.spread.startswith("learned")
