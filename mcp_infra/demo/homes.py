@@ -43,18 +43,27 @@ PROMOTE_ANY_GAIN: dict[str, object] = {
     "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
     "worst_prompt_tolerance_pct": 100.0,
 }
+# The least a whole cycle measures: one fresh start per configuration and one timed request per
+# prompt, selection and held-out alike, for tests of what happens around the measuring
+# (progress, status, sealing), not of what it decides.
+ONE_START: dict[str, object] = {
+    "min_starts": 1,
+    "max_starts": 1,
+    "repeats": 1,
+    "heldout_repeats": 1,
+}
 # Who needs a winner gets it by policy, not by this machine's speed: any gain qualifies, judged
-# over three starts at 60% confidence (two starts give a t interval with one degree of freedom,
-# far too wide to decide anything on a loaded 2-core machine), one request per prompt per start
-# (the starts carry the spread; it keeps the held-out check short).
+# over three starts at 60% confidence, one request per prompt per start (the starts carry the
+# spread). Fewer starts do not decide reliably on a loaded 2-core machine: one start per side
+# can swing below the baseline's, and two give a t interval with one degree of freedom. The
+# held-out check runs in one fresh start per side whatever its repeats, so one timed request per
+# held-out prompt confirms the winner with a third of the requests of three.
 PROMOTING_PROTOCOL: dict[str, object] = {
     "min_starts": 3,
     "max_starts": 3,
     "confidence": 0.6,
     "repeats": 1,
-    # Three timed requests per held-out prompt (the policies' own figure) instead of the six
-    # the default derives: the confirmation still runs, at half the cost of every promotion.
-    "heldout_repeats": 3,
+    "heldout_repeats": 1,
 }
 
 

@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from mcp_infra.contracts import CycleSummary, FrozenPlan
+from mcp_infra.demo.homes import ONE_START, write_test_policy
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state.context import load_config
 from mcp_infra.state.evidence import verify
@@ -43,6 +44,7 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
 ) -> None:
     marker = tmp_path / "pwned"
     hypothesis = injection(marker)
+    write_test_policy(home, **ONE_START)  # one round: a cycle to kill the server in, and seal
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     seen: dict = {}
@@ -89,7 +91,7 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
     assert (
         cycle["step"] == 6 and cycle["steps"] == 11 and " of 2 in this round)" in cycle["progress"]
     )
-    assert "round " in cycle["progress"] and cycle["measuring"]["max_rounds"] == 2
+    assert "round " in cycle["progress"] and cycle["measuring"]["max_rounds"] == 1
     assert cycle["expected_downtime_s"] == 0 and "ports of their own" in cycle["downtime_note"]
     assert cycle["started_at"] and cycle["elapsed_s"] >= 0
     live = seen["status"]["service"]

@@ -112,10 +112,12 @@ async def test_subscriber_follows_a_real_cycle(home: Home, anyio_backend: str) -
     on the demo models); the session is told as it moves, and once more when it is sealed."""
     import json
 
+    from mcp_infra.demo.homes import ONE_START, write_test_policy
     from mcp_infra.flows import api as app
     from mcp_infra.procs.service import ensure_serving
     from mcp_infra.state.context import load_config
 
+    write_test_policy(home, **ONE_START)  # what is told is the cycle's moves, not its figures
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     updates: list[float] = []
