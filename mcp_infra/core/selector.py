@@ -68,6 +68,7 @@ from mcp_infra.core.stats import (
     baseline_drift,
     derive_seed,
     error_count,
+    geometric_mean,
     in_cell,
     log_interval,
     look_level,
@@ -75,7 +76,7 @@ from mcp_infra.core.stats import (
     repeats_to_decide,
     speedup_summary,
 )
-from mcp_infra.core.workload import aggregate_tps, output_tps_by_start
+from mcp_infra.core.workload import output_tps_by_start
 
 # The most repeats a protocol may ask for (contracts.MeasureProtocol.repeats, le=50).
 MAX_REPEATS = 50
@@ -651,8 +652,9 @@ def judge_cells(
         if base_out and cand_out:
             b_logs = [math.log(v) for v in base_out.values()]
             c_logs = [math.log(v) for v in cand_out.values()]
-            cv.baseline_output_tps = aggregate_tps(ok, c.concurrency)
-            cv.candidate_output_tps = aggregate_tps(mine, c.concurrency)
+            # workload.aggregate_tps's figure, from the per-start values computed above
+            cv.baseline_output_tps = geometric_mean(list(base_out.values()))
+            cv.candidate_output_tps = geometric_mean(list(cand_out.values()))
             cv.output_ratio, cv.output_ci_low, cv.output_ci_high = log_interval(
                 b_logs, c_logs, level, learned_prior(protocol)
             )

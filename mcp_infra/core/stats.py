@@ -484,11 +484,10 @@ def pooled_variance(
     ratio = own / prior.sd**2
     if f_cdf(ratio, n - 1, prior.df) > SPREAD_CONSISTENCY:
         return own / n, float(n - 1), "this cycle (it disagrees with the learned spread)"
-    if not guarded:  # a look that can only reject: history at its full weight
-        pooled = (prior.df * prior.sd**2 + (n - 1) * own) / (prior.df + n - 1)
-        return pooled / n, float(prior.df + n - 1), "learned, pooled with this cycle"
-    weight = min(prior.df, PRIOR_MAX_DF)
-    pooled = max((weight * prior.sd**2 + (n - 1) * own) / (weight + n - 1), own)
+    weight = min(prior.df, PRIOR_MAX_DF) if guarded else prior.df
+    pooled = (weight * prior.sd**2 + (n - 1) * own) / (weight + n - 1)
+    if guarded:
+        pooled = max(pooled, own)
     return pooled / n, float(weight + n - 1), "learned, pooled with this cycle"
 
 
@@ -689,11 +688,6 @@ def speedup_summary(
     b_mean = [math.fsum(d) / len(d) for d in b_draws]
     c_mean = [math.fsum(d) / len(d) for d in c_draws]
     hw = welch_half_width(parts(b_mean, c_mean), level)
-    unguarded = [
-        base.variance(_variance(b_mean), guarded=False),
-        cand.variance(_variance(c_mean), guarded=False),
-    ]
-    hw_reject = welch_half_width(unguarded, level) if prior is not None else hw
 
     boot = _variance(b_mean)
     source = "this cycle"
@@ -737,6 +731,13 @@ def speedup_summary(
     speedups = [p.speedup for p in per_prompt]
     estimate = geometric_mean(speedups)
     log_est = math.log(estimate)
+    reject_high = None
+    if prior is not None:  # the futility stop's upper end: history at its full weight
+        unguarded = [
+            base.variance(_variance(b_mean), guarded=False),
+            cand.variance(_variance(c_mean), guarded=False),
+        ]
+        reject_high = max(math.exp(log_est + welch_half_width(unguarded, level)), estimate)
     worst = min(per_prompt, key=lambda p: (p.speedup, p.prompt_id))
     return SpeedupSummary(
         per_prompt=per_prompt,
@@ -759,7 +760,7 @@ def speedup_summary(
         candidate_starts=nc,
         level=level,
         spread=source,
-        reject_high=max(math.exp(log_est + hw_reject), estimate) if prior is not None else None,
+        reject_high=reject_high,
     )
 
 

@@ -31,6 +31,7 @@ from mcp_infra.contracts import (
     Sample,
     WorkloadCell,
 )
+from mcp_infra.core.stats import geometric_mean
 
 TIMED_PHASES = ("measure", "drift", "heldout")
 
@@ -101,10 +102,7 @@ def aggregate_tps(samples: Sequence[Sample], concurrency: int) -> float | None:
     """A cell's aggregate output tok/s: the geometric mean over starts of
     ``output_tps_by_start`` (None without one)."""
     per_start = output_tps_by_start(samples, concurrency)
-    if not per_start:
-        return None
-    logs = [math.log(v) for v in per_start.values()]
-    return math.exp(math.fsum(logs) / len(logs))
+    return geometric_mean(list(per_start.values())) if per_start else None
 
 
 def cell_figures(
