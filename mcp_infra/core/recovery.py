@@ -110,12 +110,19 @@ def decide(events: list[Event]) -> RecoveryDecision:
             "passed verification; keep it and commit",
         )
     if CycleState.ROLLBACK in states:
-        after_error = any(e.state == CycleState.ROLLBACK and "error" in e.fields for e in own)
+        # An error the cycle journaled before restoring is what the user needs to read first.
+        errors = [
+            str(e.fields["error"])[:400]
+            for e in own
+            if e.state == CycleState.ROLLBACK and "error" in e.fields
+        ]
         return RecoveryDecision(
             action=Action.RESTORE_PREVIOUS,
-            outcome=Outcome.RESTORED_AFTER_ERROR if after_error else Outcome.ROLLED_BACK,
+            outcome=Outcome.RESTORED_AFTER_ERROR if errors else Outcome.ROLLED_BACK,
             last_state=last,
-            reason=unreadable + "interrupted during rollback; restore the previous recipe",
+            reason=unreadable
+            + (f"{errors[-1]}; then " if errors else "")
+            + "interrupted during rollback; restore the previous recipe",
         )
     if CycleState.PROMOTE in states or CycleState.VERIFY in states:
         return RecoveryDecision(

@@ -131,6 +131,25 @@ def test_commit_then_rollback_is_a_rollback_not_a_kept_promotion() -> None:
     assert decision.outcome == Outcome.RESTORED_AFTER_ERROR
 
 
+def test_an_error_journaled_before_the_rollback_is_named_in_the_reason() -> None:
+    """A full disk in EXPERIMENT: the error and the restore's lines were written, the sealing
+    line was not. The sealed reason says what failed, not only that a rollback was cut short."""
+    error = "cycle failed: OSError: [Errno 28] No space left on device"
+    events = path_to(S.EXPERIMENT) + [
+        ev(S.ROLLBACK, step="enter", error=error),
+        ev(S.ROLLBACK, step="done"),
+    ]
+    decision = decide(events)
+    assert (decision.action, decision.outcome) == (
+        Action.RESTORE_PREVIOUS,
+        Outcome.RESTORED_AFTER_ERROR,
+    )
+    assert decision.reason.startswith(error), decision.reason
+    assert decision.reason.count("interrupted") == 1
+    plain = decide(path_to(S.EXPERIMENT) + [ev(S.ROLLBACK, step="enter")])
+    assert plain.outcome == Outcome.ROLLED_BACK and "cycle failed" not in plain.reason
+
+
 def test_a_recoverys_own_lines_do_not_change_the_decision() -> None:
     """Recovery of a verified promotion journals RECOVER, then its restore (a ROLLBACK `done`
     line); if recovery is interrupted there, the next one keeps the promotion again."""
