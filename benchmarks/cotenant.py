@@ -7,9 +7,11 @@ co-tenant, and reads each sealed bundle: the outcome, each candidate's decision,
 time, the round records' machine load (the mean and the highest share of the CPUs that processes
 other than the cycle's own took during a server start, the highest 1-minute load average, the
 seconds the starts waited for a quiet machine) and whether a verdict left open names the load in
-the outcome's reason. --quiet F runs each demo under a home policy of its own: the demo policy
-with service.quiet_cpu_fraction F and service.quiet_wait_s --quiet-wait, so each server start
-first waits (bounded) for a quiet machine. --no-cotenant runs the same demos without it (the
+the outcome's reason. The shipped demo policy waits before each server start (at most 30 s)
+for other processes to use at most a quarter of the CPUs. --quiet F runs each demo under a home
+policy of its own: the demo policy with service.quiet_cpu_fraction F and service.quiet_wait_s
+--quiet-wait; --no-wait the demo policy without the wait (the row the wait is judged against).
+--no-cotenant runs the same demos without the co-tenant (the
 comparison row). Without --demo the co-tenant runs alone for --seconds.
 
 The machine may be shared: other jobs add load of their own, which the figures include and no
@@ -23,7 +25,7 @@ average 10-14, one demo took 530 s without the co-tenant. --smoke: the co-tenant
 in 1-second phases, no demo.
 
     .venv/bin/python benchmarks/cotenant.py [--demo N] [--on 20] [--off 20] [--seconds 3600]
-        [--quiet F] [--quiet-wait S] [--no-cotenant] [--json] [--smoke]
+        [--quiet F] [--quiet-wait S] [--no-wait] [--no-cotenant] [--json] [--smoke]
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import yaml
 
 from mcp_infra.contracts import CandidateRun, CycleSummary, Decision, Outcome, Verdict
 from mcp_infra.core.machine import summarize
-from mcp_infra.state.catalog import policy_dir
+from mcp_infra.state.catalog import load_policy, policy_dir
 from mcp_infra.state.store import read_model
 
 DEMO_TIMEOUT_S = 1500
@@ -89,10 +91,15 @@ class Cotenant:
             self.figures = json.loads(lines[-1])
 
 
-def demo_policy(home: Path, quiet: float, wait_s: float) -> None:
-    """The shipped demo policy with the quiet wait on, as the home's own `demo` policy."""
+def demo_policy(home: Path, quiet: float | None, wait_s: float) -> None:
+    """The shipped demo policy with the quiet wait set to ``quiet`` (None: no wait), as the
+    home's own `demo` policy."""
     data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
-    data.setdefault("service", {}).update({"quiet_cpu_fraction": quiet, "quiet_wait_s": wait_s})
+    service = data.setdefault("service", {})
+    if quiet is None:
+        service.pop("quiet_cpu_fraction", None)
+    else:
+        service.update({"quiet_cpu_fraction": quiet, "quiet_wait_s": wait_s})
     (home / "policy").mkdir(parents=True, exist_ok=True)
     (home / "policy" / "demo.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
@@ -150,6 +157,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3600.0, help="the co-tenant's bound")
     ap.add_argument("--quiet", type=float, default=None, help="service.quiet_cpu_fraction")
     ap.add_argument("--quiet-wait", type=float, default=30.0, help="service.quiet_wait_s")
+    ap.add_argument("--no-wait", action="store_true", help="the demo policy without its wait")
     ap.add_argument("--no-cotenant", action="store_true", help="the demos without it")
     args = ap.parse_args()
     if args.smoke:
@@ -204,14 +212,20 @@ def main() -> int:
             print(f"run {r['run']}: {r['reason']}")
     if args.smoke:
         print("smoke run: the co-tenant alone, no target judged")
+    shipped = load_policy("demo").service
+    quiet, wait_s = shipped.quiet_cpu_fraction, shipped.quiet_wait_s
+    if args.no_wait:
+        quiet = None
+    elif args.quiet is not None:
+        quiet, wait_s = args.quiet, args.quiet_wait
     _common.emit(
         {
             "smoke": args.smoke,
             "cotenant": {"on_s": args.on, "off_s": args.off, "used": not args.no_cotenant},
             "cotenant_cpu_s": figures.get("cpu_s"),
             "cotenant_wall_s": figures.get("wall_s"),
-            "quiet_cpu_fraction": args.quiet,
-            "quiet_wait_s": args.quiet_wait if args.quiet is not None else None,
+            "quiet_cpu_fraction": quiet,
+            "quiet_wait_s": wait_s if quiet is not None else None,
             "seconds": round(time.monotonic() - began, 1),
             "rows": rows,
         },
@@ -222,7 +236,9 @@ def main() -> int:
 
 def demo_row(work: Path, index: int, args: Any) -> dict[str, Any]:
     home = work / f"home-{index + 1}"
-    if args.quiet is not None:
+    if args.no_wait:
+        demo_policy(home, None, args.quiet_wait)
+    elif args.quiet is not None:
         demo_policy(home, args.quiet, args.quiet_wait)
     loadavg = os.getloadavg()[0]
     print(f"demo {index + 1}/{args.demo} (load average {loadavg:.1f})", file=sys.stderr)

@@ -33,6 +33,7 @@ def policy(home: Home, **protocol: object) -> None:
     """The demo policy, small enough for a 2-core machine, as the home's `test` policy."""
     data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
     data["name"] = "test"
+    data.get("service", {}).pop("quiet_cpu_fraction", None)  # as demo.homes: no wait in tests
     data["protocol"].update(
         {
             "repeats": 1,
