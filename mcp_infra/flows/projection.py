@@ -441,9 +441,9 @@ def _all_samples(run: CandidateRun) -> list[Sample]:
 
 
 def _load_s(runs: Sequence[CandidateRun]) -> float | None:
-    """Median over a configuration's starts of the start's span minus its request time: the
-    load, the readiness probe, the gaps between requests and the stop, all that a start costs
-    besides answering."""
+    """Median over a configuration's starts of the start's span minus its request time, plus
+    the time it first waited for a quiet machine: the wait, the load, the readiness probe, the
+    gaps between requests and the stop, all that a start costs besides answering."""
     out = []
     for run in runs:
         by_start: dict[int, list[Sample]] = {}
@@ -453,7 +453,8 @@ def _load_s(runs: Sequence[CandidateRun]) -> float | None:
             if record.error:
                 continue
             span = (record.ended_at - record.started_at).total_seconds()
-            out.append(max(0.0, span - _start_request_s(by_start.get(record.start, []))))
+            waited = (record.machine.waited_s if record.machine else None) or 0.0
+            out.append(max(0.0, span - _start_request_s(by_start.get(record.start, []))) + waited)
     return _median(out)
 
 
@@ -642,7 +643,8 @@ def profile_from_runs(
         "measured request takes the time it took",
         "a configuration whose requests at n in flight each kept over "
         f"{SERIAL_SHARE:.0%} of their one-at-a-time speed is served one after another",
-        "load_s: a start's span less the time its requests took (load, readiness probe, "
+        "load_s: a start's span less the time its requests took, plus its wait for a quiet "
+        "machine (service.quiet_cpu_fraction) as this cycle waited (load, readiness probe, "
         "gaps between requests and the stop)",
     ]
     if start is None or request is None:
@@ -742,7 +744,7 @@ COST_RESAMPLES = 200
 requests, which do not move with the last digits of an interval's bound (a plan's own cycle
 keeps its protocol's resamples)."""
 COST_BUNDLES = 3
-COST_METHOD = 1
+COST_METHOD = 2
 """Part of every cached projection's key: raise it when what a projection prices changes."""
 CACHE_KEEP = 64
 NO_FIGURES = (

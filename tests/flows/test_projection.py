@@ -29,8 +29,10 @@ from mcp_infra.contracts import (
     CycleState,
     CycleSummary,
     Event,
+    MachineLoad,
     Outcome,
     PlanCost,
+    Verdict,
     Window,
 )
 from mcp_infra.core.admission import unserved_limit
@@ -42,7 +44,7 @@ from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
-from mcp_infra.state.store import Home, read_model, write_model
+from mcp_infra.state.store import CycleFiles, Home, read_model, write_model
 from tests.helpers import paths
 
 SHIPPED = paths.SHIPPED[0]
@@ -79,6 +81,28 @@ def test_the_profile_is_the_bundles_own_measured_timings() -> None:
     assert found.recipes["demo-tiny:draft-k4"].knobs.prompt_cache_size == 0
     assert found.recipes["demo-tiny:draft-k4-cache"].knobs.prompt_cache_size is None
     assert found.exclusive is False and found.policy is not None
+
+
+def test_a_starts_wait_for_a_quiet_machine_is_priced_in_its_load() -> None:
+    """The demo policy waits before each start (service.quiet_cpu_fraction); that wait lies
+    outside a start's span, so the profile adds it: a home whose starts waited is priced so."""
+    found = pj.profile_from_bundle(SHIPPED)
+    files = CycleFiles(SHIPPED)
+    runs = [read_model(p, CandidateRun) for p in sorted(files.runs.glob("*.json"))]
+    waited = MachineLoad(window_s=1, cpus=2, other_cpu_s=0, other_cpu_fraction=0, waited_s=12.5)
+    slowed = [
+        run.model_copy(
+            update={"rounds": [r.model_copy(update={"machine": waited}) for r in run.rounds]}
+        )
+        for run in runs
+    ]
+    profile, truths = pj.profile_from_runs(
+        found.plan, slowed, read_model(files.verdict, Verdict), found.profile.memory_gb
+    )
+    assert profile.baseline.load_s == pytest.approx(found.profile.baseline.load_s + 12.5, abs=1e-3)
+    k4 = "demo-tiny:draft-k4"
+    assert truths[k4].load_s == pytest.approx(found.truths[k4].load_s + 12.5, abs=1e-3)
+    assert any("quiet" in a for a in profile.assumptions)
 
 
 def test_the_shipped_bundle_is_projected_within_a_quarter_of_what_it_measured() -> None:
