@@ -243,17 +243,17 @@ def load_sentence(rounds: Sequence[RoundRecord], busy_fraction: float = BUSY_CPU
         )
         memory = f", memory was short, {lowest}{s.swapped_bytes / 2**20:.0f} MiB swapped"
     busy = s.mean_fraction > busy_fraction or s.max_fraction > 2 * busy_fraction
-    if not busy and not memory_short:
-        return (
-            f"the machine was quiet while it measured: {cpu}; the load does not explain the "
-            "open decision, more starts (protocol.max_starts) may settle it"
-        )
     wait = (
         f", the starts waited {s.waited_s:.0f} s in all for a quiet machine and "
         f"{s.busy_after_wait} of {s.waits} started busy all the same"
         if s.waits
         else ""
     )
+    if not busy and not memory_short:
+        return (
+            f"the machine was quiet while it measured: {cpu}{wait}; the load does not explain "
+            "the open decision, more starts (protocol.max_starts) may settle it"
+        )
     advice = []
     if busy and s.waits:
         advice.append(

@@ -346,6 +346,10 @@ def test_a_quiet_machine_says_the_load_does_not_explain_it() -> None:
     assert "more starts" in words
     # the policy's own threshold is the bar where it sets one
     assert load_sentence([_round(0.1)], busy_fraction=0.05).startswith("the machine was busy")
+    # quiet after waiting: the wait is said, since it is what made the starts quiet
+    waited = load_sentence([_round(0.05, waited_s=20.0, quiet=True), _round(0.1)])
+    assert waited.startswith("the machine was quiet") and "waited 20 s in all" in waited
+    assert "waited" not in words
 
 
 def test_no_figures_no_words() -> None:
