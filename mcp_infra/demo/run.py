@@ -171,6 +171,8 @@ async def drive(
                 and not status.get("supervisor_running")
             ):
                 break
+            if _SIGNALLED:  # interrupted, though the exception did not reach this far
+                raise KeyboardInterrupt
             await anyio.sleep(1.0)
         else:
             raise RuntimeError(f"the cycle did not seal within {FOLLOW_TIMEOUT_S} s")
@@ -234,8 +236,15 @@ def _interrupted(home: Home, keep_serving: bool, log: Any) -> None:
         log("service stopped (the demo's service runs only while the demo does)")
 
 
+_SIGNALLED: list[int] = []
+"""Signals `_as_ctrl_c` took: the follow loop checks it, so a KeyboardInterrupt that a library
+swallowed on its way up (asyncio's own SIGINT handling only cancels the main task, and a
+cancellation can be absorbed inside the MCP client's calls) still stops the demo."""
+
+
 def _as_ctrl_c(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup is not interrupted
+    _SIGNALLED.append(signum)
     raise KeyboardInterrupt
 
 
@@ -259,7 +268,12 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
         f"{clock.stamp()} starting the front on 127.0.0.1:{config.port} (clients' endpoint) and "
         "the live backend (baseline: plain target) on a port of its own"
     )
-    signal.signal(signal.SIGTERM, _as_ctrl_c)  # `kill` stops the demo as Ctrl-C does
+    # Ctrl-C and `kill` raise KeyboardInterrupt where the demo is, not through asyncio's SIGINT
+    # handler (which cancels the main task: a cancellation the MCP client can absorb, and then
+    # the demo ran on to the end of its cycle under a busy test run).
+    _SIGNALLED.clear()
+    signal.signal(signal.SIGINT, _as_ctrl_c)
+    signal.signal(signal.SIGTERM, _as_ctrl_c)
     try:
         ensure_serving(home, config.baseline, config)
         evidence = anyio.run(drive, home, DEMO_CANDIDATES, log, clock)
