@@ -104,6 +104,16 @@ def demo_policy(home: Path, quiet: float | None, wait_s: float) -> None:
     (home / "policy" / "demo.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def wait_setting(args: Any) -> tuple[float | None, float] | None:
+    """The quiet wait the flags ask for, (fraction or None for no wait, seconds); None: the
+    shipped demo policy's own."""
+    if args.no_wait:
+        return None, args.quiet_wait
+    if args.quiet is not None:
+        return args.quiet, args.quiet_wait
+    return None
+
+
 def run_demo(home: Path) -> tuple[dict[str, Any], float]:
     began = time.monotonic()
     result = subprocess.run(
@@ -213,11 +223,7 @@ def main() -> int:
     if args.smoke:
         print("smoke run: the co-tenant alone, no target judged")
     shipped = load_policy("demo").service
-    quiet, wait_s = shipped.quiet_cpu_fraction, shipped.quiet_wait_s
-    if args.no_wait:
-        quiet = None
-    elif args.quiet is not None:
-        quiet, wait_s = args.quiet, args.quiet_wait
+    quiet, wait_s = wait_setting(args) or (shipped.quiet_cpu_fraction, shipped.quiet_wait_s)
     _common.emit(
         {
             "smoke": args.smoke,
@@ -236,10 +242,9 @@ def main() -> int:
 
 def demo_row(work: Path, index: int, args: Any) -> dict[str, Any]:
     home = work / f"home-{index + 1}"
-    if args.no_wait:
-        demo_policy(home, None, args.quiet_wait)
-    elif args.quiet is not None:
-        demo_policy(home, args.quiet, args.quiet_wait)
+    setting = wait_setting(args)
+    if setting is not None:
+        demo_policy(home, *setting)
     loadavg = os.getloadavg()[0]
     print(f"demo {index + 1}/{args.demo} (load average {loadavg:.1f})", file=sys.stderr)
     answer, seconds = run_demo(home)

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from mcp_infra.contracts import BASELINE_ID, CandidateRun, CycleSummary, Outcome, Verdict
+from mcp_infra.demo.homes import write_test_policy
 from mcp_infra.flows import api as app
 from mcp_infra.flows.cycle import supervise
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
-from mcp_infra.state.catalog import policy_dir
 from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home, read_model
 from tests.helpers.paths import DATA
@@ -31,11 +31,11 @@ AA_MANIFEST = (DATA / "demo-aa.yaml").read_text()
 
 def policy(home: Home, **protocol: object) -> None:
     """The demo policy, small enough for a 2-core machine, as the home's `test` policy."""
-    data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
-    data["name"] = "test"
-    data.get("service", {}).pop("quiet_cpu_fraction", None)  # as demo.homes: no wait in tests
-    data["protocol"].update(
-        {
+    write_test_policy(
+        home,
+        thresholds={"min_speedup_pct": {"default": 0.0, "low": 0.0, "high": 200.0}},
+        lean=False,
+        **{
             "repeats": 1,
             "warmup": 1,
             "max_tokens": 32,
@@ -48,10 +48,8 @@ def policy(home: Home, **protocol: object) -> None:
             "confidence": 0.6,
             "workload": [SHORT_1, SHORT_4],
             **protocol,
-        }
+        },
     )
-    data["thresholds"]["min_speedup_pct"] = {"default": 0.0, "low": 0.0, "high": 200.0}
-    (home.user_policy / "test.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def run_cycle(home: Home, candidates: list[str]) -> tuple[CycleSummary, Verdict, dict]:
