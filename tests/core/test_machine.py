@@ -32,6 +32,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.machine import (
+    QUIET_LOOK_S,
     LoadSnapshot,
     QuietRule,
     load_sentence,
@@ -224,15 +225,17 @@ def test_a_quiet_machine_costs_one_look_and_no_journal_line() -> None:
     journal = Lines()
     machine = Machine(fake.read, QuietRule(0.25, 30.0), sleep=fake.sleep)
     opened = machine.open(journal, {"candidate": "c1"})
-    assert (opened.waited_s, opened.quiet) == (1.0, True)
+    assert (opened.waited_s, opened.quiet) == (QUIET_LOOK_S, True)
+    assert QUIET_LOOK_S <= 0.5  # what every start pays on a quiet machine
     assert journal.events == []
 
 
 def test_a_busy_machine_is_waited_for_and_status_says_so() -> None:
     fake = ScriptedMachine([1.6, 1.6, 1.6, 0.2])
     journal = Lines()
-    machine = Machine(fake.read, QuietRule(0.25, 30.0), sleep=fake.sleep)
-    waited, quiet = machine.wait_quiet(QuietRule(0.25, 30.0), journal, {"candidate": "c1"})
+    rule = QuietRule(0.25, 30.0, look_s=1.0)
+    machine = Machine(fake.read, rule, sleep=fake.sleep)
+    waited, quiet = machine.wait_quiet(rule, journal, {"candidate": "c1"})
     assert (waited, quiet) == (4.0, True)
     first, last = journal.events
     assert first.fields["waiting"] is True and first.fields["candidate"] == "c1"
@@ -246,7 +249,7 @@ def test_a_busy_machine_is_waited_for_and_status_says_so() -> None:
 def test_the_wait_is_bounded_and_then_measures_anyway() -> None:
     fake = ScriptedMachine([2.0])
     journal = Lines()
-    machine = Machine(fake.read, QuietRule(0.25, 5.5), sleep=fake.sleep)
+    machine = Machine(fake.read, QuietRule(0.25, 5.5, look_s=1.0), sleep=fake.sleep)
     opened = machine.open(journal, {})
     assert opened.quiet is False and opened.waited_s == 5.0  # a sixth look would pass 5.5 s
     assert [e.fields["waiting"] for e in journal.events] == [True, False]
