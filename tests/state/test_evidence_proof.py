@@ -69,17 +69,16 @@ def sealed_home(
         # One more cycle if the machine's speed refused the first: on this 2-core machine it
         # can swing beyond 20% between starts (the fixture's drift start measured the baseline
         # at 0.739x and at 1.511x of its rounds in two full runs), and the drift check then
-        # rightly keeps the baseline; a held-out start can land in a slow moment as well. These
-        # tests need a promoted, sealed cycle; the drift and held-out rules are tested in
-        # tests/core/test_decisions.py and tests/core/test_selector.py. A second refusal fails the
-        # fixture.
+        # rightly keeps the baseline; a held-out start can land in a slow moment as well, and
+        # three starts per side can leave the drafter open (2026-12-02's full run: k4
+        # inconclusive on a quiet machine, whose starts moved by up to 45% that morning). These
+        # tests need a promoted, sealed cycle; the drift, held-out and interval rules are tested
+        # in tests/core/test_decisions.py and tests/core/test_selector.py. A second refusal fails
+        # the fixture.
         for _ in range(2):
             home.enqueue(freeze(home, CANDIDATES))
             (summary,) = supervise(home, ignore_window=True)
-            verdict = read_model(home.evidence / summary.cycle_id / "verdict.json", Verdict)
-            drifted = any("drift tolerance" in r for c in verdict.candidates for r in c.reasons)
-            held_out = summary.reason.startswith("gain not seen on held-out prompts")
-            if summary.outcome == Outcome.PROMOTED or not (drifted or held_out):
+            if summary.outcome == Outcome.PROMOTED:
                 break
         yield home, summary.cycle_id
     finally:
