@@ -226,7 +226,6 @@ def test_a_quiet_machine_costs_one_look_and_no_journal_line() -> None:
     machine = Machine(fake.read, QuietRule(0.25, 30.0), sleep=fake.sleep)
     opened = machine.open(journal, {"candidate": "c1"})
     assert (opened.waited_s, opened.quiet) == (QUIET_LOOK_S, True)
-    assert QUIET_LOOK_S <= 0.5  # what every start pays on a quiet machine
     assert journal.events == []
 
 
