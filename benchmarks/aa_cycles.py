@@ -6,8 +6,10 @@ What: the candidate is `demo-aa:same`, from a manifest written into the home's o
 explicitly (the same process behaviour; an identical knob set would be removed from the plan as
 "identical to the recipe already serving"). Each cycle runs the product's own protocol (fresh
 starts, interleaved rounds, early stopping) and selector under the policy named (default: the
-demo policy), in this process. One row per cycle: decision, speedup estimate, interval, starts
-and rounds used.
+demo policy), in this process, all in one home: where the policy learns the start-to-start
+spread (`learn_spread`), each cycle after the first judges with what the earlier ones taught
+(the `learned df` column), as a user's home does. One row per cycle: decision, speedup
+estimate, interval, starts and rounds used.
 
 Target: no A/A cycle qualifies (exit status 1 if one does). A qualification now and then is what
 the confidence level allows ((1 - confidence) / 2 of cycles at most): count over many cycles.
@@ -29,13 +31,14 @@ from typing import Any
 
 import _common
 
-from mcp_infra.contracts import CandidateRun, Verdict
+from mcp_infra.contracts import CandidateRun, FrozenPlan, Verdict
 from mcp_infra.demo.homes import make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.flows import api as app
 from mcp_infra.flows.cycle import supervise
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
+from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_model
 
@@ -47,7 +50,14 @@ def aa_home(root: Path, models: dict[str, Path], policy: str, smoke: bool) -> Ho
     """A fresh home serving the demo target under ``policy`` (under the smoke protocol on
     the lean one with ``smoke``), the A/A manifest in its registry."""
     shutil.rmtree(root, ignore_errors=True)
-    protocol = _common.SMOKE_PROTOCOL if smoke else {}
+    shipped = load_policy(policy).protocol
+    # The policy's own history settings (a test home drops them): the cycles share one home,
+    # so from the second on an A/A cycle judges with the spread the earlier ones taught.
+    protocol: dict[str, object] = {
+        "learn_spread": shipped.learn_spread,
+        "futility_confidence": shipped.futility_confidence,
+    }
+    protocol |= _common.SMOKE_PROTOCOL if smoke else {}
     home = make_home(root, models, base=policy, lean=smoke, **protocol)
     home.user_registry.mkdir(parents=True, exist_ok=True)
     (home.user_registry / AA_MANIFEST.name).write_text(AA_MANIFEST.read_text())
@@ -70,6 +80,7 @@ def one_cycle(home: Home) -> dict[str, Any]:
     verdict = read_model(bundle / "verdict.json", Verdict)
     (judged,) = verdict.candidates
     run = read_model(bundle / "runs" / "demo-aa__same.json", CandidateRun)
+    learned = read_model(bundle / "plan.json", FrozenPlan).protocol.learned_spread
     return {
         "cycle": summary.cycle_id,
         "decision": judged.decision.value,
@@ -79,6 +90,7 @@ def one_cycle(home: Home) -> dict[str, Any]:
         "ci_high": judged.ci_high,
         "starts": run.starts,
         "rounds": len({r.round for r in run.rounds}),
+        "learned": learned.df if learned else None,
         "seconds": round(time.monotonic() - began),
     }
 
@@ -114,6 +126,7 @@ def main() -> int:
         ("interval", "interval"),
         ("starts", "starts"),
         ("rounds", "rounds"),
+        ("learned", "learned df"),
         ("seconds", "s"),
     ]
     print(_common.table(rows, columns))

@@ -12,7 +12,11 @@ for other processes to use at most a quarter of the CPUs. --quiet F runs each de
 policy of its own: the demo policy with service.quiet_cpu_fraction F and service.quiet_wait_s
 --quiet-wait; --no-wait the demo policy without the wait (the row the wait is judged against).
 --no-cotenant runs the same demos without the co-tenant (the
-comparison row). Without --demo the co-tenant runs alone for --seconds.
+comparison row). --same-home runs every demo in one home, as a user's repeated demos are: from
+the second on, a demo learns the machine's start-to-start spread from the earlier ones' sealed
+bundles (the `learned` column: its degrees of freedom); --home DIR is the same in a home of
+your own, kept afterwards (for example one where quiet demos ran first). Without --demo the
+co-tenant runs alone for --seconds.
 
 The machine may be shared: other jobs add load of their own, which the figures include and no
 setting here controls. Compare rows run close together, and read the load columns.
@@ -25,7 +29,8 @@ average 10-14, one demo took 530 s without the co-tenant. --smoke: the co-tenant
 in 1-second phases, no demo.
 
     .venv/bin/python benchmarks/cotenant.py [--demo N] [--on 20] [--off 20] [--seconds 3600]
-        [--quiet F] [--quiet-wait S] [--no-wait] [--no-cotenant] [--json] [--smoke]
+        [--quiet F] [--quiet-wait S] [--no-wait] [--no-cotenant] [--same-home] [--home DIR] [--json]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -44,7 +49,14 @@ from typing import Any
 import _common
 import yaml
 
-from mcp_infra.contracts import CandidateRun, CycleSummary, Decision, Outcome, Verdict
+from mcp_infra.contracts import (
+    CandidateRun,
+    CycleSummary,
+    Decision,
+    FrozenPlan,
+    Outcome,
+    Verdict,
+)
 from mcp_infra.core.machine import summarize
 from mcp_infra.state.catalog import load_policy, policy_dir
 from mcp_infra.state.store import read_model
@@ -140,6 +152,7 @@ def bundle_row(evidence: Path) -> dict[str, Any]:
     rounds = [r for run in runs for r in run.rounds]
     load = summarize(rounds)
     open_ = [v.candidate for v in verdict.candidates if v.decision == Decision.INCONCLUSIVE]
+    learned = read_model(evidence / "plan.json", FrozenPlan).protocol.learned_spread
     decided = summary.outcome == Outcome.PROMOTED or not open_
     return {
         "outcome": summary.outcome.value,
@@ -149,6 +162,7 @@ def bundle_row(evidence: Path) -> dict[str, Any]:
         ),
         "decided": decided,
         "starts": len(rounds),
+        "learned": learned.df if learned else None,
         "other_mean": round(load.mean_fraction, 3) if load else None,
         "other_max": round(load.max_fraction, 3) if load else None,
         "load_max": load.max_load_avg if load else None,
@@ -169,6 +183,8 @@ def main() -> int:
     ap.add_argument("--quiet-wait", type=float, default=30.0, help="service.quiet_wait_s")
     ap.add_argument("--no-wait", action="store_true", help="the demo policy without its wait")
     ap.add_argument("--no-cotenant", action="store_true", help="the demos without it")
+    ap.add_argument("--same-home", action="store_true", help="every demo in one home")
+    ap.add_argument("--home", type=Path, default=None, help="that one home, kept afterwards")
     args = ap.parse_args()
     if args.smoke:
         args.demo, args.on, args.off, args.seconds = 0, 1.0, 1.0, 4.0
@@ -203,6 +219,7 @@ def main() -> int:
             ("outcome", "outcome"),
             ("decisions", "decisions"),
             ("starts", "starts"),
+            ("learned", "learned"),
             ("other_mean", "other mean"),
             ("other_max", "other max"),
             ("load_max", "loadavg max"),
@@ -233,6 +250,7 @@ def main() -> int:
             "quiet_cpu_fraction": quiet,
             "quiet_wait_s": wait_s if quiet is not None else None,
             "seconds": round(time.monotonic() - began, 1),
+            "same_home": args.same_home or args.home is not None,
             "rows": rows,
         },
         args.json,
@@ -241,7 +259,7 @@ def main() -> int:
 
 
 def demo_row(work: Path, index: int, args: Any) -> dict[str, Any]:
-    home = work / f"home-{index + 1}"
+    home = args.home or work / ("home" if args.same_home else f"home-{index + 1}")
     setting = wait_setting(args)
     if setting is not None:
         demo_policy(home, *setting)

@@ -76,6 +76,7 @@ class Setup:
     learned_df: int = 0
     learned_error: float = 1.0
     futility: float | None = None
+    confidence: float = MeasureProtocol().confidence
 
     def learned(self) -> LearnedSpread | None:
         """The spread a home's history would have learned (times ``learned_error``)."""
@@ -170,6 +171,7 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
         "drift_check": False,
         "learned_spread": setup.learned(),
         "futility_confidence": setup.futility,
+        "confidence": setup.confidence,
     }
     staged = MeasureProtocol(min_starts=setup.min_starts, max_starts=setup.max_starts, **common)
     fixed = MeasureProtocol(min_starts=setup.max_starts, max_starts=setup.max_starts, **common)
@@ -239,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--learned-error", type=float, default=1.0, help="learned spread / true spread")
     ap.add_argument("--futility", type=float, default=None, help="futility confidence")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument(
+        "--confidence", type=float, default=MeasureProtocol().confidence, help="the protocol's"
+    )
     args = ap.parse_args(argv)
     if args.smoke:
         args.true_speedups, args.seeds, args.resamples, args.jobs = "1.00,1.10", 5, 100, 1
@@ -256,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         args.learned_df,
         args.learned_error,
         args.futility,
+        args.confidence,
     )
     truths = [float(x) for x in args.true_speedups.split(",")]
     began = time.monotonic()
@@ -281,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.repeat_noise:g}, {args.prompts} prompts x {args.repeats} repeats, starts "
         f"{args.min_starts}..{args.max_starts}, {args.seeds} seeds, {args.resamples} "
         f"resamples{reg}; learned spread {args.learned_df} df x{args.learned_error:g}, "
-        f"futility {args.futility}; {took:.0f} s"
+        f"futility {args.futility}, confidence {args.confidence:g}; {took:.0f} s"
     )
     head = (
         f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "

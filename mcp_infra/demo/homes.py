@@ -80,6 +80,11 @@ def write_test_policy(
     ``protocol`` on top) saved as the home's own `test` policy."""
     data = yaml.safe_load((policy_dir() / f"{base}.yaml").read_text())
     data["name"] = TEST_POLICY
+    # Nor does a test home learn its spread from its own earlier cycles, or stop futile
+    # candidates early, unless its test asks: a test that runs two cycles in one home asserts
+    # what each cycle does, not what the first taught the second.
+    for learned in ("learn_spread", "futility_confidence"):
+        data["protocol"].pop(learned, None)
     data["protocol"].update(
         {
             **(LEAN_PROTOCOL if lean else {}),

@@ -32,6 +32,7 @@ from mcp_infra.errors import ExitCode, McpInfraError
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.procs.service import ensure_serving, stop_service
 from mcp_infra.state.context import load_config
+from mcp_infra.state.evidence import list_cycles
 from mcp_infra.state.store import CorruptFile, Home, default_home, read_optional, write_model
 
 DEMO_CANDIDATES = ["demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:draft-k4-cache"]
@@ -48,9 +49,36 @@ def demo_home(root: str | Path | None) -> Home:
     return Home(root) if root else Home(default_home() / "demo")
 
 
-def prepare(home: Home) -> ServiceConfig:
+KEPT_BUNDLES = 10
+"""Sealed demo bundles a demo home keeps (the newest): as many as ``state.spread`` reads."""
+
+
+def reset(home: Home, *, fresh: bool = False) -> list[str]:
+    """Reset a demo home for the next demo; return the cycle ids of the bundles it keeps.
+
+    Each demo is a first cycle for recipe memory, which would otherwise (rightly) skip the
+    candidate the last demo saw fail its lossless gate: plans, cycles, state, memory and logs
+    go. The newest ``KEPT_BUNDLES`` sealed bundles stay (``fresh``: none): their baseline starts
+    are this machine's start-to-start spread, which the demo policy learns (``learn_spread``),
+    as a user's home learns it from its own cycles, so a later demo can decide in fewer rounds."""
+    for folder in (home.plans, home.cycles, home.state, home.memory, home.logs):
+        shutil.rmtree(folder, ignore_errors=True)
+    home.audit_log.unlink(missing_ok=True)
+    kept = [] if fresh else [s.cycle_id for s in list_cycles(home)[:KEPT_BUNDLES]]
+    if home.evidence.is_dir():
+        for entry in home.evidence.iterdir():
+            if entry.name not in kept:
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+    home.ensure()
+    return kept
+
+
+def prepare(home: Home, *, fresh: bool = False) -> ServiceConfig:
     """Build the models and write a config whose baseline is the plain target, in a demo home
-    reset to its models so every demo starts from the same place."""
+    reset to its models and its earlier demos' sealed bundles (``reset``)."""
     if home.config.exists() and load_config(home).policy != "demo":
         raise DemoRefused(
             f"{home.root} manages a real service (policy "
@@ -60,12 +88,7 @@ def prepare(home: Home) -> ServiceConfig:
     home.ensure()
     if (home.service_file).exists() or (home.state / "front.json").exists():
         stop_service(home)
-    # Each demo is a first cycle in a sandbox: recipe memory would otherwise (rightly) skip the
-    # candidate the last demo saw fail its lossless gate. Only the built models are kept.
-    for folder in (home.plans, home.cycles, home.evidence, home.state, home.memory, home.logs):
-        shutil.rmtree(folder, ignore_errors=True)
-    home.audit_log.unlink(missing_ok=True)
-    home.ensure()
+    reset(home, fresh=fresh)
     paths = build_demo_models(home.models)
     port = 18080 if not port_open(18080) else free_port()
     scratch = 18090 if not port_open(18090) and port != 18090 else free_port()
@@ -131,6 +154,19 @@ def progress_line(status: dict[str, Any]) -> tuple[str, str]:
     return key, f"cycle {cycle.get('cycle_id')}: {cycle.get('progress') or cycle.get('state')}"
 
 
+def cost_line(cost: dict[str, Any] | None) -> str:
+    """What the plan was projected to cost before it ran, as the proposal said."""
+    if not cost:
+        return "projected cost: none was returned"
+    if cost.get("basis") == "this-home" and cost.get("minutes") is not None:
+        source = (cost.get("source") or ["an earlier cycle"])[0]
+        return (
+            f"projected on this machine: about {cost['minutes'] * 60:.0f} s of cycle, "
+            f"{cost.get('rounds')} round(s), from the timings measured in {source}"
+        )
+    return f"projected cost: {cost.get('basis')} ({cost.get('why') or 'no reason given'})"
+
+
 async def drive(
     home: Home, candidates: list[str], log: Any, clock: Clock | None = None
 ) -> dict[str, Any]:
@@ -155,6 +191,7 @@ async def drive(
             text = first.text if isinstance(first, TextContent) else "no answer"
             raise RuntimeError(f"plan refused: {proposal.get('message') if proposal else text}")
         log(f"plan {proposal['plan_id']} queued: {', '.join(proposal['candidates'])}")
+        log(cost_line(proposal.get("cost")))
         deadline = time.monotonic() + FOLLOW_TIMEOUT_S
         last, last_printed = "", 0.0
         while time.monotonic() < deadline:
@@ -216,7 +253,6 @@ def stop_supervisor(home: Home, timeout: float = 300.0) -> str:
 def _interrupted(home: Home, keep_serving: bool, log: Any) -> None:
     """Ctrl-C: stop the cycle cleanly, check the service was restored, and say so."""
     from mcp_infra.flows.api import status
-    from mcp_infra.state.evidence import list_cycles
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -248,7 +284,9 @@ def _as_ctrl_c(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = False) -> int:
+def run_demo(
+    root: str | None, *, as_json: bool = False, keep_serving: bool = False, fresh: bool = False
+) -> int:
     from mcp_infra.faces.render import verdict_table
     from mcp_infra.flows.api import EvidenceView
 
@@ -262,7 +300,13 @@ def run_demo(root: str | None, *, as_json: bool = False, keep_serving: bool = Fa
         print(message, file=sys.stderr if as_json else sys.stdout, flush=True)
 
     log(f"home: {home.root}")
-    config = prepare(home)  # DemoRefused: the command line's usage error (exit 2)
+    config = prepare(home, fresh=fresh)  # DemoRefused: the command line's usage error (exit 2)
+    history = len(list_cycles(home))
+    if history:
+        log(
+            f"{clock.stamp()} learning this machine's start-to-start spread from {history} "
+            "earlier demo(s) kept in this home (--fresh forgets them)"
+        )
     log(f"{clock.stamp()} demo models built in {home.models}")
     log(
         f"{clock.stamp()} starting the front on 127.0.0.1:{config.port} (clients' endpoint) and "

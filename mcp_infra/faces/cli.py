@@ -74,7 +74,7 @@ def report_error(message: str, code: int, as_json: bool) -> int:
 def cmd_demo(home: Home, args: argparse.Namespace) -> int:
     from mcp_infra.demo.run import run_demo
 
-    return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving)
+    return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving, fresh=args.fresh)
 
 
 def cmd_serve(home: Home, args: argparse.Namespace) -> int:
@@ -335,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="build tiny models, serve them, run one cycle over MCP")
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--keep-serving", action="store_true")
+    demo.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget earlier demos' sealed bundles (the start-to-start spread they taught)",
+    )
 
     serve = sub.add_parser("serve", help="the MCP server (stdio by default, or --transport http)")
     serve.add_argument(
