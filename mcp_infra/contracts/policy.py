@@ -251,6 +251,13 @@ class Policy(Contract):
     budgets: Budgets = Field(default_factory=Budgets)
     watch: Watch = Field(default_factory=Watch)
     service: ServicePolicy = Field(default_factory=ServicePolicy)
+    recipe_memory: bool | None = Field(
+        None,
+        description="refuse a candidate whose remembered outcome under the same manifest, "
+        "policy and environment failed a gate that does not depend on the plan (state.memory); "
+        "None or true: on. The demo turns it off: each demo judges every candidate afresh, its "
+        "earlier bundles kept only for the start-to-start spread they teach",
+    )
 
     @field_validator("auto_promote")
     @classmethod

@@ -62,6 +62,7 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "learn_spread",
         "max_unserved_s",
         "quiet_cpu_fraction",
+        "recipe_memory",
     }
 )
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""

@@ -82,9 +82,11 @@ def write_test_policy(
     data["name"] = TEST_POLICY
     # Nor does a test home learn its spread from its own earlier cycles, or stop futile
     # candidates early, unless its test asks: a test that runs two cycles in one home asserts
-    # what each cycle does, not what the first taught the second.
+    # what each cycle does, not what the first taught the second. Its recipe memory is on, as
+    # in every policy but the demo's.
     for learned in ("learn_spread", "futility_confidence"):
         data["protocol"].pop(learned, None)
+    data.pop("recipe_memory", None)
     data["protocol"].update(
         {
             **(LEAN_PROTOCOL if lean else {}),

@@ -56,11 +56,12 @@ KEPT_BUNDLES = 10
 def reset(home: Home, *, fresh: bool = False) -> list[str]:
     """Reset a demo home for the next demo; return the cycle ids of the bundles it keeps.
 
-    Each demo is a first cycle for recipe memory, which would otherwise (rightly) skip the
-    candidate the last demo saw fail its lossless gate: plans, cycles, state, memory and logs
-    go. The newest ``KEPT_BUNDLES`` sealed bundles stay (``fresh``: none): their baseline starts
-    are this machine's start-to-start spread, which the demo policy learns (``learn_spread``),
-    as a user's home learns it from its own cycles, so a later demo can decide in fewer rounds."""
+    Plans, cycles, state, recipe memory and logs go. The newest ``KEPT_BUNDLES`` sealed bundles
+    stay (``fresh``: none): their baseline starts are this machine's start-to-start spread,
+    which the demo policy learns (``learn_spread``) as a user's home learns it from its own
+    cycles, so a later demo can decide in fewer rounds. Recipe memory would read them too and
+    (rightly) skip the candidate an earlier demo saw fail its lossless gate; the demo policy
+    turns it off (``recipe_memory: false``), so every demo judges every candidate."""
     for folder in (home.plans, home.cycles, home.state, home.memory, home.logs):
         shutil.rmtree(folder, ignore_errors=True)
     home.audit_log.unlink(missing_ok=True)

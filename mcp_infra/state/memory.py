@@ -329,8 +329,11 @@ def skips(
     policy_hash: str,
     env: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """candidate id → reason to skip it now (see the module notes). Deterministic."""
-    out = {}
+    """candidate id → reason to skip it now (see the module notes), none where the policy
+    turns recipe memory off (``Policy.recipe_memory``). Deterministic."""
+    out: dict[str, str] = {}
+    if policy.recipe_memory is False:
+        return out
     for cid, recipe, remembered, env_key in _measured_before(home, recipes, env):
         last = latest(
             remembered,

@@ -73,10 +73,12 @@ def test_the_demo_policy_learns_its_spread_and_a_test_home_does_not(tmp_path: Pa
 
     demo = load_policy("demo").protocol
     assert demo.learn_spread and demo.futility_confidence is not None
+    assert load_policy("demo").recipe_memory is False
     home = Home(tmp_path / "home").ensure()
     write_test_policy(home)
     test = load_policy(TEST_POLICY, home.user_policy).protocol
     assert not test.learn_spread and test.futility_confidence is None
+    assert load_policy(TEST_POLICY, home.user_policy).recipe_memory is None
     write_test_policy(home, learn_spread=True)
     assert load_policy(TEST_POLICY, home.user_policy).protocol.learn_spread
 

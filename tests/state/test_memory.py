@@ -138,6 +138,26 @@ def test_a_bundle_sealed_without_memory_is_read_from_the_bundle(home: Home) -> N
     assert again == first and (home.memory / f"{cycle_id}.json").read_bytes() == written
 
 
+def test_a_policy_without_recipe_memory_judges_a_failed_candidate_again(home: Home) -> None:
+    """The demo's policy: every demo judges every candidate afresh, though its home keeps the
+    earlier demos' bundles (for the start-to-start spread they teach)."""
+    write_manifest(home)
+    cycle_id = failed_cycle(home)
+    path = home.user_policy / "test.yaml"
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "recipe_memory": False}))
+    policy, digest = policy_and_hash(home)
+    assert policy.recipe_memory is False
+    assert memory.skips(home, {BAD: registry_recipe(home, BAD)}, policy, digest) == {}
+    view = app.propose(
+        home, {"hypothesis": "again", "candidates": [BAD]}, proposed_by="test", dry_run=True
+    )
+    assert view.accepted and view.candidates == ["baseline", BAD], view
+    assert [o.cycle_id for o in memory.outcomes(home, BAD)] == [cycle_id]  # still remembered
+    path.write_text(yaml.safe_dump(data))  # on again: skipped again
+    assert BAD in memory.skips(home, {BAD: registry_recipe(home, BAD)}, *policy_and_hash(home))
+
+
 def registry_recipe(home: Home, cid: str):
     from mcp_infra.core.preflight import find_candidate
     from mcp_infra.state.artifacts import resolve_recipe
