@@ -130,6 +130,14 @@ def quiet_rule(service: ServicePolicy) -> QuietRule | None:
     return QuietRule(service.quiet_cpu_fraction, service.quiet_wait_s)
 
 
+def busy_fraction(service: ServicePolicy) -> float:
+    """The share of the CPUs taken by other processes above which a start counts as busy: the
+    policy's quiet threshold where it waits for one, else ``BUSY_CPU_FRACTION``."""
+    if service.quiet_cpu_fraction is not None:
+        return service.quiet_cpu_fraction
+    return BUSY_CPU_FRACTION
+
+
 def quiet_step(
     load: MachineLoad, rule: QuietRule, looks: int
 ) -> Literal["quiet", "wait", "give_up"]:

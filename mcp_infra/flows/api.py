@@ -44,7 +44,7 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.core.machine import waiting_text
+from mcp_infra.core.machine import busy_fraction, waiting_text
 from mcp_infra.core.preflight import (
     Check,
     HostFacts,
@@ -966,7 +966,9 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
     p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
     learned = (
-        learned_spread(home, policy.protocol, utcnow()) if policy.protocol.learn_spread else None
+        learned_spread(home, policy.protocol, utcnow(), busy_fraction(policy.service))
+        if policy.protocol.learn_spread
+        else None
     )
     return sanitize(
         plan,

@@ -4,6 +4,9 @@ Why: with two fresh starts per configuration a cycle's own spread has two degree
 and the t quantile at an early look then decides nothing. Earlier cycles on the same machine
 measured the same kind of spread; pooled with the cycle's own (``stats.pooled_variance``, which
 falls back to the cycle alone when the two disagree) a clear case decides after two rounds.
+Only starts the machine was quiet for count: a start that other processes slowed measures the
+load, not the machine, and a history of busy starts would widen every later cycle's intervals
+(measured: five demos beside a co-tenant, learning from each other, decided 2 of 5).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from mcp_infra.contracts import (
     LearnedSpread,
     MeasureProtocol,
 )
+from mcp_infra.core.machine import BUSY_CPU_FRACTION
 from mcp_infra.core.stats import pooled_spread, start_levels
 from mcp_infra.state import evidence
 from mcp_infra.state.store import CorruptFile, Home, read_optional
@@ -36,10 +40,26 @@ def comparable(old: MeasureProtocol, new: MeasureProtocol) -> bool:
     )
 
 
-def learned_spread(home: Home, protocol: MeasureProtocol, now: datetime) -> LearnedSpread | None:
+def quiet_starts(run: CandidateRun, busy_fraction: float) -> set[int]:
+    """The starts of a run whose rounds recorded no more than ``busy_fraction`` of the CPUs
+    taken by other processes; a start that recorded no load (older bundles) counts as quiet."""
+    busy = {
+        r.start
+        for r in run.rounds
+        if r.machine is not None and r.machine.other_cpu_fraction > busy_fraction
+    }
+    return {s.start for s in run.samples} - busy
+
+
+def learned_spread(
+    home: Home,
+    protocol: MeasureProtocol,
+    now: datetime,
+    busy_fraction: float = BUSY_CPU_FRACTION,
+) -> LearnedSpread | None:
     """The pooled within-cycle spread of the baseline's per-start level (one short request at
-    a time) over this home's newest comparable sealed cycles, or None with fewer than 2 degrees
-    of freedom of history."""
+    a time) over the quiet starts of this home's newest comparable sealed cycles, or None with
+    fewer than 2 degrees of freedom of history."""
     sets: list[list[float]] = []
     used: list[str] = []
     for summary in evidence.list_cycles(home)[:MAX_CYCLES]:
@@ -53,7 +73,9 @@ def learned_spread(home: Home, protocol: MeasureProtocol, now: datetime) -> Lear
             continue
         if plan is None or run is None or not comparable(plan.protocol, protocol):
             continue
-        levels = start_levels([s for s in run.samples if s.phase == "measure"], HEADLINE)
+        quiet = quiet_starts(run, busy_fraction)
+        measured = [s for s in run.samples if s.phase == "measure" and s.start in quiet]
+        levels = start_levels(measured, HEADLINE)
         if len(levels) >= 2:
             sets.append(levels)
             used.append(summary.cycle_id)
@@ -63,5 +85,5 @@ def learned_spread(home: Home, protocol: MeasureProtocol, now: datetime) -> Lear
     return LearnedSpread(
         sd=min(sd, 1.0),
         df=min(df, MAX_DF),
-        source=f"baseline starts of {len(used)} sealed cycle(s): {', '.join(used)}"[:300],
+        source=f"quiet baseline starts of {len(used)} sealed cycle(s): {', '.join(used)}"[:300],
     )

@@ -175,6 +175,53 @@ def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(tmp_pat
     assert learned_spread(home, plan.protocol, ended + timedelta(days=60)) is None  # too old
 
 
+def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(tmp_path: Path) -> None:
+    """A start whose round recorded a busy machine measured the load, not the machine: history
+    from busy starts would widen every later cycle's intervals."""
+    import shutil
+    from datetime import timedelta
+
+    from mcp_infra.contracts import CandidateRun, CycleSummary, FrozenPlan, MachineLoad
+    from mcp_infra.state.spread import learned_spread, quiet_starts
+    from mcp_infra.state.store import Home, read_model, write_model
+
+    shipped = SHIPPED[0]
+    home = Home(tmp_path / "home").ensure()
+    shutil.copytree(shipped, home.evidence / shipped.name)
+    files = home.bundle_files(shipped.name)
+    plan = read_model(files.plan, FrozenPlan)
+    now = read_model(files.summary, CycleSummary).ended_at + timedelta(hours=1)
+    run = read_model(files.run(BASELINE_ID), CandidateRun)
+    starts = sorted({s.start for s in run.samples if s.phase == "measure"})
+    assert len(starts) >= 4
+    before = learned_spread(home, plan.protocol, now)
+    assert before is not None and before.df == len(starts) - 1
+
+    def load(fraction: float) -> MachineLoad:
+        return MachineLoad(
+            window_s=10, cpus=2, other_cpu_s=20 * fraction, other_cpu_fraction=fraction
+        )
+
+    def with_loads(fractions: dict[int, float]) -> CandidateRun:
+        rounds = [
+            r.model_copy(update={"machine": load(fractions[r.start])})
+            if r.start in fractions
+            else r
+            for r in run.rounds
+        ]
+        return run.model_copy(update={"rounds": rounds})
+
+    busy_one = with_loads({starts[0]: 0.9, starts[1]: 0.1})
+    assert quiet_starts(busy_one, 0.25) == set(starts) - {starts[0]}
+    assert quiet_starts(busy_one, 0.95) == set(starts)  # a looser threshold keeps it
+    write_model(files.run(BASELINE_ID), busy_one)
+    after = learned_spread(home, plan.protocol, now)
+    assert after is not None and after.df == before.df - 1
+    assert after.source.startswith("quiet baseline starts")
+    write_model(files.run(BASELINE_ID), with_loads({s: 0.6 for s in starts[:-1]}))
+    assert learned_spread(home, plan.protocol, now) is None  # one quiet start: no spread
+
+
 def _one_candidate(truth: ConfigTruth, *, learned: bool, seed: int) -> tuple[int, str]:
     """(the candidate's starts, why it stopped) under the single-user policy, one candidate."""
     policy = load_policy("single-user")
