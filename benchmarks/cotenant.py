@@ -6,11 +6,14 @@ runs `mcp-infra --home <fresh temporary home> demo --json` N times, one after an
 co-tenant, and reads each sealed bundle: the outcome, each candidate's decision, the demo's wall
 time, the round records' machine load (the mean and the highest share of the CPUs that processes
 other than the cycle's own took during a server start, the highest 1-minute load average, the
-seconds the starts waited for a quiet machine) and whether a verdict left open names the load in
-the outcome's reason. The shipped demo policy waits before each server start (at most 30 s)
-for other processes to use at most a quarter of the CPUs. --quiet F runs each demo under a home
-policy of its own: the demo policy with service.quiet_cpu_fraction F and service.quiet_wait_s
---quiet-wait; --no-wait the demo policy without the wait (the row the wait is judged against).
+seconds the starts waited for a quiet machine, the starts set aside and measured again because
+other processes slowed them) and whether a verdict left open names the load in the outcome's
+reason. The shipped demo policy waits before each server start (at most 30 s)
+for other processes to use at most a quarter of the CPUs (a home policy with
+service.redo_busy_starts also measures a start again where they took more than that over its
+window: the `set aside` column). --quiet F runs each demo under a home policy of its own: the
+demo policy with service.quiet_cpu_fraction F and service.quiet_wait_s --quiet-wait; --no-wait
+the demo policy without the wait (the row the wait is judged against).
 --no-cotenant runs the same demos without the co-tenant (the
 comparison row). --same-home runs every demo in one home, as a user's repeated demos are: from
 the second on, a demo learns the machine's start-to-start spread from the earlier ones' sealed
@@ -168,6 +171,7 @@ def bundle_row(evidence: Path) -> dict[str, Any]:
         "load_max": load.max_load_avg if load else None,
         "waited_s": round(load.waited_s, 1) if load and load.waits else None,
         "started_busy": load.busy_after_wait if load and load.waits else None,
+        "set_aside": load.set_aside if load else None,
         "names_load": "the machine was" in summary.reason,
         "reason": summary.reason,
     }
@@ -225,14 +229,18 @@ def main() -> int:
             ("load_max", "loadavg max"),
             ("waited_s", "waited s"),
             ("started_busy", "started busy"),
+            ("set_aside", "set aside"),
             ("names_load", "names load"),
         ]
         print(_common.table(rows, columns))
         decided = sum(1 for r in rows if r["decided"])
+        promoted = sum(1 for r in rows if r["outcome"] == Outcome.PROMOTED.value)
         left_open = [r for r in rows if not r["decided"]]
         named = sum(1 for r in left_open if r["names_load"])
         print(
-            f"decided in {decided} of {len(rows)} runs (target: at least 4 of 5); "
+            f"decided in {decided} of {len(rows)} runs (target: at least 4 of 5), promoted in "
+            f"{promoted} (the demo's drafters are real gains: a decision that keeps the "
+            "baseline rejected them wrongly); "
             f"{named} of {len(left_open)} open verdicts name the load (target: all)"
         )
         for r in left_open:

@@ -223,7 +223,16 @@ class ServicePolicy(Part):
         le=1,
         description="wait before each server start until processes other than this supervisor, "
         "the front and the servers it measures use at most this share of the CPUs (over a "
-        "1-second look), at most quiet_wait_s; None: never wait (core.machine)",
+        "0.3-second look), at most quiet_wait_s; None: never wait (core.machine)",
+    )
+    redo_busy_starts: int | None = Field(
+        None,
+        ge=1,
+        le=3,
+        description="measure a server start again, at most this many times in a row, where "
+        "other processes took more than the busy line (quiet_cpu_fraction, else a quarter) of "
+        "the CPUs over its window; its timed samples stay in the evidence as phase busy and "
+        "are never selected; None: every start is kept (core.machine.set_aside_reason)",
     )
     max_unserved_s: float | None = Field(
         None,

@@ -15,7 +15,11 @@ class Sample(Contract):
     """One measured request."""
 
     candidate: str
-    phase: Literal["warmup", "measure", "verify", "drift", "quality", "heldout"] = "measure"
+    phase: Literal["warmup", "measure", "verify", "drift", "quality", "heldout", "busy"] = Field(
+        "measure",
+        description="what it was for; busy: timed in a start that other processes slowed, kept "
+        "in the evidence and never selected (the start was measured again, RoundRecord.set_aside)",
+    )
     prompt_id: str
     repeat: int
     order: int = 0
@@ -112,6 +116,11 @@ class RoundRecord(Part):
     error: str | None = None
     machine: MachineLoad | None = Field(
         None, description="the rest of the machine's load while it ran; None: not read"
+    )
+    set_aside: str | None = Field(
+        None,
+        description="why this start's timed samples were set aside (phase busy) and the start "
+        "measured again (service.redo_busy_starts); None: kept",
     )
 
 

@@ -63,6 +63,7 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "max_unserved_s",
         "quiet_cpu_fraction",
         "recipe_memory",
+        "redo_busy_starts",
     }
 )
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""

@@ -43,7 +43,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.admission import admit, expected_downtime_s
 from mcp_infra.core.gates import compare_greedy, smoke_failures
-from mcp_infra.core.machine import open_verdict_words, quiet_rule
+from mcp_infra.core.machine import open_verdict_words, quiet_rule, redo_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.units import selected_speedup_pct
@@ -326,7 +326,9 @@ class CycleContext:
             start_errors=SERVER_START_ERRORS,
             live_traffic=self.traffic,
             machine=Machine(
-                usage.machine_reader(self.home), quiet_rule(self.loaded.policy.service)
+                usage.machine_reader(self.home),
+                quiet_rule(self.loaded.policy.service),
+                redo=redo_rule(self.loaded.policy.service),
             ),
         )
 

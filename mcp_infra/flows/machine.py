@@ -1,6 +1,7 @@
 """The rest of the machine around each server start: a reading before it and one after it (the
 round records what other processes did meanwhile), and, where the policy asks, a bounded wait
-for a quiet machine first, journaled so that ``status`` says the cycle is waiting and why.
+for a quiet machine first, journaled so that ``status`` says the cycle is waiting and why, and
+the verdict on a start that other processes slowed all the same (measured again, or kept).
 
 The figures and the rule are ``core.machine``'s; this only reads, sleeps and journals. The cost
 model's simulated starts pass no ``Machine``, so they neither read nor wait.
@@ -17,9 +18,11 @@ from mcp_infra.contracts import CycleState, JournalStep, MachineLoad
 from mcp_infra.core.machine import (
     LoadSnapshot,
     QuietRule,
+    RedoRule,
     machine_load,
     quiet_message,
     quiet_step,
+    set_aside_reason,
 )
 
 
@@ -33,12 +36,18 @@ class Opened(NamedTuple):
 
 @dataclass(frozen=True)
 class Machine:
-    """How a cycle reads the machine (``procs.usage.machine_reader``) and whether it waits for a
-    quiet one before each start (``core.machine.quiet_rule``)."""
+    """How a cycle reads the machine (``procs.usage.machine_reader``), whether it waits for a
+    quiet one before each start (``core.machine.quiet_rule``) and whether a start that other
+    processes slowed is measured again (``core.machine.redo_rule``)."""
 
     read: Callable[[], LoadSnapshot]
     quiet: QuietRule | None = None
     sleep: Callable[[float], None] = time.sleep
+    redo: RedoRule | None = None
+
+    def set_aside(self, load: MachineLoad | None, redone: int) -> str | None:
+        """Why the start whose window ``load`` is must be measured again (None: keep it)."""
+        return set_aside_reason(load, self.redo, redone)
 
     def open(self, journal: Callable[..., None], where: dict[str, object]) -> Opened:
         """Wait for a quiet machine where the rule says so; then the window's first reading."""

@@ -147,6 +147,7 @@ class StartSpec(NamedTuple):
     phase: str = "measure"
     greedy_times: int = 0
     quality_suite: str | None = None
+    cells_of: int | None = None  # a start measured again measures the cells of the one it replaces
 
 
 @dataclass
@@ -256,7 +257,7 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             tags |= {"request_class": cls, "concurrency": 1}
             out.append(Batch("timed", [Request(prompt, timed_tokens(prompt, protocol), tags)]))
             order += 1
-    for cell in cells_for_start(protocol, spec.start):
+    for cell in cells_for_start(protocol, spec.start if spec.cells_of is None else spec.cells_of):
         chosen = {p.id: p for p in prompts.get(cell.request_class, [])}
         seed = derive_seed(
             protocol.seed, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}"

@@ -43,7 +43,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.suites import SuitePrompt
-from mcp_infra.core.workload import cell_regressions, decisive_view
+from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.machine import Machine
 from mcp_infra.flows.measure import StartResult, StartSpec, prompts_by_class
 from mcp_infra.state.catalog import load_suite
@@ -218,6 +218,18 @@ class Tally:
             stopped=self.stopped,
         )
 
+    def set_aside(self, start: int, reason: str) -> None:
+        """Start ``start``'s timed samples kept as phase ``busy`` (in the evidence, never
+        selected) and its round record saying why; its greedy outputs and quality answers stand
+        (load changes no token)."""
+        self.samples = [
+            s.model_copy(update={"phase": "busy"})
+            if s.start == start and s.phase in TIMED_PHASES
+            else s
+            for s in self.samples
+        ]
+        self.rounds[-1] = self.rounds[-1].model_copy(update={"set_aside": reason})
+
     def keep(self, result: StartResult) -> None:
         self.starts += 1
         self.samples.extend(result.samples)
@@ -234,8 +246,14 @@ def one_start(
     prompts: dict[str, list[SuitePrompt]],
     slot: Slot,
     kind: Pass = SELECTION,
+    *,
+    redone: int = 0,
+    replaces: int | None = None,
 ) -> StartResult | None:
-    """Start ``item`` fresh, measure it, stop it; record the round. None if it did not start."""
+    """Start ``item`` fresh, measure it, stop it; record the round. None if it did not start.
+    A start that other processes slowed is set aside and measured again where the machine's
+    rule says so (``Machine.set_aside``): ``redone`` counts the redos so far, ``replaces`` is
+    the start being measured again (its workload cells are measured)."""
     plan, journal = bench.plan, bench.journal
     start = item.starts
     where = {
@@ -295,6 +313,7 @@ def one_start(
         if first
         else 0,
         quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
+        cells_of=replaces,
     )
     try:
         result = bench.run_start(spec, ready)
@@ -306,7 +325,30 @@ def one_start(
         return None
     item.keep(result)
     record_round(result.died, result.port)
-    return result
+    reason = (
+        bench.machine.set_aside(item.rounds[-1].machine, redone)
+        if bench.machine and not result.died
+        else None
+    )
+    if reason is None:
+        return result
+    item.set_aside(start, reason)
+    journal(
+        CycleState.EXPERIMENT,
+        f"round {slot.round_index + 1}: {item.name}, start {start + 1} set aside: {reason}",
+        step=JournalStep.SET_ASIDE,
+        reason=reason,
+        **where,
+    )
+    return one_start(
+        bench,
+        item,
+        prompts,
+        slot,
+        kind,
+        redone=redone + 1,
+        replaces=start if replaces is None else replaces,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from mcp_infra.contracts import (
     Event,
     JournalStep,
     Knobs,
+    LearnedSpread,
     MachineLoad,
     Recipe,
     RoundRecord,
@@ -35,19 +36,23 @@ from mcp_infra.core.machine import (
     QUIET_LOOK_S,
     LoadSnapshot,
     QuietRule,
+    RedoRule,
     load_sentence,
     machine_load,
     open_verdict_words,
     quiet_rule,
     quiet_step,
+    redo_rule,
+    set_aside_reason,
     summarize,
     waiting_text,
 )
 from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, RETIRED_FIELDS, policy_hash
 from mcp_infra.flows.api import CycleView, cycle_progress
 from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.measure import StartResult, StartSpec
 from mcp_infra.flows.projection import NullJournal, SimServer, simulated_plan
-from mcp_infra.flows.rounds import Bench, run_rounds
+from mcp_infra.flows.rounds import Bench, decide_cycle, heldout_check, run_rounds
 from mcp_infra.procs.usage import load_snapshot
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import Home
@@ -295,7 +300,128 @@ def test_every_start_of_the_round_loop_records_the_machine_load() -> None:
         assert r.machine is not None and r.machine.window_s > 0
         assert r.machine.other_cpu_fraction == pytest.approx(0.5)
         assert r.machine.waited_s is None  # the policy does not wait
+        assert r.set_aside is None  # nor does it measure a busy start again
     assert "busy" in load_sentence(rounds)
+
+
+# ---------------------------------------------------------------------------------------------
+# A start that other processes slowed, measured again
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_start_is_set_aside_only_when_busy_under_a_rule_with_redos_left() -> None:
+    rule = RedoRule(cpu_fraction=0.25, times=1)
+    assert set_aside_reason(_load(0.45), None, 0) is None  # the policy keeps every start
+    assert set_aside_reason(None, rule, 0) is None  # no reading, nothing to judge by
+    assert set_aside_reason(_load(0.25), rule, 0) is None  # at the line is quiet
+    reason = set_aside_reason(_load(0.45), rule, 0)
+    assert reason is not None
+    assert "0.90 of 2 CPUs (45%)" in reason and "more than the policy's 25%" in reason
+    assert set_aside_reason(_load(0.45), rule, 1) is None  # bounded: the redo is kept
+    assert set_aside_reason(_load(0.9), RedoRule(0.25, 2), 1) is not None
+
+
+def test_the_redo_rule_takes_the_busy_line_of_the_quiet_wait() -> None:
+    assert redo_rule(ServicePolicy()) is None
+    assert redo_rule(ServicePolicy(redo_busy_starts=1)) == RedoRule(0.25, 1)
+    waits = ServicePolicy(quiet_cpu_fraction=0.1, quiet_wait_s=30, redo_busy_starts=2)
+    assert redo_rule(waits) == RedoRule(0.1, 2)
+    for shipped in ("demo", "single-user", "default"):  # measured, not worth it yet (cycle.md)
+        assert load_policy(shipped).service.redo_busy_starts is None
+    with pytest.raises(ValueError):
+        ServicePolicy(redo_busy_starts=0)
+
+
+class BusyStarts:
+    """The cost model's simulated starts, with other processes taking ``cores`` CPUs through
+    the starts named in ``busy`` ((configuration, its nth start), all of them with None)."""
+
+    def __init__(self, busy: set[tuple[str, int]] | None, cores: float = 0.9) -> None:
+        profile = TargetProfile.model_validate(
+            yaml.safe_load((BENCHMARKS / "profiles/qwen27b-m5pro.yaml").read_text())
+        )
+        fast = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
+        self.server = SimServer(profile, {"sim:fast": fast}, seed=3)
+        self.busy, self.cores = busy, cores
+        self.calls: dict[str, int] = {}
+        self.other_cpu = 0.0
+
+    def __call__(self, spec: StartSpec, ready: object) -> StartResult:
+        n = self.calls.get(spec.candidate, 0)
+        self.calls[spec.candidate] = n + 1
+        began = self.server.clock()
+        result = self.server(spec, ready)  # type: ignore[arg-type]
+        if self.busy is None or (spec.candidate, n) in self.busy:
+            self.other_cpu += self.cores * (self.server.clock() - began)
+        return result
+
+    def read(self) -> LoadSnapshot:
+        return snap(self.server.clock(), self.other_cpu, {"supervisor": 0.0})
+
+    def cycle(self, journal: Lines) -> tuple[CandidateRun, dict[str, CandidateRun], Bench]:
+        plan = simulated_plan(load_policy("single-user"), ["sim:fast"])
+        # With a learned spread a reported cell is measured in a configuration's first start
+        # alone (measure.cells_for_start).
+        learned = plan.protocol.model_copy(update={"learned_spread": LearnedSpread(sd=0.055, df=8)})
+        plan = plan.model_copy(update={"protocol": learned})
+        bench = Bench(
+            plan=plan,
+            journal=journal,
+            run_start=self,
+            clock=self.server.clock,
+            now=self.server.clock.wall,
+            machine=Machine(self.read, redo=RedoRule(0.25, 1)),
+        )
+        recipe = Recipe(
+            candidate_id="sim:fast",
+            template="mlx_lm_server",
+            model_path="/m",
+            knobs=Knobs(prompt_cache_size=0),
+            candidate_class="acceleration_plugin",  # type: ignore[arg-type]
+        )
+        baseline = recipe.model_copy(update={"candidate_id": BASELINE_ID})
+        base, runs = run_rounds(bench, baseline, {"sim:fast": recipe}, deadline=1e9)
+        return base, runs, bench
+
+
+def test_a_start_other_processes_slowed_is_set_aside_and_measured_again() -> None:
+    fake = BusyStarts({("sim:fast", 0), (BASELINE_ID, 1)})
+    journal = Lines()
+    base, runs, bench = fake.cycle(journal)
+    run = runs["sim:fast"]
+    first, again = run.rounds[:2]
+    assert first.set_aside and "more than the policy's 25%" in first.set_aside
+    assert first.machine is not None and first.machine.other_cpu_fraction > 0.25
+    assert again.set_aside is None and again.round == first.round == 0
+    # The busy start's timed samples stay in the evidence as phase busy, never selected; its
+    # greedy outputs stand, and the redo measures the cells of the start it replaces (the
+    # reported 4-request cell, which a second start alone would leave out).
+    assert {s.phase for s in run.samples if s.start == 0} == {"busy"}
+    assert run.greedy and all(s.start == 0 for s in run.greedy)
+    assert {s.concurrency for s in run.samples if s.start == 1 and s.phase == "measure"} == {1, 4}
+    assert [r.start for r in base.rounds if r.set_aside] == [1]
+    verdict, _ = decide_cycle(base, runs, bench.plan)
+    (judged,) = verdict.candidates
+    measured = {s.start for s in run.samples if s.phase == "measure"}
+    assert run.starts == len(measured) + 1
+    assert f"{len(measured)} candidate start(s)" in " ".join(judged.reasons)
+    steps = [e for e in journal.events if e.fields["step"] == JournalStep.SET_ASIDE.value]
+    assert [(e.fields["candidate"], e.fields["start"]) for e in steps] == [
+        ("sim:fast", 0),
+        (BASELINE_ID, 1),
+    ]
+    assert "start(s) that other processes slowed were measured again" in load_sentence(
+        base.rounds + run.rounds
+    )
+
+
+def test_measuring_again_is_bounded_and_a_busy_redo_is_kept() -> None:
+    fake = BusyStarts(None)  # every start busy
+    base, runs, _ = fake.cycle(Lines())
+    for run in (base, runs["sim:fast"]):
+        aside = [r.set_aside is not None for r in run.rounds]
+        assert aside == [True, False] * (len(aside) // 2) and aside
+        assert run.starts == len(run.rounds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,3 +543,25 @@ def test_status_says_a_start_is_waiting_for_a_quiet_machine(bare_home: Home) -> 
     bare_home.append_event(ended)
     view = cycle_progress(bare_home, current.model_copy(update={"message": ended.message}))
     assert view.progress is not None and "waiting for a quiet machine" not in view.progress
+
+
+def test_a_held_out_start_other_processes_slowed_is_measured_again() -> None:
+    fake = BusyStarts({(BASELINE_ID, 0)})
+    _, runs, bench = fake.cycle(Lines())
+    fake.calls.clear()  # the held-out check's starts counted afresh: the baseline's first busy
+    recipe = Recipe(
+        candidate_id="sim:fast",
+        template="mlx_lm_server",
+        model_path="/m",
+        knobs=Knobs(prompt_cache_size=0),
+        candidate_class="acceleration_plugin",  # type: ignore[arg-type]
+    )
+    baseline = recipe.model_copy(update={"candidate_id": BASELINE_ID})
+    held = heldout_check(bench, baseline, recipe)
+    assert [r.set_aside is not None for r in held.baseline.rounds] == [True, False]
+    assert [r.set_aside is not None for r in held.winner.rounds] == [False]
+    phases = {(s.start, s.phase) for s in held.baseline.samples}
+    # The redo has no greedy pass to warm it up (the busy start's outputs stand): a warm-up.
+    assert phases == {(0, "busy"), (1, "warmup"), (1, "heldout")}
+    assert held.verdict is not None and held.passed, held.reason
+    assert "1 baseline and 1 candidate start(s)" in held.reason
