@@ -266,12 +266,29 @@ def test_the_wait_is_bounded_and_then_measures_anyway() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_every_start_of_the_round_loop_records_the_machine_load() -> None:
+def _sim_server() -> SimServer:
+    """The cost model's simulated starts: the real-target profile, one 1.9x candidate."""
     profile = TargetProfile.model_validate(
         yaml.safe_load((BENCHMARKS / "profiles/qwen27b-m5pro.yaml").read_text())
     )
     fast = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
-    server = SimServer(profile, {"sim:fast": fast}, seed=3)
+    return SimServer(profile, {"sim:fast": fast}, seed=3)
+
+
+def _sim_recipes() -> tuple[Recipe, Recipe]:
+    """(baseline, candidate) recipes the simulated starts measure."""
+    recipe = Recipe(
+        candidate_id="sim:fast",
+        template="mlx_lm_server",
+        model_path="/m",
+        knobs=Knobs(prompt_cache_size=0),
+        candidate_class="acceleration_plugin",  # type: ignore[arg-type]
+    )
+    return recipe.model_copy(update={"candidate_id": BASELINE_ID}), recipe
+
+
+def test_every_start_of_the_round_loop_records_the_machine_load() -> None:
+    server = _sim_server()
 
     def read() -> LoadSnapshot:  # one other core busy all along, on the simulated clock
         return snap(server.clock(), 1.0 * server.clock(), {"supervisor": 0.0})
@@ -285,14 +302,7 @@ def test_every_start_of_the_round_loop_records_the_machine_load() -> None:
         now=server.clock.wall,
         machine=Machine(read),
     )
-    recipe = Recipe(
-        candidate_id="sim:fast",
-        template="mlx_lm_server",
-        model_path="/m",
-        knobs=Knobs(prompt_cache_size=0),
-        candidate_class="acceleration_plugin",  # type: ignore[arg-type]
-    )
-    baseline = recipe.model_copy(update={"candidate_id": BASELINE_ID})
+    baseline, recipe = _sim_recipes()
     base, runs = run_rounds(bench, baseline, {"sim:fast": recipe}, deadline=1e9)
     rounds = base.rounds + runs["sim:fast"].rounds
     assert rounds and all(r.machine is not None for r in rounds)
@@ -337,11 +347,7 @@ class BusyStarts:
     the starts named in ``busy`` ((configuration, its nth start), all of them with None)."""
 
     def __init__(self, busy: set[tuple[str, int]] | None, cores: float = 0.9) -> None:
-        profile = TargetProfile.model_validate(
-            yaml.safe_load((BENCHMARKS / "profiles/qwen27b-m5pro.yaml").read_text())
-        )
-        fast = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
-        self.server = SimServer(profile, {"sim:fast": fast}, seed=3)
+        self.server = _sim_server()
         self.busy, self.cores = busy, cores
         self.calls: dict[str, int] = {}
         self.other_cpu = 0.0
@@ -372,14 +378,7 @@ class BusyStarts:
             now=self.server.clock.wall,
             machine=Machine(self.read, redo=RedoRule(0.25, 1)),
         )
-        recipe = Recipe(
-            candidate_id="sim:fast",
-            template="mlx_lm_server",
-            model_path="/m",
-            knobs=Knobs(prompt_cache_size=0),
-            candidate_class="acceleration_plugin",  # type: ignore[arg-type]
-        )
-        baseline = recipe.model_copy(update={"candidate_id": BASELINE_ID})
+        baseline, recipe = _sim_recipes()
         base, runs = run_rounds(bench, baseline, {"sim:fast": recipe}, deadline=1e9)
         return base, runs, bench
 
@@ -549,14 +548,7 @@ def test_a_held_out_start_other_processes_slowed_is_measured_again() -> None:
     fake = BusyStarts({(BASELINE_ID, 0)})
     _, runs, bench = fake.cycle(Lines())
     fake.calls.clear()  # the held-out check's starts counted afresh: the baseline's first busy
-    recipe = Recipe(
-        candidate_id="sim:fast",
-        template="mlx_lm_server",
-        model_path="/m",
-        knobs=Knobs(prompt_cache_size=0),
-        candidate_class="acceleration_plugin",  # type: ignore[arg-type]
-    )
-    baseline = recipe.model_copy(update={"candidate_id": BASELINE_ID})
+    baseline, recipe = _sim_recipes()
     held = heldout_check(bench, baseline, recipe)
     assert [r.set_aside is not None for r in held.baseline.rounds] == [True, False]
     assert [r.set_aside is not None for r in held.winner.rounds] == [False]
