@@ -49,37 +49,43 @@ def sealed_home(
 ) -> Iterator[tuple[Home, str]]:
     # A promotion by policy with the drift check on: the drift tolerance must stay below the
     # minimum speedup (a policy rule), so both are loose (a busy machine drifts; drift samples
-    # are still taken), and the verdict is judged as conftest.PROMOTING_PROTOCOL judges.
+    # are still taken). Judged over three starts per side at 90% confidence, not the 60% of
+    # conftest.PROMOTING_PROTOCOL: the drift check allows one re-measure the start spread at the
+    # protocol's confidence beyond its tolerance, and at 60% that allowance is a quarter of one
+    # spread. On 2026-12-03 CI kept the baseline in both tries, and this machine in its first,
+    # with k4 at 2.04x (60% interval 1.96x to 2.13x) made inconclusive by a drift start at
+    # 1.223x (its three baseline starts: 25.2, 26.6 and 24.4 tok/s; the drift start 30.4).
     home = make_home(
         tmp_path_factory.mktemp("proof") / "home",
         demo_models,
         thresholds={
-            "min_speedup_pct": {"default": 25.0, "low": 0.0, "high": 200.0},
+            "min_speedup_pct": {"default": 30.0, "low": 0.0, "high": 200.0},
             "worst_prompt_tolerance_pct": 100.0,
         },
         drift_check=True,
-        drift_tolerance_pct=20.0,
-        **PROMOTING_PROTOCOL,
+        drift_tolerance_pct=25.0,
+        **{**PROMOTING_PROTOCOL, "confidence": 0.9},
         # 64-token answers, as the demo's: at 24 the winner's held-out gain measured 1.34x
-        # [1.23x, 1.47x], too close to this policy's 1.25x (the demo's held-out gains at 64
+        # [1.23x, 1.47x], too close to a 1.25x threshold (the demo's held-out gains at 64
         # tokens: 1.60x to 1.77x).
         max_tokens=64,
     )
     try:
         # One more cycle if the machine's speed refused the first: on this 2-core machine it
-        # can swing beyond 20% between starts (the fixture's drift start measured the baseline
+        # can swing beyond 25% between starts (the fixture's drift start measured the baseline
         # at 0.739x and at 1.511x of its rounds in two full runs), and the drift check then
         # rightly keeps the baseline; a held-out start can land in a slow moment as well, and
         # three starts per side can leave the drafter open (2026-12-02's full run: k4
         # inconclusive on a quiet machine, whose starts moved by up to 45% that morning). These
         # tests need a promoted, sealed cycle; the drift, held-out and interval rules are tested
-        # in tests/core/test_decisions.py and tests/core/test_selector.py. A second refusal fails
-        # the fixture.
-        for _ in range(2):
+        # in tests/core/test_decisions.py and tests/core/test_selector.py. A third refusal fails
+        # the fixture (a try that promotes ends the loop, so a good run pays for one cycle).
+        for _ in range(3):
             home.enqueue(freeze(home, CANDIDATES))
             (summary,) = supervise(home, ignore_window=True)
             if summary.outcome == Outcome.PROMOTED:
                 break
+            print(f"sealed_home: try kept the baseline: {summary.reason}")  # shown if it fails
         yield home, summary.cycle_id
     finally:
         stop_home(home)
