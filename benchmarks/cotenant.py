@@ -13,7 +13,9 @@ for other processes to use at most a quarter of the CPUs (a home policy with
 service.redo_busy_starts also measures a start again where they took more than that over its
 window: the `set aside` column). --quiet F runs each demo under a home policy of its own: the
 demo policy with service.quiet_cpu_fraction F and service.quiet_wait_s --quiet-wait; --no-wait
-the demo policy without the wait (the row the wait is judged against).
+the demo policy without the wait (the row the wait is judged against). --paired / --no-paired
+run each demo with protocol.paired on or off (each round's configurations alive at once,
+requests alternating, judged by round).
 --no-cotenant runs the same demos without the co-tenant (the
 comparison row). --same-home runs every demo in one home, as a user's repeated demos are: from
 the second on, a demo learns the machine's start-to-start spread from the earlier ones' sealed
@@ -32,12 +34,14 @@ average 10-14, one demo took 530 s without the co-tenant. --smoke: the co-tenant
 in 1-second phases, no demo.
 
     .venv/bin/python benchmarks/cotenant.py [--demo N] [--on 20] [--off 20] [--seconds 3600]
-        [--quiet F] [--quiet-wait S] [--no-wait] [--no-cotenant] [--same-home] [--home DIR] [--json]
+        [--quiet F] [--quiet-wait S] [--no-wait] [--no-cotenant] [--same-home] [--home DIR]
+        [--paired | --no-paired] [--json]
         [--smoke]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -106,15 +110,20 @@ class Cotenant:
             self.figures = json.loads(lines[-1])
 
 
-def demo_policy(home: Path, quiet: float | None, wait_s: float) -> None:
-    """The shipped demo policy with the quiet wait set to ``quiet`` (None: no wait), as the
+def demo_policy(
+    home: Path, setting: tuple[float | None, float] | None, paired: bool | None = None
+) -> None:
+    """The shipped demo policy with the quiet wait ``setting`` (fraction or None for no wait,
+    seconds; None: the shipped wait) and ``protocol.paired`` (None: the shipped value), as the
     home's own `demo` policy."""
     data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
     service = data.setdefault("service", {})
-    if quiet is None:
+    if paired is not None:
+        data["protocol"]["paired"] = paired
+    if setting is not None and setting[0] is None:
         service.pop("quiet_cpu_fraction", None)
-    else:
-        service.update({"quiet_cpu_fraction": quiet, "quiet_wait_s": wait_s})
+    elif setting is not None:
+        service.update({"quiet_cpu_fraction": setting[0], "quiet_wait_s": setting[1]})
     (home / "policy").mkdir(parents=True, exist_ok=True)
     (home / "policy" / "demo.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
@@ -154,9 +163,12 @@ def bundle_row(evidence: Path) -> dict[str, Any]:
     runs = [read_model(p, CandidateRun) for p in sorted((evidence / "runs").glob("*.json"))]
     rounds = [r for run in runs for r in run.rounds]
     load = summarize(rounds)
-    open_ = [v.candidate for v in verdict.candidates if v.decision == Decision.INCONCLUSIVE]
     learned = read_model(evidence / "plan.json", FrozenPlan).protocol.learned_spread
-    decided = summary.outcome == Outcome.PROMOTED or not open_
+    # Decided: promoted, or every candidate rejected. A baseline kept with a candidate
+    # qualified (its held-out check failed) or open decided nothing.
+    decided = summary.outcome == Outcome.PROMOTED or all(
+        v.decision == Decision.REJECTED for v in verdict.candidates
+    )
     return {
         "outcome": summary.outcome.value,
         "selected": summary.selected,
@@ -189,6 +201,12 @@ def main() -> int:
     ap.add_argument("--no-cotenant", action="store_true", help="the demos without it")
     ap.add_argument("--same-home", action="store_true", help="every demo in one home")
     ap.add_argument("--home", type=Path, default=None, help="that one home, kept afterwards")
+    ap.add_argument(
+        "--paired",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="protocol.paired on (--paired) or off (--no-paired); default: the shipped policy's",
+    )
     args = ap.parse_args()
     if args.smoke:
         args.demo, args.on, args.off, args.seconds = 0, 1.0, 1.0, 4.0
@@ -257,6 +275,9 @@ def main() -> int:
             "cotenant_wall_s": figures.get("wall_s"),
             "quiet_cpu_fraction": quiet,
             "quiet_wait_s": wait_s if quiet is not None else None,
+            "paired": bool(load_policy("demo").protocol.paired)
+            if args.paired is None
+            else args.paired,
             "seconds": round(time.monotonic() - began, 1),
             "same_home": args.same_home or args.home is not None,
             "rows": rows,
@@ -269,8 +290,8 @@ def main() -> int:
 def demo_row(work: Path, index: int, args: Any) -> dict[str, Any]:
     home = args.home or work / ("home" if args.same_home else f"home-{index + 1}")
     setting = wait_setting(args)
-    if setting is not None:
-        demo_policy(home, *setting)
+    if setting is not None or args.paired is not None:
+        demo_policy(home, setting, args.paired)
     loadavg = os.getloadavg()[0]
     print(f"demo {index + 1}/{args.demo} (load average {loadavg:.1f})", file=sys.stderr)
     answer, seconds = run_demo(home)

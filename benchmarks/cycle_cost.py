@@ -20,12 +20,18 @@ median <= 30 min.
 Takes: about 2 s per seed and row on a 2-core machine (40 seeds x 4 rows: 5 minutes);
 ``--smoke`` runs 2 seeds of one row.
 
+``--load-spread S`` adds other processes' load (``flows.projection.SimServer.load_spread``);
+``--paired`` adds each row with ``protocol.paired`` (paired starts where every configuration fits
+in memory at once, ``--memory-gb`` for a larger machine; else rounds one start after another,
+judged by round).
+
 Prints one row per (policy, plan): median and p90 minutes, decided %, qualified %, unserved
 minutes (the stable port held while candidates run alone). ``--json``: last line
 ``{"rows": [{profile, policy, plan, truth, seeds, median_minutes, p90_minutes, decided_pct,
 qualified_pct, unserved_minutes, ...}]}``.
 
     python benchmarks/cycle_cost.py --profile qwen27b-m5pro --seeds 40 [--json]
+        [--load-spread 0.2] [--paired] [--memory-gb 128]
     python benchmarks/cycle_cost.py --profile this-home --bundle evidence/<cycle id> [--json]
 """
 
@@ -75,15 +81,19 @@ def row(
     seeds: int,
     history_df: int = 0,
     spread_error: float = 1.0,
+    *,
+    paired: bool = False,
+    load_spread: float = 0.0,
 ) -> dict:
     policy = load_policy(policy_name)
     names = PLANS[plan_name]
     truths = {f"sim:{n}": profile.candidates[n] for n in names}
     plan = simulated_plan(policy, list(truths))
     learned = history_spread(plan, profile, history_df, spread_error)
-    plan = plan.model_copy(
-        update={"protocol": plan.protocol.model_copy(update={"learned_spread": learned})}
+    protocol = plan.protocol.model_copy(
+        update={"learned_spread": learned, "paired": paired or plan.protocol.paired}
     )
+    plan = plan.model_copy(update={"protocol": protocol})
     runs: list[Projection] = [
         project(
             plan,
@@ -92,6 +102,7 @@ def row(
             seed=seed,
             cycle_minutes=policy.budgets.cycle_minutes,
             memory_budget_fraction=policy.service.memory_budget_fraction,
+            load_spread=load_spread,
         )
         for seed in range(seeds)
     ]
@@ -102,6 +113,9 @@ def row(
         "truth": _truth_words(truths, profile.baseline),
         "history_df": history_df,
         "spread_error": spread_error,
+        "paired": bool(protocol.paired),
+        "load_spread": load_spread,
+        "memory_gb": profile.memory_gb,
         **summary(runs),
     }
 
@@ -189,29 +203,55 @@ def main(argv: list[str] | None = None) -> int:
         help="degrees of freedom of the home's learned start spread (0: no history)",
     )
     ap.add_argument("--spread-error", type=float, default=1.0, help="learned spread / true spread")
+    ap.add_argument(
+        "--load-spread",
+        type=float,
+        default=0.0,
+        help="other processes' load: the log slowdown over one start is |N(0, this)|",
+    )
+    ap.add_argument(
+        "--paired",
+        action="store_true",
+        help="each row once more with protocol.paired (paired starts where memory fits)",
+    )
+    ap.add_argument("--memory-gb", type=float, help="the target's memory (the profile's else)")
     ap.add_argument("--bundle", help="this-home: a sealed bundle folder")
     ap.add_argument("--home", help="this-home: a home whose newest sealed bundle is used")
     args = ap.parse_args(argv)
     if args.profile == "this-home":
         return this_home(args)
     profile = load_profile(args.profile)
+    if args.memory_gb:
+        profile = profile.model_copy(update={"memory_gb": args.memory_gb})
     policies, plans, seeds = args.policies.split(","), args.plans.split(","), args.seeds
     if args.smoke:
         policies, plans, seeds = policies[:1], plans[:1], 2
+    modes = (False, True) if args.paired else (False,)
     rows = [
-        row(profile, p, plan, seeds, args.history_df, args.spread_error)
+        row(
+            profile,
+            p,
+            plan,
+            seeds,
+            args.history_df,
+            args.spread_error,
+            paired=mode,
+            load_spread=args.load_spread,
+        )
         for p in policies
         for plan in plans
+        for mode in modes
     ]
     head = ("policy", "plan", "truth", "median min", "p90 min", "decided", "qualified", "unserved")
     print(
-        f"profile {profile.name}, history {args.history_df} df x{args.spread_error:g}, "
-        f"{seeds} seeds"
+        f"profile {profile.name} ({profile.memory_gb:g} GB), history {args.history_df} df "
+        f"x{args.spread_error:g}, load spread {args.load_spread:g}, {seeds} seeds"
     )
     print(" | ".join(head))
     for r in rows:
         print(
-            f"{r['policy']} | {r['plan']} | {r['truth']} | {r['median_minutes']} | "
+            f"{r['policy']}{' paired' if r['paired'] else ''} | {r['plan']} | {r['truth']} | "
+            f"{r['median_minutes']} | "
             f"{r['p90_minutes']} | {r['decided_pct']}% | {r['qualified_pct']}% | "
             f"{r['unserved_minutes']} min  (rounds {r['median_rounds']}, "
             f"requests {r['median_requests']}, {r['outcomes']})"

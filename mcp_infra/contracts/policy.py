@@ -141,6 +141,16 @@ class MeasureProtocol(Part):
         "decision is still open (13: enough to qualify a true gain 10 points above the threshold "
         "at 5% start-to-start noise, see core.stats)",
     )
+    paired: bool | None = Field(
+        None,
+        description="each round starts the baseline and every open candidate at once, on ports "
+        "of their own, and sends each request to each of them in turn, so other load on the "
+        "machine lands on all of them alike; the speedup is judged on the per-round "
+        "differences (core.stats, decision method 6), with no drift re-measure (drift between "
+        "rounds cancels in each difference). Where their memory does not fit at once "
+        "the rounds run one start after another and are still judged by round. None or false: "
+        "one start at a time, judged as independent starts",
+    )
 
 
 class Window(Part):

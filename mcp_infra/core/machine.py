@@ -29,6 +29,7 @@ from mcp_infra.contracts import (
     ServicePolicy,
     Verdict,
 )
+from mcp_infra.core.selector import drift_opened
 
 QUIET_LOOK_S = 0.3
 """How long one look at the machine lasts before a start (CPU time over a window, not the load
@@ -266,9 +267,15 @@ def summarize(rounds: Sequence[RoundRecord]) -> LoadSummary | None:
     )
 
 
-def load_sentence(rounds: Sequence[RoundRecord], busy_fraction: float = BUSY_CPU_FRACTION) -> str:
+def load_sentence(
+    rounds: Sequence[RoundRecord],
+    busy_fraction: float = BUSY_CPU_FRACTION,
+    *,
+    drift: bool = False,
+) -> str:
     """How busy the machine was while it measured, and what to do about a decision it left open;
-    empty when no start recorded the load."""
+    empty when no start recorded the load. ``drift``: the drift check left every open decision
+    open, which more starts would not settle."""
     s = summarize(rounds)
     if s is None:
         return ""
@@ -300,9 +307,15 @@ def load_sentence(rounds: Sequence[RoundRecord], busy_fraction: float = BUSY_CPU
     if s.set_aside:
         wait += f", {s.set_aside} start(s) that other processes slowed were measured again"
     if not busy and not memory_short:
+        then = (
+            "the baseline's speed changed between its starts on a quiet machine, so the plan "
+            "run again may decide"
+            if drift
+            else "more starts (protocol.max_starts) may settle it"
+        )
         return (
             f"the machine was quiet while it measured: {cpu}{wait}; the load does not explain "
-            "the open decision, more starts (protocol.max_starts) may settle it"
+            f"the open decision, {then}"
         )
     advice = []
     if busy and s.waits:
@@ -330,10 +343,18 @@ def open_verdict_words(
 ) -> str:
     """``; <load sentence>`` for a verdict that left a decision open (some candidate
     inconclusive), over every run's rounds; empty otherwise, or when no start recorded the load."""
-    if not any(v.decision == Decision.INCONCLUSIVE for v in verdict.candidates):
+    open_ = [v for v in verdict.candidates if v.decision == Decision.INCONCLUSIVE]
+    if not open_:
         return ""
+    drifted = {v.candidate: found for v in open_ if (found := drift_opened(v)) is not None}
+    words = ""
+    if drifted:
+        # Said first: the drift check, not the interval, is what left these open.
+        words = f"; the drift check left {', '.join(drifted)} open: {next(iter(drifted.values()))}"
     rounds = [r for run in runs for r in run.rounds]
     sentence = load_sentence(
-        rounds, busy_fraction if busy_fraction is not None else BUSY_CPU_FRACTION
+        rounds,
+        busy_fraction if busy_fraction is not None else BUSY_CPU_FRACTION,
+        drift=len(drifted) == len(open_),
     )
-    return f"; {sentence}" if sentence else ""
+    return words + (f"; {sentence}" if sentence else "")

@@ -64,6 +64,7 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "quiet_cpu_fraction",
         "recipe_memory",
         "redo_busy_starts",
+        "paired",
     }
 )
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""

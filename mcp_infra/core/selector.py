@@ -72,6 +72,7 @@ from mcp_infra.core.stats import (
     in_cell,
     log_interval,
     look_level,
+    paired_log_interval,
     quantile,
     repeats_to_decide,
     speedup_summary,
@@ -91,6 +92,10 @@ METHOD_CHANGES = {
     4: "where a look may qualify, the learned spread counts as at most 4 degrees of freedom "
     "in the pool (stats.PRIOR_MAX_DF) and the pooled figure is never below the cycle's own; "
     "the futility stop keeps history at its full weight",
+    5: "a side measured in one start (each side of the held-out check) gives each prompt's "
+    "interval the within-start variance pooled over its prompts (stats.one_start_pooled)",
+    6: "a paired protocol (protocol.paired: the configurations of a round measured at once, "
+    "requests alternating) is judged on the per-start differences (stats.paired_variances)",
 }
 """What each decision method changed from the one before (the verifier names them)."""
 
@@ -100,18 +105,26 @@ same samples could get another verdict (``evidence verify`` recomputes a verdict
 method that reached it)."""
 
 
-def decides_alike(method: int, protocol: MeasureProtocol) -> bool:
-    """Whether a verdict of decision ``method`` on a plan with ``protocol`` is what this method
-    reaches too: its own method; method 3 without a learned spread (method 4 changed only how
-    one is pooled); method 2 where none of method 3's inputs is in play (no learned spread, no
-    futility stop, no drift check)."""
-    if method == DECISION_METHOD:
-        return True
+def replay_method(method: int, protocol: MeasureProtocol) -> int | None:
+    """The ``select(method=...)`` that reaches again what a verdict of decision ``method`` on a
+    plan with ``protocol`` reached, or None where this code cannot: methods 4 and on as
+    themselves (``select`` keeps each one's rules); method 3 as 4 without a learned spread
+    (method 4 changed only how one is pooled); method 2 as 4 where none of method 3's inputs is
+    in play (no learned spread, no futility stop, no drift check)."""
+    if 4 <= method <= DECISION_METHOD:
+        return method
     if protocol.learned_spread is not None:
-        return False
+        return None
     if method == 3:
-        return True
-    return method == 2 and protocol.futility_confidence is None and not protocol.drift_check
+        return 4
+    if method == 2 and protocol.futility_confidence is None and not protocol.drift_check:
+        return 4
+    return None
+
+
+def decides_alike(method: int, protocol: MeasureProtocol) -> bool:
+    """Whether this code can reach again a verdict of decision ``method`` (``replay_method``)."""
+    return replay_method(method, protocol) is not None
 
 
 def _x(value: float) -> str:
@@ -410,8 +423,10 @@ def judge(
     quality: dict[str, list[Sample]] | None = None,
     *,
     confirmation: bool = False,
+    method: int = DECISION_METHOD,
 ) -> CandidateVerdict:
-    """The verdict on one candidate: gates first, then the statistics (module docstring)."""
+    """The verdict on one candidate: gates first, then the statistics (module docstring), by
+    decision ``method`` (``METHOD_CHANGES``; 4 and on)."""
     may_promote = run.candidate_class is not None and auto_promote.get(run.candidate_class, False)
     verdict = CandidateVerdict(
         candidate=run.candidate,
@@ -433,6 +448,7 @@ def judge(
     )
     head = headline_cell(baseline, run, protocol)
     seed = derive_seed(protocol.seed, run.candidate)
+    paired = bool(protocol.paired) and method >= 6
     summary = speedup_summary(
         baseline.samples,
         run.samples,
@@ -442,6 +458,8 @@ def judge(
         level=level,
         cell=head,
         prior=learned_prior(protocol),
+        pool_one_start=method >= 5,
+        paired=paired,
     )
     if summary is None:
         hard_failures.append(_nothing_to_compare(baseline))
@@ -455,7 +473,9 @@ def judge(
             + " that the baseline measured."
         )
     floor = 1 - thresholds.worst_prompt_tolerance_pct / 100
-    verdict.cells = judge_cells(baseline, run, protocol, summary, head, floor, seed, level)
+    verdict.cells = judge_cells(
+        baseline, run, protocol, summary, head, floor, seed, level, paired=paired
+    )
 
     threshold = 1 + thresholds.min_speedup_pct / 100
     shown_level = f"{summary.confidence:.0%}"
@@ -576,7 +596,7 @@ def _futile_cell(
     return log_interval(b_logs, c_logs, protocol.futility_confidence, prior, guarded=False)[2]
 
 
-def judge_cells(
+def judge_cells(  # noqa: PLR0913  the headline look's figures, passed on to each cell's
     baseline: CandidateRun,
     run: CandidateRun,
     protocol: MeasureProtocol,
@@ -585,6 +605,8 @@ def judge_cells(
     floor: float,
     seed: int,
     level: float,
+    *,
+    paired: bool = False,
 ) -> list[CellVerdict]:
     """Figures of every workload cell measured by the baseline, in the workload's order.
 
@@ -633,6 +655,7 @@ def judge_cells(
                 seed=derive_seed(seed, f"{key[0]}@{key[1]}"),
                 level=level,
                 prior=learned_prior(protocol),
+                paired=paired,
             )
         )
         if summary is None or summary.missing_prompts:
@@ -647,16 +670,22 @@ def judge_cells(
             summary.ci_low,
             summary.ci_high,
         )
-        base_out = output_tps_by_start(ok, c.concurrency)
-        cand_out = output_tps_by_start(mine, c.concurrency)
+        base_out = output_tps_by_start(ok, c.concurrency, per_batch=paired)
+        cand_out = output_tps_by_start(mine, c.concurrency, per_batch=paired)
+        common = sorted(set(base_out) & set(cand_out)) if paired else []
+        if len(common) >= 2:  # paired: the starts both measured, judged by their differences
+            base_out = {st: base_out[st] for st in common}
+            cand_out = {st: cand_out[st] for st in common}
         if base_out and cand_out:
             b_logs = [math.log(v) for v in base_out.values()]
             c_logs = [math.log(v) for v in cand_out.values()]
             # workload.aggregate_tps's figure, from the per-start values computed above
             cv.baseline_output_tps = geometric_mean(list(base_out.values()))
             cv.candidate_output_tps = geometric_mean(list(cand_out.values()))
-            cv.output_ratio, cv.output_ci_low, cv.output_ci_high = log_interval(
-                b_logs, c_logs, level, learned_prior(protocol)
+            cv.output_ratio, cv.output_ci_low, cv.output_ci_high = (
+                paired_log_interval(b_logs, c_logs, level)
+                if len(common) >= 2
+                else log_interval(b_logs, c_logs, level, learned_prior(protocol))
             )
             est, low, high = cv.output_ratio, cv.output_ci_low, cv.output_ci_high
             what = "aggregate output tok/s"
@@ -715,7 +744,7 @@ def _preference(run: CandidateRun) -> tuple[int, tuple[int, int], float, str]:
     return (lossy, run.knobs.cost_key(), memory, run.candidate)
 
 
-def select(
+def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confirmation, method)
     baseline: CandidateRun,
     runs: list[CandidateRun],
     thresholds: EffectiveThresholds,
@@ -725,6 +754,7 @@ def select(
     *,
     interim: bool = False,
     confirmation: bool = False,
+    method: int = DECISION_METHOD,
 ) -> Verdict:
     """Judge every candidate and pick the one to promote, or keep the baseline.
 
@@ -742,22 +772,36 @@ def select(
     between measurement rounds (early stopping), before the baseline's final re-measurement: the
     drift check is then left to the final call, and each qualified verdict says so.
     ``confirmation=True`` judges a selected winner again on held-out prompts (module docstring).
+    ``method``: the decision method to judge by (``replay_method``: a verifier reaches an older
+    bundle's verdict again); a cycle judges by ``DECISION_METHOD``.
     """
+    if not 4 <= method <= DECISION_METHOD:
+        raise ValueError(f"decision method {method} is not one this code judges by")
     candidates = [r for r in runs if r.candidate != baseline.candidate]
     verdicts = [
-        judge(baseline, r, thresholds, protocol, auto_promote, quality, confirmation=confirmation)
+        judge(
+            baseline,
+            r,
+            thresholds,
+            protocol,
+            auto_promote,
+            quality,
+            confirmation=confirmation,
+            method=method,
+        )
         for r in candidates
     ]
-    drift = baseline_drift(baseline.samples) if protocol.drift_check else None
-    problem = None if interim else _drift_problem(baseline, drift, protocol)
+    checked = drift_checked(protocol, method)
+    drift = baseline_drift(baseline.samples) if checked else None
+    problem = None if interim or not checked else _drift_problem(baseline, drift, protocol)
     for v in verdicts:
-        if v.decision != Decision.QUALIFIED or not protocol.drift_check:
+        if v.decision != Decision.QUALIFIED or not checked:
             continue
         if interim:
             v.reasons.append("Drift check pending: it runs after the last measurement round.")
         elif problem is not None:  # the machine may have changed under the measurement
             v.decision = Decision.INCONCLUSIVE
-            v.reasons.append(f"Inconclusive: {problem}; the comparison is not trustworthy.")
+            v.reasons.append(f"Inconclusive: {problem}{DRIFT_OPENED}")
     qualified = [
         (v, r)
         for v, r in zip(verdicts, candidates, strict=True)
@@ -770,7 +814,7 @@ def select(
             selected=None,
             reason=_no_selection(verdicts),
             baseline_drift=drift,
-            method=DECISION_METHOD,
+            method=method,
         )
 
     best = max(v.speedup_estimate or 0.0 for v, _ in eligible)
@@ -807,8 +851,32 @@ def select(
         selected=chosen.candidate,
         reason=reason,
         baseline_drift=drift,
-        method=DECISION_METHOD,
+        method=method,
     )
+
+
+def drift_checked(protocol: MeasureProtocol, method: int = DECISION_METHOD) -> bool:
+    """Whether the drift check applies: on in the protocol, and not paired (method 6 on). A
+    paired cycle compares each round's configurations measured side by side, so a drift of
+    the machine between rounds cancels in every difference; the lone re-measure would only
+    bring in the load of its own window (projected under load: 10 of 20 paired cycles lost a
+    qualified 1.9x drafter to it)."""
+    return protocol.drift_check and not (protocol.paired and method >= 6)
+
+
+DRIFT_OPENED = "; the comparison is not trustworthy."
+"""How the reason ends that the drift check adds to a candidate it left open (``drift_opened``)."""
+
+
+def drift_opened(verdict: CandidateVerdict) -> str | None:
+    """What the drift check found, for a candidate that qualified but was left open by it;
+    None for any other verdict."""
+    if verdict.decision != Decision.INCONCLUSIVE:
+        return None
+    for reason in verdict.reasons:
+        if reason.startswith("Inconclusive: ") and reason.endswith(DRIFT_OPENED):
+            return reason.removeprefix("Inconclusive: ").removesuffix(DRIFT_OPENED)
+    return None
 
 
 def _drift_problem(

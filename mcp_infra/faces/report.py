@@ -241,10 +241,11 @@ def heldout_check(data: Loaded) -> HeldOut | None:
     if data.plan is None or data.verdict is None:
         held.why_not = "the bundle has no plan or verdict to re-derive it from"
         return held
-    from mcp_infra.core.selector import decides_alike, select
+    from mcp_infra.core.selector import replay_method, select
     from mcp_infra.flows.rounds import as_measured, heldout_protocol
 
-    if not decides_alike(data.verdict.method, data.plan.protocol):
+    method = replay_method(data.verdict.method, data.plan.protocol)
+    if method is None:
         held.why_not = "the verdict was reached by another decision method than this mcp-infra's"
         return held
     base, win = data.heldout.get("baseline"), data.heldout.get(candidate)
@@ -258,6 +259,7 @@ def heldout_check(data: Loaded) -> HeldOut | None:
         heldout_protocol(data.plan.protocol),
         data.plan.auto_promote,
         confirmation=True,
+        method=method,
     )
     (judged,) = again.candidates
     words = " ".join(judged.reasons)

@@ -46,6 +46,7 @@ from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.machine import open_verdict_words, quiet_rule, redo_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
+from mcp_infra.core.selector import drift_checked
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
@@ -56,6 +57,7 @@ from mcp_infra.flows.measure import (
     annotate_cells,
     measure_live,
     server_starter,
+    together_starter,
 )
 from mcp_infra.flows.rounds import (
     Bench,
@@ -289,6 +291,7 @@ class CycleContext:
     baseline_s: float = 0.0
     traffic: LiveTraffic | None = None
     exclusive: bool = False
+    together: bool = False  # paired rounds: the protocol asks and the memory fits
     baseline: CandidateRun | None = None
     verdict: Verdict | None = None
 
@@ -323,6 +326,9 @@ class CycleContext:
             plan=self.plan,
             journal=self.journal,
             run_start=server_starter(self.home, self.config, self.cycle_id),
+            run_together=together_starter(self.home, self.config, self.cycle_id)
+            if self.together
+            else None,
             start_errors=SERVER_START_ERRORS,
             live_traffic=self.traffic,
             machine=Machine(
@@ -484,6 +490,20 @@ def maintenance_step(c: CycleContext) -> CycleResult | None:
         load_s=(c.record.ready_s if c.record and c.record.ready_s else protocol.ready_timeout_s),
     )
     impact.decided(c.home, c.cycle_id, admission, expected)
+    if protocol.paired and todo:
+        c.together, why = impact.together_admission(
+            c.home,
+            c.loaded.policy,
+            c.record,
+            [a for a in c.admitted if a.candidate in todo],
+            exclusive=c.exclusive,
+        )
+        c.journal(
+            CycleState.MAINTENANCE,
+            ("paired rounds: " if c.together else "paired rounds refused: ") + why,
+            step=JournalStep.PAIRED,
+            paired=c.together,
+        )
     c.journal(
         CycleState.MAINTENANCE,
         impact.downtime_words(
@@ -538,7 +558,7 @@ def experiment_step(c: CycleContext) -> CycleResult | None:
 
 def drift_step(c: CycleContext) -> CycleResult | None:
     """With the policy's drift check on, the baseline once more after the experiments."""
-    if not c.plan.protocol.drift_check or c.baseline is None:
+    if not drift_checked(c.plan.protocol) or c.baseline is None:
         return None
     c.journal(
         CycleState.SELECT,

@@ -284,15 +284,34 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
     return out
 
 
-def measure_start(
-    base_url: str, spec: StartSpec, *, server: ProcessRecord | None = None
-) -> StartResult:
-    """Send a start's plan (``start_plan``) to a server. A server that dies stops the
-    measurement, recording why."""
-    result = StartResult()
-    protocol = spec.protocol
+class _Sender:
+    """One server's side of a start: its plan (``start_plan``), the samples it gets back, its
+    peak memory, and whether it died (then it is sent nothing more)."""
 
-    def keep(into: list[Sample], sample: Sample) -> None:
+    def __init__(self, base_url: str, spec: StartSpec, server: ProcessRecord | None) -> None:
+        self.base_url, self.spec, self.server = base_url, spec, server
+        tasks = load_suite(spec.quality_suite).prompts if spec.quality_suite else []
+        self.plan = start_plan(spec, tasks)
+        self.result = StartResult()
+        self.sampler = MemorySampler(server.pid) if server else None
+        workers = max((len(b.requests) for b in self.plan), default=1)
+        self.pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+
+    def __enter__(self) -> _Sender:
+        if self.sampler:
+            self.sampler.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool:
+            self.pool.shutdown(wait=True)
+        if self.sampler:
+            self.sampler.__exit__(None, None, None)
+            self.result.peak_gb = self.sampler.peak_gb
+            self.result.memory_source = self.sampler.source
+
+    def _keep(self, into: list[Sample], sample: Sample) -> None:
+        server = self.server
         if sample.error and server is not None and not whole(server):
             tail = server_log_tail(server, 300)
             died = f"server process exited during measurement; log tail: {tail}"
@@ -300,40 +319,72 @@ def measure_start(
             raise ServerDied(died)
         into.append(sample)
 
-    tasks = load_suite(spec.quality_suite).prompts if spec.quality_suite else []
-    plan = start_plan(spec, tasks)
-    sampler = MemorySampler(server.pid) if server else None
-    if sampler:
-        sampler.__enter__()
-    workers = max((len(b.requests) for b in plan), default=1)
-    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
-    try:
-        for batch in plan:
+    def send(self, batch: Batch) -> None:
+        """Send one batch and keep what comes back; a server that dies is noted, not raised."""
+        if self.result.died:
+            return
+        protocol, result = self.spec.protocol, self.result
+        try:
             if batch.kind == "timed":
-                for sample in _send_timed(base_url, batch, protocol, pool):
-                    keep(result.samples, sample)
-                continue
+                for sample in _send_timed(self.base_url, batch, protocol, self.pool):
+                    self._keep(result.samples, sample)
+                return
             (request,) = batch.requests
             sample = bench.greedy_chat(
-                base_url,
+                self.base_url,
                 request.prompt.chat_messages(),
                 max_tokens=request.max_tokens,
                 timeout=protocol.request_timeout_s,
-                candidate=spec.candidate,
+                candidate=self.spec.candidate,
                 prompt_id=request.prompt.id,
-                phase=spec.phase if batch.kind == "greedy" else "quality",
+                phase=self.spec.phase if batch.kind == "greedy" else "quality",
             )
             into = result.greedy if batch.kind == "greedy" else result.quality
-            keep(into, sample.model_copy(update=request.tags))
-    except ServerDied as exc:
-        result.died = str(exc)
-    finally:
-        if pool:
-            pool.shutdown(wait=True)
-        if sampler:
-            sampler.__exit__(None, None, None)
-            result.peak_gb, result.memory_source = sampler.peak_gb, sampler.source
-    return result
+            self._keep(into, sample.model_copy(update=request.tags))
+        except ServerDied as exc:
+            result.died = str(exc)
+
+
+def measure_start(
+    base_url: str, spec: StartSpec, *, server: ProcessRecord | None = None
+) -> StartResult:
+    """Send a start's plan (``start_plan``) to a server. A server that dies stops the
+    measurement, recording why."""
+    with _Sender(base_url, spec, server) as sender:
+        for batch in sender.plan:
+            sender.send(batch)
+            if sender.result.died:
+                break
+    return sender.result
+
+
+def together_order(senders: Sequence[_Sender], index: int) -> list[_Sender]:
+    """Who is sent the ``index``-th timed batch first: the order turns by one each batch (B C1
+    C2, C1 C2 B, C2 B C1, ...), so no configuration always follows another."""
+    shift = index % len(senders) if senders else 0
+    return [*senders[shift:], *senders[:shift]]
+
+
+def measure_together(senders: Sequence[_Sender]) -> list[StartResult]:
+    """A paired start (``MeasureProtocol.paired``): every configuration's greedy passes, one
+    after another; then their timed batches alternating, batch by batch, so whatever else the
+    machine does lands on all of them alike; then their quality tasks. A server that dies is
+    sent nothing more; the others go on."""
+    for sender in senders:
+        for batch in sender.plan:
+            if batch.kind == "greedy":
+                sender.send(batch)
+    timed = [[b for b in s.plan if b.kind == "timed"] for s in senders]
+    for index in range(max((len(t) for t in timed), default=0)):
+        for sender in together_order(senders, index):
+            batches_of = timed[senders.index(sender)]
+            if index < len(batches_of):
+                sender.send(batches_of[index])
+    for sender in senders:
+        for batch in sender.plan:
+            if batch.kind == "quality":
+                sender.send(batch)
+    return [s.result for s in senders]
 
 
 def _send_timed(
@@ -390,6 +441,57 @@ def server_starter(
             stop_candidate(home, record)
         result.port = record.port
         return result
+
+    return run
+
+
+TogetherStarter = Callable[
+    [Sequence[StartSpec], Callable[[int, int], None]], list["StartResult | Exception"]
+]
+"""Measure one paired start (``rounds.TogetherStarter``): a server per spec, all alive at once,
+requests alternating; the second argument is called with (spec index, port) as each is ready.
+Per spec the result, or the exception its server did not start with."""
+
+
+def together_starter(home: Home, config: ServiceConfig, cycle_id: str) -> TogetherStarter:
+    """How a paired cycle measures one round: a fresh scratch server per configuration, each
+    on a port of its own, measured together (``measure_together``), then all stopped."""
+
+    def run(
+        specs: Sequence[StartSpec], ready: Callable[[int, int], None]
+    ) -> list[StartResult | Exception]:
+        started: dict[int, ProcessRecord] = {}
+        out: list[StartResult | Exception] = []
+        try:
+            for index, spec in enumerate(specs):
+                try:
+                    record = _start(home, config, spec.recipe, cycle_id, spec.protocol)
+                except SERVER_START_ERRORS as exc:
+                    out.append(exc)
+                    continue
+                started[index] = record
+                keep_launch(home, cycle_id, spec, record)
+                ready(index, record.port)
+                out.append(StartResult())
+            senders = [
+                _Sender(f"http://{config.host}:{started[i].port}", specs[i], started[i])
+                for i in sorted(started)
+            ]
+            for sender in senders:
+                sender.__enter__()
+            try:
+                results = measure_together(senders)
+            finally:
+                for sender in senders:
+                    sender.__exit__(None, None, None)
+            for i, result in zip(sorted(started), results, strict=True):
+                result.port = started[i].port
+                out[i] = result
+        finally:
+            for record in started.values():
+                usage.snapshot(home.cycle_dir(cycle_id), record)
+                stop_candidate(home, record)
+        return out
 
     return run
 

@@ -20,7 +20,7 @@ qualification likelier, and it saves a whole round of starts on a plan that hold
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
@@ -33,6 +33,7 @@ from mcp_infra.contracts import (
     Decision,
     FrozenPlan,
     JournalStep,
+    MachineLoad,
     MeasureProtocol,
     Recipe,
     RoundRecord,
@@ -45,7 +46,7 @@ from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.machine import Machine
-from mcp_infra.flows.measure import StartResult, StartSpec, prompts_by_class
+from mcp_infra.flows.measure import StartResult, StartSpec, TogetherStarter, prompts_by_class
 from mcp_infra.state.catalog import load_suite
 
 # A round is added only if the time left exceeds this many times the last round's duration, so
@@ -90,6 +91,13 @@ class Bench:
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     live_traffic: LiveTraffic | None = None
     machine: Machine | None = None
+    run_together: TogetherStarter | None = None  # paired rounds (None: one start at a time)
+
+    @property
+    def together(self) -> bool:
+        """Whether rounds run as paired starts: the protocol asks and a way to is given (the
+        cycle gives none where the configurations' memory does not fit at once)."""
+        return bool(self.plan.protocol.paired) and self.run_together is not None
 
 
 class Slot(NamedTuple):
@@ -230,6 +238,34 @@ class Tally:
         ]
         self.rounds[-1] = self.rounds[-1].model_copy(update={"set_aside": reason})
 
+    def record(  # noqa: PLR0913  keyword-only: what one start's round record says
+        self,
+        start: int,
+        slot: Slot,
+        began: datetime,
+        ended: datetime,
+        *,
+        port: int | None,
+        live: int | None,
+        error: str | None,
+        machine: MachineLoad | None,
+    ) -> None:
+        """The round record of start ``start``: where it stood, its window, what happened."""
+        self.rounds.append(
+            RoundRecord(
+                config=self.name,
+                start=start,
+                round=slot.round_index,
+                position=slot.position,
+                started_at=began,
+                ended_at=ended,
+                port=port,
+                live_requests=live,
+                error=error,
+                machine=machine,
+            )
+        )
+
     def keep(self, result: StartResult) -> None:
         self.starts += 1
         self.samples.extend(result.samples)
@@ -238,6 +274,106 @@ class Tally:
         if result.peak_gb is not None:
             self.peak_gb = max(self.peak_gb or 0.0, result.peak_gb)
             self.memory_source = result.memory_source
+
+
+def _entered(journal: Journal, item: Tally, slot: Slot, kind: Pass) -> dict[str, object]:
+    """Journal a start's entry (the pause seam and recovery read a start like any state entry)
+    and return the fields that place it."""
+    where: dict[str, object] = {
+        "candidate": item.name,
+        "round": slot.round_index,
+        "start": item.starts,
+        "index": slot.position + 1,
+        "total": slot.total,
+        "phase": kind.phase,
+    }
+    journal(
+        CycleState.EXPERIMENT,
+        f"round {slot.round_index + 1}: {item.name}, start {item.starts + 1}",
+        step=JournalStep.ENTER,
+        **where,
+    )
+    return where
+
+
+def start_spec(
+    plan: FrozenPlan,
+    item: Tally,
+    prompts: dict[str, list[SuitePrompt]],
+    slot: Slot,
+    kind: Pass,
+    replaces: int | None = None,
+) -> StartSpec:
+    """What ``item``'s next start measures: greedy passes and the quality suite in its first."""
+    first = item.starts == 0
+    return StartSpec(
+        recipe=item.recipe,
+        candidate=item.name,
+        prompts=prompts,
+        protocol=plan.protocol,
+        start=item.starts,
+        round_index=slot.round_index,
+        phase=kind.phase,
+        greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
+        if first
+        else 0,
+        quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
+        cells_of=replaces,
+    )
+
+
+def together_start(
+    bench: Bench,
+    items: Sequence[Tally],
+    prompts: dict[str, list[SuitePrompt]],
+    round_index: int,
+    kind: Pass = SELECTION,
+) -> list[StartResult | None]:
+    """One paired start (``MeasureProtocol.paired``): every item's fresh server alive at once,
+    their requests alternating (``measure.measure_together``); each item's round records the
+    same window and the same reading of the machine. Per item its result, or None where its
+    server did not start. A start is not set aside and measured again here: what other
+    processes did in the window landed on every configuration of the round alike."""
+    assert bench.run_together is not None, "paired starts need Bench.run_together"
+    plan, journal = bench.plan, bench.journal
+    slots = [Slot(round_index, i, len(items)) for i in range(len(items))]
+    wheres = [_entered(journal, item, slot, kind) for item, slot in zip(items, slots, strict=True)]
+    specs = [
+        start_spec(plan, item, prompts, slot, kind) for item, slot in zip(items, slots, strict=True)
+    ]
+    opened = bench.machine.open(journal, wheres[0]) if bench.machine and items else None
+    began = bench.now()
+    live0 = bench.live_traffic() if bench.live_traffic else None
+
+    def ready(index: int, port: int) -> None:
+        journal(
+            CycleState.EXPERIMENT,
+            f"{items[index].name} is ready on port {port}; measuring with the round's others",
+            step=JournalStep.MEASURING,
+            port=port,
+            **wheres[index],
+        )
+
+    results = bench.run_together(specs, ready)
+    load = bench.machine.close(opened) if bench.machine and opened else None
+    ended = bench.now()
+    live1 = bench.live_traffic() if bench.live_traffic and live0 is not None else None
+    live = live1 - live0 if live0 is not None and live1 is not None else None
+    out: list[StartResult | None] = []
+    for item, slot, result in zip(items, slots, results, strict=True):
+        start = item.starts
+        error: str | None
+        if isinstance(result, Exception):
+            item.start_error = (
+                f"server did not start (round {round_index + 1}, start {start + 1}): {result}"
+            )
+            error, port, kept = item.start_error, None, None
+        else:
+            item.keep(result)
+            error, port, kept = result.died, result.port, result
+        item.record(start, slot, began, ended, port=port, live=live, error=error, machine=load)
+        out.append(kept)
+    return out
 
 
 def one_start(
@@ -256,39 +392,22 @@ def one_start(
     the start being measured again (its workload cells are measured)."""
     plan, journal = bench.plan, bench.journal
     start = item.starts
-    where = {
-        "candidate": item.name,
-        "round": slot.round_index,
-        "start": start,
-        "index": slot.position + 1,
-        "total": slot.total,
-        "phase": kind.phase,
-    }
-    journal(
-        CycleState.EXPERIMENT,
-        f"round {slot.round_index + 1}: {item.name}, start {start + 1}",
-        step=JournalStep.ENTER,  # the pause seam and recovery read a start like any state entry
-        **where,
-    )
+    where = _entered(journal, item, slot, kind)
     opened = bench.machine.open(journal, where) if bench.machine else None
     began = bench.now()
     live0 = bench.live_traffic() if bench.live_traffic else None
 
     def record_round(error: str | None, port: int | None = None) -> None:
         live1 = bench.live_traffic() if bench.live_traffic and live0 is not None else None
-        item.rounds.append(
-            RoundRecord(
-                config=item.name,
-                start=start,
-                round=slot.round_index,
-                position=slot.position,
-                started_at=began,
-                ended_at=bench.now(),
-                port=port,
-                live_requests=live1 - live0 if live0 is not None and live1 is not None else None,
-                error=error,
-                machine=bench.machine.close(opened) if bench.machine and opened else None,
-            )
+        item.record(
+            start,
+            slot,
+            began,
+            bench.now(),
+            port=port,
+            live=live1 - live0 if live0 is not None and live1 is not None else None,
+            error=error,
+            machine=bench.machine.close(opened) if bench.machine and opened else None,
         )
 
     def ready(port: int) -> None:
@@ -300,21 +419,7 @@ def one_start(
             **where,
         )
 
-    first = start == 0
-    spec = StartSpec(
-        recipe=item.recipe,
-        candidate=item.name,
-        prompts=prompts,
-        protocol=plan.protocol,
-        start=start,
-        round_index=slot.round_index,
-        phase=kind.phase,
-        greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
-        if first
-        else 0,
-        quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
-        cells_of=replaces,
-    )
+    spec = start_spec(plan, item, prompts, slot, kind, replaces)
     try:
         result = bench.run_start(spec, ready)
     except bench.start_errors as exc:
@@ -388,15 +493,8 @@ def run_rounds(
             break
         order = round_order([BASELINE_ID, *open_], rounds_done)
         began = bench.clock()
-        for position, name in enumerate(order):
+        for name, result in _round_starts(bench, base, items, order, prompts, rounds_done, quality):
             item = base if name == BASELINE_ID else items[name]
-            result = one_start(
-                bench,
-                item,
-                prompts,
-                Slot(rounds_done, position, len(order)),
-                Pass(quality=quality),
-            )
             if name == BASELINE_ID and (result is None or result.died):
                 raise RuntimeError(
                     "the baseline recipe failed in a fresh server: "
@@ -421,6 +519,27 @@ def run_rounds(
             )
     base.stopped = f"measured in {base.starts} start(s) alongside the candidates"
     return base.run(), {name: item.run() for name, item in items.items()}
+
+
+def _round_starts(
+    bench: Bench,
+    base: Tally,
+    items: dict[str, Tally],
+    order: Sequence[str],
+    prompts: dict[str, list[SuitePrompt]],
+    round_index: int,
+    quality: bool,
+) -> Iterator[tuple[str, StartResult | None]]:
+    """A round's starts in ``order``, each (name, result) as it is measured: one paired start
+    of them all (``Bench.together``), else one start after another."""
+    tallies = [base if name == BASELINE_ID else items[name] for name in order]
+    if bench.together:
+        results = together_start(bench, tallies, prompts, round_index, Pass(quality=quality))
+        yield from zip(order, results, strict=True)
+        return
+    for position, (name, item) in enumerate(zip(order, tallies, strict=True)):
+        slot = Slot(round_index, position, len(order))
+        yield name, one_start(bench, item, prompts, slot, Pass(quality=quality))
 
 
 def early_rejections(protocol: MeasureProtocol) -> bool:
@@ -604,16 +723,20 @@ def heldout_check(bench: Bench, baseline: Recipe, winner: Recipe) -> HeldOut:
     prompts = prompts_by_class(load_suite(protocol.suite), "heldout")
     held = replace(bench, plan=bench.plan.model_copy(update={"protocol": protocol}))
     runs: dict[str, CandidateRun] = {}
-    pairs = ((BASELINE_ID, baseline), (winner.candidate_id, winner))
-    for position, (name, recipe) in enumerate(pairs):
-        item = Tally(name, recipe)
-        result = one_start(
-            held, item, prompts, Slot(0, position, 2), Pass("heldout", False, heldout=True)
-        )
+    kind = Pass("heldout", False, heldout=True)
+    tallies = [Tally(BASELINE_ID, baseline), Tally(winner.candidate_id, winner)]
+    if held.together:  # one paired start of both: the held-out requests alternate too
+        results = together_start(held, tallies, prompts, 0, kind)
+    else:
+        results = [
+            one_start(held, item, prompts, Slot(0, position, 2), kind)
+            for position, item in enumerate(tallies)
+        ]
+    for item, result in zip(tallies, results, strict=True):
         if result is None or result.died:
             item.start_error = item.start_error or (result.died if result else None)
         item.stopped = "held-out check"
-        runs[name] = item.run("heldout")
+        runs[item.name] = item.run("heldout")
     base_run, win_run = runs[BASELINE_ID], runs[winner.candidate_id]
     if not any(prompts.values()):
         return HeldOut(

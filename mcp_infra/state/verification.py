@@ -95,9 +95,10 @@ def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
     return baseline, list(others.values())
 
 
-def recompute(bundle: Path) -> Verdict | None:
-    """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
-    from mcp_infra.core.selector import select
+def recompute(bundle: Path, method: int | None = None) -> Verdict | None:
+    """The verdict the selector reaches from the bundle's raw samples and frozen plan, by
+    decision ``method`` (None: this code's own, ``selector.DECISION_METHOD``)."""
+    from mcp_infra.core.selector import DECISION_METHOD, select
 
     plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
     baseline, runs = load_runs(bundle)
@@ -111,6 +112,7 @@ def recompute(bundle: Path) -> Verdict | None:
         plan.thresholds,
         plan.protocol,
         plan.auto_promote,
+        method=method or DECISION_METHOD,
     )
 
 
@@ -434,10 +436,15 @@ def check_verdict_present(b: Bundle) -> str:
 
 
 def _recomputed(b: Bundle) -> Verdict:
+    """The verdict recomputed by the decision method that reached the recorded one, where this
+    code keeps it (``selector.replay_method``), else by this code's own."""
+    from mcp_infra.core.selector import replay_method
 
     key = "recomputed"
     if key not in b._cache:
-        b._cache[key] = recompute(b.path)
+        recorded = b.verdict()
+        method = replay_method(recorded.method, b.plan().protocol) if recorded else None
+        b._cache[key] = recompute(b.path, method)
     again = b._cache[key]
     if again is None:
         raise Failed("no baseline run to recompute the verdict from")

@@ -48,6 +48,7 @@ from mcp_infra.core.machine import (
     waiting_text,
 )
 from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, RETIRED_FIELDS, policy_hash
+from mcp_infra.core.selector import DRIFT_OPENED, drift_opened
 from mcp_infra.flows.api import CycleView, cycle_progress
 from mcp_infra.flows.machine import Machine
 from mcp_infra.flows.measure import StartResult, StartSpec
@@ -498,6 +499,29 @@ def test_only_an_open_decision_gains_the_load_words() -> None:
     assert words.startswith("; the machine was busy")
     assert open_verdict_words(_verdict(Decision.REJECTED), [run]) == ""
     assert open_verdict_words(_verdict(Decision.INCONCLUSIVE), [CandidateRun(candidate="c")]) == ""
+
+
+def test_an_open_decision_the_drift_check_made_says_so_not_more_starts() -> None:
+    """A candidate that qualified but that the drift check left open: the words name the drift
+    finding first, and a quiet machine's sentence does not ask for more starts (they would not
+    settle it). 2026-12-03: a real k4 at 2.04x was kept out so, and the summary said "more
+    starts (protocol.max_starts) may settle it"."""
+    finding = "the baseline re-measured after the experiments ran at 1.223x its first speed"
+    drifted = CandidateVerdict(
+        candidate="k4",
+        decision=Decision.INCONCLUSIVE,
+        reasons=["Qualified: speedup 2.040x.", f"Inconclusive: {finding}{DRIFT_OPENED}"],
+    )
+    verdict = Verdict(candidates=[drifted], selected=None, reason="kept")
+    quiet = CandidateRun(candidate="k4", rounds=[_round(0.03)])
+    words = open_verdict_words(verdict, [quiet])
+    assert words.startswith(f"; the drift check left k4 open: {finding}; the machine was quiet")
+    assert "more starts" not in words and "run again may decide" in words
+    # another candidate open by its interval: more starts may still settle that one
+    wide = CandidateVerdict(candidate="k2", decision=Decision.INCONCLUSIVE, reasons=["Open."])
+    both = verdict.model_copy(update={"candidates": [drifted, wide]})
+    assert "more starts" in open_verdict_words(both, [quiet])
+    assert drift_opened(wide) is None and drift_opened(drifted) == finding
 
 
 def test_a_child_this_process_waited_for_counts_as_ours() -> None:
