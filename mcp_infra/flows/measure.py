@@ -448,7 +448,7 @@ def server_starter(
 TogetherStarter = Callable[
     [Sequence[StartSpec], Callable[[int, int], None]], list["StartResult | Exception"]
 ]
-"""Measure one paired start (``rounds.TogetherStarter``): a server per spec, all alive at once,
+"""Measure one paired start (``rounds.Bench.run_together``): a server per spec, all alive at once,
 requests alternating; the second argument is called with (spec index, port) as each is ready.
 Per spec the result, or the exception its server did not start with."""
 
