@@ -29,6 +29,7 @@ from mcp_infra import __version__
 from mcp_infra.contracts import Recipe, ServiceConfig, SupervisorRecord
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.errors import ExitCode, McpInfraError
+from mcp_infra.procs.identity import same_start
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.procs.service import ensure_serving, stop_service
 from mcp_infra.state.context import load_config
@@ -238,7 +239,7 @@ def stop_supervisor(home: Home, timeout: float = 300.0) -> str:
     if record is not None:
         try:
             proc = psutil.Process(record.pid)
-            if abs(proc.create_time() - record.create_time) < 1.0:
+            if same_start(proc.create_time(), record.create_time):
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=timeout)
                 stopped = "the supervisor stopped the cycle"

@@ -62,6 +62,7 @@ from mcp_infra.procs.front import (
     read_route,
     status_age_s,
 )
+from mcp_infra.procs.identity import is_alive
 from mcp_infra.procs.runtime import is_running, port_owner_is
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
@@ -1025,16 +1026,7 @@ def watcher_pid(home: Home) -> int | None:
         return None
     if record is None:
         return None
-    try:
-        proc = psutil.Process(record.pid)
-        if (
-            abs(proc.create_time() - record.create_time) < 1.0
-            and proc.status() != psutil.STATUS_ZOMBIE
-        ):
-            return record.pid
-    except psutil.Error:
-        pass
-    return None
+    return record.pid if is_alive(record.pid, record.create_time) else None
 
 
 def ensure_watcher(home: Home) -> int | None:

@@ -43,6 +43,7 @@ from mcp_infra.core.distributed import (
     split_of,
 )
 from mcp_infra.core.preflight import Check
+from mcp_infra.procs.identity import is_alive
 from mcp_infra.state.hostfacts import folder_fingerprint, installed_version
 from mcp_infra.state.store import write_bytes_atomic
 
@@ -242,14 +243,7 @@ def record_gone(record: ProcessRecord) -> bool:
 def _alive(rank: RankRecord) -> bool:
     if rank.pid is None or rank.create_time is None:
         return False
-    try:
-        proc = psutil.Process(rank.pid)
-        return (
-            proc.status() != psutil.STATUS_ZOMBIE
-            and abs(proc.create_time() - rank.create_time) < 0.05
-        )
-    except psutil.Error:
-        return False
+    return is_alive(rank.pid, rank.create_time)
 
 
 def live_ranks(record: ProcessRecord) -> list[RankRecord]:

@@ -42,6 +42,7 @@ from mcp_infra.procs.distributed import (
     live_ranks,
     plan_launch,
 )
+from mcp_infra.procs.identity import is_alive, is_zombie, start_time, started_by
 from mcp_infra.state.runtimes import RuntimeEnvError, verify_recipe_runtime
 from mcp_infra.state.store import Home, flock_held, open_append, utcnow
 
@@ -131,22 +132,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _create_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-
-
 def is_running(record: ProcessRecord) -> bool:
     """The recorded process is alive and is the same process (same start time), not a zombie."""
-    try:
-        proc = psutil.Process(record.pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return abs(proc.create_time() - record.create_time) < 0.05
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    return is_alive(record.pid, record.create_time)
 
 
 def port_owner_is(record: ProcessRecord | None, port: int) -> bool:
@@ -216,7 +204,7 @@ def start_server(  # noqa: PLR0913  keyword-only launch options, one per way a s
             start_new_session=True,
             env=server_env(hf_cache, own_runtime=recipe.runtime is not None),
         )
-    created = _create_time(proc.pid) or time.time()
+    created = start_time(proc.pid) or time.time()
     record = ProcessRecord(
         role=role,  # type: ignore[arg-type]
         pid=proc.pid,
@@ -374,8 +362,8 @@ def _launch_left(record: ProcessRecord) -> bool:
         try:
             if (
                 _pgid(proc.pid) == record.pgid
-                and proc.create_time() >= record.create_time - 0.05
-                and not _is_zombie(proc)
+                and started_by(proc.create_time(), record.create_time)
+                and not is_zombie(proc)
             ):
                 return True
         except psutil.Error:
@@ -398,7 +386,7 @@ def _wait_group_gone(pgid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pgid]
-        if all(_is_zombie(p) for p in members):
+        if all(is_zombie(p) for p in members):
             return True
         time.sleep(0.05)
     return False
@@ -409,13 +397,6 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except (ProcessLookupError, PermissionError):
         return None
-
-
-def _is_zombie(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _reap(pid: int, timeout: float = 2.0) -> None:

@@ -20,6 +20,7 @@ import psutil
 from mcp_infra.contracts import CycleCost, ProcessRecord, ProcessUsage, UsageStart
 from mcp_infra.core.machine import LoadSnapshot
 from mcp_infra.procs.front import front_record
+from mcp_infra.procs.identity import same_start
 from mcp_infra.procs.runtime import vm_hwm
 from mcp_infra.state.store import CorruptFile, Home, read_optional, utcnow, write_model
 
@@ -97,7 +98,7 @@ def snapshot(cycle_dir: Path, record: ProcessRecord | None, label: str | None = 
         return
     try:
         psutil_proc = psutil.Process(record.pid)
-        if abs(psutil_proc.create_time() - record.create_time) > 1.0:
+        if not same_start(psutil_proc.create_time(), record.create_time):
             return  # the pid was reused: not our server
         reading = _tree_cpu_and_peak(record.pid)
         if reading is None:
@@ -183,7 +184,7 @@ def load_snapshot(exclude: Sequence[ProcessRecord] = ()) -> LoadSnapshot:
     for record in exclude:
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(record.pid)
-            if abs(proc.create_time() - record.create_time) <= 1.0:
+            if same_start(proc.create_time(), record.create_time):
                 ours[f"{record.role}:{record.pid}:{record.create_time:.2f}"] = _cpu_of(proc)
     load = None
     with contextlib.suppress(OSError, AttributeError):
