@@ -5,7 +5,10 @@ these run in the fast tier. Also the pure pieces the loop and the cost model sha
 from __future__ import annotations
 
 import math
+import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -13,6 +16,8 @@ import yaml
 from mcp_infra.contracts import (
     BASELINE_ID,
     ConfigTruth,
+    CycleSummary,
+    FrozenPlan,
     Knobs,
     LearnedSpread,
     Recipe,
@@ -29,6 +34,7 @@ from mcp_infra.flows.rounds import (
     run_rounds,
 )
 from mcp_infra.state.catalog import load_policy
+from mcp_infra.state.store import CycleFiles, Home, read_model
 from tests.helpers.paths import BENCHMARKS, SHIPPED
 
 PROFILE = TargetProfile.model_validate(
@@ -154,52 +160,63 @@ def test_a_candidate_outrun_by_a_qualified_one_stops() -> None:
     assert outrun(verdict, ["slow", "close"], None, tie_pct=2.0) == []
 
 
-def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(tmp_path: Path) -> None:
-    import shutil
-    from datetime import timedelta
+class ShippedHome(NamedTuple):
+    """A home holding a copy of the committed example bundle, an hour after it was sealed."""
 
-    from mcp_infra.contracts import CycleSummary, FrozenPlan
-    from mcp_infra.state.spread import learned_spread
-    from mcp_infra.state.store import Home, read_model
-
-    shipped = SHIPPED[0]
-    home = Home(tmp_path / "home").ensure()
-    shutil.copytree(shipped, home.evidence / shipped.name)
-    plan = read_model(home.bundle_files(shipped.name).plan, FrozenPlan)
-    ended = read_model(home.bundle_files(shipped.name).summary, CycleSummary).ended_at
-    spread = learned_spread(home, plan.protocol, ended + timedelta(hours=1))
-    assert spread is not None and spread.df >= 1 and 0 < spread.sd < 0.5
-    assert shipped.name in spread.source
-    other = plan.protocol.model_copy(update={"max_tokens": plan.protocol.max_tokens + 1})
-    assert learned_spread(home, other, ended) is None  # another answer length: not comparable
-    assert learned_spread(home, plan.protocol, ended + timedelta(days=60)) is None  # too old
+    home: Home
+    files: CycleFiles
+    plan: FrozenPlan
+    now: datetime
 
 
-def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(tmp_path: Path) -> None:
-    """A start whose round recorded a busy machine measured the load, not the machine: history
-    from busy starts would widen every later cycle's intervals."""
-    import shutil
-    from datetime import timedelta
-
-    from mcp_infra.contracts import CandidateRun, CycleSummary, FrozenPlan, MachineLoad
-    from mcp_infra.state.spread import learned_spread, quiet_starts
-    from mcp_infra.state.store import Home, read_model, write_model
-
+@pytest.fixture
+def shipped_home(tmp_path: Path) -> ShippedHome:
     shipped = SHIPPED[0]
     home = Home(tmp_path / "home").ensure()
     shutil.copytree(shipped, home.evidence / shipped.name)
     files = home.bundle_files(shipped.name)
     plan = read_model(files.plan, FrozenPlan)
-    now = read_model(files.summary, CycleSummary).ended_at + timedelta(hours=1)
+    ended = read_model(files.summary, CycleSummary).ended_at
+    return ShippedHome(home, files, plan, ended + timedelta(hours=1))
+
+
+def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(
+    shipped_home: ShippedHome,
+) -> None:
+    from mcp_infra.state.spread import learned_spread
+
+    home, files, plan, now = shipped_home
+    spread = learned_spread(home, plan.protocol, now)
+    assert spread is not None and spread.df >= 1 and 0 < spread.sd < 0.5
+    assert files.root.name in spread.source
+    other = plan.protocol.model_copy(update={"max_tokens": plan.protocol.max_tokens + 1})
+    assert learned_spread(home, other, now) is None  # another answer length: not comparable
+    assert learned_spread(home, plan.protocol, now + timedelta(days=60)) is None  # too old
+
+
+def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(
+    shipped_home: ShippedHome,
+) -> None:
+    """A start whose round recorded a busy machine measured the load, not the machine: history
+    from busy starts would widen every later cycle's intervals."""
+    from mcp_infra.contracts import CandidateRun, MachineLoad
+    from mcp_infra.state.spread import learned_spread, quiet_starts
+    from mcp_infra.state.store import write_model
+
+    home, files, plan, now = shipped_home
     run = read_model(files.run(BASELINE_ID), CandidateRun)
     starts = sorted({s.start for s in run.samples if s.phase == "measure"})
     assert len(starts) >= 4
     before = learned_spread(home, plan.protocol, now)
     assert before is not None and before.df == len(starts) - 1
 
-    def load(fraction: float) -> MachineLoad:
+    def load(fraction: float, steal_s: float | None = None) -> MachineLoad:
         return MachineLoad(
-            window_s=10, cpus=2, other_cpu_s=20 * fraction, other_cpu_fraction=fraction
+            window_s=10,
+            cpus=2,
+            other_cpu_s=20 * fraction,
+            other_cpu_fraction=fraction,
+            steal_s=steal_s,
         )
 
     def with_loads(fractions: dict[int, float]) -> CandidateRun:
@@ -214,6 +231,18 @@ def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(tmp_path:
     busy_one = with_loads({starts[0]: 0.9, starts[1]: 0.1})
     assert quiet_starts(busy_one, 0.25) == set(starts) - {starts[0]}
     assert quiet_starts(busy_one, 0.95) == set(starts)  # a looser threshold keeps it
+    # A start the hypervisor's steal slowed is left out too (half the CPUs withheld).
+    stolen = run.model_copy(
+        update={
+            "rounds": [
+                r.model_copy(update={"machine": load(0.02, steal_s=10.0)})
+                if r.start == starts[0]
+                else r
+                for r in run.rounds
+            ]
+        }
+    )
+    assert quiet_starts(stolen, 0.25) == set(starts) - {starts[0]}
     write_model(files.run(BASELINE_ID), busy_one)
     after = learned_spread(home, plan.protocol, now)
     assert after is not None and after.df == before.df - 1
@@ -222,26 +251,19 @@ def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(tmp_path:
     assert learned_spread(home, plan.protocol, now) is None  # one quiet start: no spread
 
 
-def test_a_paired_plan_learns_from_earlier_paired_cycles_differences(tmp_path: Path) -> None:
+def test_a_paired_plan_learns_from_earlier_paired_cycles_differences(
+    shipped_home: ShippedHome,
+) -> None:
     """A paired plan's learned spread is the spread of earlier paired cycles' per-start
     differences (per side: over the square root of 2), never the unpaired baseline levels,
     which a co-tenant's phases spread (on 2026-12-03 a paired demo learned 0.31 from them and
     its held-out interval ran 0.53x to 6.74x)."""
-    import math
-    import shutil
-    from datetime import timedelta
-
-    from mcp_infra.contracts import CandidateRun, CycleSummary, FrozenPlan
+    from mcp_infra.contracts import CandidateRun
     from mcp_infra.core.stats import pooled_spread
     from mcp_infra.state.spread import learned_spread, paired_differences, quiet_starts
-    from mcp_infra.state.store import Home, read_model, write_model
+    from mcp_infra.state.store import write_model
 
-    shipped = SHIPPED[0]
-    home = Home(tmp_path / "home").ensure()
-    shutil.copytree(shipped, home.evidence / shipped.name)
-    files = home.bundle_files(shipped.name)
-    plan = read_model(files.plan, FrozenPlan)
-    now = read_model(files.summary, CycleSummary).ended_at + timedelta(hours=1)
+    home, files, plan, now = shipped_home
     paired = plan.protocol.model_copy(update={"paired": True})
     assert learned_spread(home, paired, now) is None  # only unpaired cycles in this home
     write_model(files.plan, plan.model_copy(update={"protocol": paired}))
