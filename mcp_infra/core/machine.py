@@ -304,10 +304,12 @@ def load_sentence(
     busy_fraction: float = BUSY_CPU_FRACTION,
     *,
     drift: bool = False,
+    heldout: bool = False,
 ) -> str:
     """How busy the machine was while it measured, and what to do about a decision it left open;
     empty when no start recorded the load. ``drift``: the drift check left every open decision
-    open, which more starts would not settle."""
+    open, which more starts would not settle. ``heldout``: the decision left open is the
+    held-out check's, which runs one start per side whatever ``protocol.max_starts`` says."""
     s = summarize(rounds)
     if s is None:
         return ""
@@ -342,12 +344,18 @@ def load_sentence(
     if s.set_aside:
         wait += f", {s.set_aside} start(s) that other processes slowed were measured again"
     if not busy and not memory_short:
-        then = (
-            "the baseline's speed changed between its starts on a quiet machine, so the plan "
-            "run again may decide"
-            if drift
-            else "more starts (protocol.max_starts) may settle it"
-        )
+        if drift:
+            then = (
+                "the baseline's speed changed between its starts on a quiet machine, so the "
+                "plan run again may decide"
+            )
+        elif heldout:
+            then = (
+                "the held-out check measures one start per side, so more timed requests per "
+                "held-out prompt (protocol.heldout_repeats) or the plan run again may settle it"
+            )
+        else:
+            then = "more starts (protocol.max_starts) may settle it"
         return (
             f"the machine was quiet while it measured: {cpu}{wait}; the load does not explain "
             f"the open decision, {then}"
@@ -374,10 +382,15 @@ def load_sentence(
 
 
 def open_verdict_words(
-    verdict: Verdict, runs: Sequence[CandidateRun], busy_fraction: float | None = None
+    verdict: Verdict,
+    runs: Sequence[CandidateRun],
+    busy_fraction: float | None = None,
+    *,
+    heldout: bool = False,
 ) -> str:
     """``; <load sentence>`` for a verdict that left a decision open (some candidate
-    inconclusive), over every run's rounds; empty otherwise, or when no start recorded the load."""
+    inconclusive), over every run's rounds; empty otherwise, or when no start recorded the load.
+    ``heldout``: the verdict is the held-out check's (``load_sentence``)."""
     open_ = [v for v in verdict.candidates if v.decision == Decision.INCONCLUSIVE]
     if not open_:
         return ""
@@ -391,5 +404,6 @@ def open_verdict_words(
         rounds,
         busy_fraction if busy_fraction is not None else BUSY_CPU_FRACTION,
         drift=len(drifted) == len(open_),
+        heldout=heldout,
     )
     return words + (f"; {sentence}" if sentence else "")

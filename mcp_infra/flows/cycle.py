@@ -634,7 +634,9 @@ def confirm_step(c: CycleContext) -> CycleResult | None:
     reason = held.reason
     if held.verdict is not None:  # left open on a busy machine: say how busy it was
         quiet = c.loaded.policy.service.quiet_cpu_fraction
-        reason += open_verdict_words(held.verdict, [held.baseline, held.winner], quiet)
+        reason += open_verdict_words(
+            held.verdict, [held.baseline, held.winner], quiet, heldout=True
+        )
     return CycleResult(Outcome.KEPT_BASELINE, None, reason)
 
 

@@ -483,6 +483,15 @@ def test_a_quiet_machine_says_the_load_does_not_explain_it() -> None:
     assert "waited" not in words
 
 
+def test_an_open_held_out_check_on_a_quiet_machine_points_at_its_repeats_not_more_starts() -> None:
+    words = load_sentence([_round(0.05), _round(0.1)], heldout=True)
+    assert words.startswith("the machine was quiet")
+    assert "protocol.heldout_repeats" in words and "max_starts" not in words
+    run = CandidateRun(candidate="c", rounds=[_round(0.05)])
+    held = open_verdict_words(_verdict(Decision.INCONCLUSIVE), [run], heldout=True)
+    assert "one start per side" in held and "max_starts" not in held
+
+
 def test_no_figures_no_words() -> None:
     bare = RoundRecord(config="c", start=0, round=0, started_at=T0, ended_at=T0)
     assert summarize([bare]) is None and load_sentence([bare]) == ""

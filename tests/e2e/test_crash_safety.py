@@ -27,6 +27,7 @@ from mcp_infra.state import evidence
 from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home
 from tests.helpers.faultkit import (
+    FAST,
     candidate_records,
     disk_full_at,
     inspect,
@@ -40,8 +41,6 @@ from tests.helpers.faultkit import (
 )
 from tests.helpers.faultkit import stranger as start_stranger
 
-# Three repeats: one sample delayed by a busy 2-core machine must not sway a per-prompt median.
-FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}
 BASELINE = "demo-tiny:target"
 WINNER = "demo-tiny:draft-k4"
 

@@ -68,7 +68,8 @@ def greedy_ids(port: int) -> list[int] | None:
 
 
 async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(home: Home) -> None:
-    write_test_policy(home, thresholds=PROMOTE_ANY_GAIN)  # a promotion by policy, not by speed
+    # A promotion by policy, not by speed, of 12-token answers (tests/helpers/faultkit.FAST).
+    write_test_policy(home, thresholds=PROMOTE_ANY_GAIN, max_tokens=12)
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
     before = greedy_ids(config.port)

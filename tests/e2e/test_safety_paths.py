@@ -23,10 +23,9 @@ from mcp_infra.flows.cycle import supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, service_record
 from mcp_infra.state.store import Home, read_model
-from tests.helpers.faultkit import inspect, queue_plan, start_live
+from tests.helpers.faultkit import FAST, inspect, queue_plan, start_live
 from tests.helpers.journal import on_journal
 
-FAST = {"repeats": 3, "warmup": 1, "max_tokens": 24}
 BASELINE, WINNER = "demo-tiny:target", "demo-tiny:draft-k4"
 
 
