@@ -20,7 +20,7 @@ steal share correlated at -0.57 with the level, other processes' at none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -84,6 +84,17 @@ def taken_fraction(load: MachineLoad) -> float:
     """The share of the CPUs taken from the measurement: other processes' and the
     hypervisor's steal together."""
     return min(1.0, load.other_cpu_fraction + stolen_fraction(load))
+
+
+def busy_starts(rounds: Iterable[RoundRecord], busy_fraction: float) -> set[int]:
+    """The starts whose round records say more than ``busy_fraction`` of the CPUs was taken
+    from the measurement (``taken_fraction``); a start that recorded no load (the cost model's,
+    older bundles) is not busy."""
+    return {
+        r.start
+        for r in rounds
+        if r.machine is not None and taken_fraction(r.machine) > busy_fraction
+    }
 
 
 def _delta(a: float | int | None, b: float | int | None) -> float | None:

@@ -43,7 +43,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.admission import admit, expected_downtime_s
 from mcp_infra.core.gates import compare_greedy, smoke_failures
-from mcp_infra.core.machine import open_verdict_words, quiet_rule, redo_rule
+from mcp_infra.core.machine import busy_fraction, open_verdict_words, quiet_rule, redo_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.selector import drift_checked
@@ -335,6 +335,7 @@ class CycleContext:
                 usage.machine_reader(self.home),
                 quiet_rule(self.loaded.policy.service),
                 redo=redo_rule(self.loaded.policy.service),
+                busy=busy_fraction(self.loaded.policy.service),
             ),
         )
 

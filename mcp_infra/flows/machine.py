@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from mcp_infra.contracts import CycleState, JournalStep, MachineLoad
 from mcp_infra.core.machine import (
+    BUSY_CPU_FRACTION,
     LoadSnapshot,
     QuietRule,
     RedoRule,
@@ -37,13 +38,15 @@ class Opened(NamedTuple):
 @dataclass(frozen=True)
 class Machine:
     """How a cycle reads the machine (``procs.usage.machine_reader``), whether it waits for a
-    quiet one before each start (``core.machine.quiet_rule``) and whether a start that other
-    processes slowed is measured again (``core.machine.redo_rule``)."""
+    quiet one before each start (``core.machine.quiet_rule``), whether a start that other
+    processes slowed is measured again (``core.machine.redo_rule``), and the share of the CPUs
+    taken above which a start counts as busy (``core.machine.busy_fraction``)."""
 
     read: Callable[[], LoadSnapshot]
     quiet: QuietRule | None = None
     sleep: Callable[[float], None] = time.sleep
     redo: RedoRule | None = None
+    busy: float = BUSY_CPU_FRACTION  # the share taken above which a start counts as busy
 
     def set_aside(self, load: MachineLoad | None, redone: int) -> str | None:
         """Why the start whose window ``load`` is must be measured again (None: keep it)."""

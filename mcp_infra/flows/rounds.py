@@ -42,6 +42,7 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
+from mcp_infra.core.machine import busy_starts
 from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
@@ -514,9 +515,18 @@ def run_rounds(
         open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
         early = rounds_done < protocol.min_starts
         if open_ and (not early or early_rejections(protocol)):
-            open_ = _judge_round(
-                bench, base_run, items, open_, rounds_done, last_round_s, rejections_only=early
+            held = busy_so_far(bench, base_run, items, open_) if early else []
+            still = _judge_round(
+                bench,
+                base_run,
+                items,
+                [name for name in open_ if name not in held],
+                rounds_done,
+                last_round_s,
+                rejections_only=early,
+                held=held,
             )
+            open_ = [name for name in open_ if name in still or name in held]
     base.stopped = f"measured in {base.starts} start(s) alongside the candidates"
     return base.run(), {name: item.run() for name, item in items.items()}
 
@@ -548,6 +558,27 @@ def early_rejections(protocol: MeasureProtocol) -> bool:
     return protocol.learned_spread is not None and protocol.futility_confidence is not None
 
 
+def busy_so_far(
+    bench: Bench, base_run: CandidateRun, items: dict[str, Tally], open_: Sequence[str]
+) -> list[str]:
+    """The open candidates a look before ``min_starts`` leaves unjudged: every one where a
+    baseline start so far ran on a busy machine, else those with a busy start of their own.
+
+    Why: before ``min_starts`` a side's interval is the learned spread, and that spread was
+    learned from quiet starts only (``state.spread.quiet_starts``): it says nothing of how far a
+    start that other processes or the hypervisor slowed lands from the machine's level. Beside a
+    co-tenant one such start made an A/A candidate measure 0.565x and be rejected after its
+    first round, and a demo reject both drafters (docs/benchmarks.md). A candidate held back is
+    measured in the next round and judged there with the cycle's own spread beside history.
+    Without a machine reading (the cost model) no start is busy."""
+    if bench.machine is None:
+        return []
+    line = bench.machine.busy
+    if busy_starts(base_run.rounds, line):
+        return list(open_)
+    return [name for name in open_ if busy_starts(items[name].rounds, line)]
+
+
 def _drop_failed_gates(
     bench: Bench, base_run: CandidateRun, items: dict[str, Tally], open_: list[str], rounds: int
 ) -> list[str]:
@@ -576,10 +607,12 @@ def _judge_round(
     round_s: float,
     *,
     rejections_only: bool = False,
+    held: Sequence[str] = (),
 ) -> list[str]:
     """The selector on all data so far (an interim look: the drift check is the final call's);
     decided candidates stop (before ``min_starts``, ``rejections_only``: rejected ones only).
-    Returns the candidates still open."""
+    Returns the candidates still open of ``open_``; ``held`` (``busy_so_far``) are open too,
+    unjudged, and the round's journal line names them."""
     plan = bench.plan
     verdict = select(
         decisive_view(base_run, plan.protocol),
@@ -610,14 +643,20 @@ def _judge_round(
             f"stopped after {items[name].starts} start(s) (round {rounds}): even its interval's "
             f"upper end is below the {best:.3f}x a qualified candidate already shows"
         )
+    busy = (
+        f"; not judged before min_starts, a start so far ran on a busy machine: {', '.join(held)}"
+        if held
+        else ""
+    )
     bench.journal(
         CycleState.EXPERIMENT,
-        f"round {rounds} judged: {len(decided)} decided, {len(still)} open",
+        f"round {rounds} judged: {len(decided)} decided, {len(still) + len(held)} open{busy}",
         step=JournalStep.JUDGED,
         round=rounds - 1,
         decided=decided,
-        open=still,
+        open=[*still, *held],
         round_s=round(round_s, 1),
+        **({"held_busy": list(held)} if held else {}),
     )
     return still
 

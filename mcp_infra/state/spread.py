@@ -21,7 +21,7 @@ from mcp_infra.contracts import (
     LearnedSpread,
     MeasureProtocol,
 )
-from mcp_infra.core.machine import BUSY_CPU_FRACTION, taken_fraction
+from mcp_infra.core.machine import BUSY_CPU_FRACTION, busy_starts
 from mcp_infra.core.stats import pooled_spread, start_levels
 from mcp_infra.state import evidence
 from mcp_infra.state.store import CorruptFile, Home, read_optional
@@ -60,14 +60,9 @@ def paired_differences(baseline: CandidateRun, run: CandidateRun, quiet: set[int
 def quiet_starts(run: CandidateRun, busy_fraction: float) -> set[int]:
     """The starts of a run whose rounds recorded no more than ``busy_fraction`` of the CPUs
     taken from the measurement (other processes and the hypervisor's steal:
-    ``core.machine.taken_fraction``); a start that recorded no load (older bundles) counts as
+    ``core.machine.busy_starts``); a start that recorded no load (older bundles) counts as
     quiet."""
-    busy = {
-        r.start
-        for r in run.rounds
-        if r.machine is not None and taken_fraction(r.machine) > busy_fraction
-    }
-    return {s.start for s in run.samples} - busy
+    return {s.start for s in run.samples} - busy_starts(run.rounds, busy_fraction)
 
 
 def learned_spread(

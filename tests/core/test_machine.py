@@ -37,6 +37,7 @@ from mcp_infra.core.machine import (
     LoadSnapshot,
     QuietRule,
     RedoRule,
+    busy_starts,
     cpu_words,
     load_sentence,
     machine_load,
@@ -270,13 +271,14 @@ def test_the_wait_is_bounded_and_then_measures_anyway() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _sim_server() -> SimServer:
-    """The cost model's simulated starts: the real-target profile, one 1.9x candidate."""
+def _sim_server(decode_tps: float = 34.47) -> SimServer:
+    """The cost model's simulated starts: the real-target profile, one candidate (1.9x by
+    default; the target decodes 18.14 tok/s)."""
     profile = TargetProfile.model_validate(
         yaml.safe_load((BENCHMARKS / "profiles/qwen27b-m5pro.yaml").read_text())
     )
-    fast = ConfigTruth(decode_tps=34.47, prefill_tps=300, load_s=15, peak_gb=10)
-    return SimServer(profile, {"sim:fast": fast}, seed=3)
+    truth = ConfigTruth(decode_tps=decode_tps, prefill_tps=300, load_s=15, peak_gb=10)
+    return SimServer(profile, {"sim:fast": truth}, seed=3)
 
 
 def _sim_recipes() -> tuple[Recipe, Recipe]:
@@ -346,13 +348,22 @@ def test_the_redo_rule_takes_the_busy_line_of_the_quiet_wait() -> None:
         ServicePolicy(redo_busy_starts=0)
 
 
+REDO_ONCE = RedoRule(0.25, 1)
+
+
 class BusyStarts:
     """The cost model's simulated starts, with other processes taking ``cores`` CPUs through
     the starts named in ``busy`` ((configuration, its nth start), all of them with None)."""
 
-    def __init__(self, busy: set[tuple[str, int]] | None, cores: float = 0.9) -> None:
-        self.server = _sim_server()
-        self.busy, self.cores = busy, cores
+    def __init__(
+        self,
+        busy: set[tuple[str, int]] | None,
+        cores: float = 0.9,
+        decode_tps: float = 34.47,
+        redo: RedoRule | None = REDO_ONCE,
+    ) -> None:
+        self.server = _sim_server(decode_tps)
+        self.busy, self.cores, self.redo = busy, cores, redo
         self.calls: dict[str, int] = {}
         self.other_cpu = 0.0
 
@@ -380,11 +391,58 @@ class BusyStarts:
             run_start=self,
             clock=self.server.clock,
             now=self.server.clock.wall,
-            machine=Machine(self.read, redo=RedoRule(0.25, 1)),
+            machine=Machine(self.read, redo=self.redo, busy=0.25),
         )
         baseline, recipe = _sim_recipes()
         base, runs = run_rounds(bench, baseline, {"sim:fast": recipe}, deadline=1e9)
         return base, runs, bench
+
+
+HOPELESS = 12.0  # decode tok/s of a candidate at 0.66x the simulated target's 18.14
+
+
+def _judged_lines(journal: Lines) -> list[Event]:
+    return [e for e in journal.events if e.fields["step"] == JournalStep.JUDGED.value]
+
+
+def test_a_look_before_min_starts_judges_only_candidates_whose_starts_so_far_were_quiet() -> None:
+    """With a learned spread a hopeless candidate is rejected after its first start, but only
+    where its start and the baseline's ran quiet: the learned spread was learned from quiet
+    starts, so one busy start is held back and judged in the next round with the cycle's own
+    spread beside history (an A/A candidate measured 0.565x beside a co-tenant and was
+    rejected after one round before this rule)."""
+    quiet = Lines()
+    _, runs, _ = BusyStarts(set(), decode_tps=HOPELESS, redo=None).cycle(quiet)
+    assert runs["sim:fast"].stopped == "rejected after 1 start(s) (round 1)"
+    assert "held_busy" not in _judged_lines(quiet)[0].fields
+    for busy in ({("sim:fast", 0)}, {(BASELINE_ID, 0)}):
+        journal = Lines()
+        base, runs, _ = BusyStarts(busy, decode_tps=HOPELESS, redo=None).cycle(journal)
+        run = runs["sim:fast"]
+        assert run.stopped == "rejected after 2 start(s) (round 2)", (busy, run.stopped)
+        first, second = _judged_lines(journal)[:2]
+        assert first.fields["held_busy"] == ["sim:fast"] and first.fields["decided"] == {}
+        assert first.fields["open"] == ["sim:fast"]
+        assert "a start so far ran on a busy machine: sim:fast" in first.message
+        assert "held_busy" not in second.fields  # min_starts reached: judged whatever the load
+        assert all(r.set_aside is None for r in base.rounds + run.rounds)  # no redo rule here
+
+
+def test_busy_starts_are_those_over_the_line_and_a_start_without_a_reading_is_not() -> None:
+    rounds = [
+        RoundRecord(
+            config="c",
+            start=i,
+            round=i,
+            started_at=T0,
+            ended_at=T0,
+            machine=_load(f) if f is not None else None,
+        )
+        for i, f in enumerate((0.1, 0.25, 0.45, None))
+    ]
+    assert busy_starts(rounds, 0.25) == {2}
+    assert busy_starts(rounds, 0.05) == {0, 1, 2}
+    assert busy_starts([], 0.25) == set()
 
 
 def test_a_start_other_processes_slowed_is_set_aside_and_measured_again() -> None:
