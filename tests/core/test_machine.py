@@ -653,6 +653,28 @@ def test_a_held_out_start_other_processes_slowed_is_measured_again() -> None:
     assert "1 baseline and 1 candidate start(s)" in held.reason
 
 
+def test_the_held_out_check_measures_a_busy_start_again_once_under_every_policy() -> None:
+    """The shipped policies measure no selection start again (redo_busy_starts unset); the
+    held-out check, one start a side, still measures a busy one again, once, on either side."""
+    for side in (BASELINE_ID, "sim:fast"):
+        fake = BusyStarts({(side, 0)}, redo=None)
+        _, _, bench = fake.cycle(Lines())
+        assert bench.machine is not None and bench.machine.redo is None
+        fake.calls.clear()
+        fake.busy = {(side, 0), (side, 1)}  # busy again: kept, the bound is one redo
+        held = heldout_check(bench, *_sim_recipes())
+        mine, other = (
+            (held.baseline, held.winner) if side == BASELINE_ID else (held.winner, held.baseline)
+        )
+        assert [r.set_aside is not None for r in mine.rounds] == [True, False]
+        assert [r.set_aside is not None for r in other.rounds] == [False]
+        assert {s.phase for s in mine.samples if s.start == 1} >= {"heldout"}
+    quiet = BusyStarts(set(), redo=None)
+    _, _, bench = quiet.cycle(Lines())
+    held = heldout_check(bench, *_sim_recipes())
+    assert [len(held.baseline.rounds), len(held.winner.rounds)] == [1, 1]
+
+
 def test_the_hypervisors_steal_counts_as_taken_and_is_named() -> None:
     """A VM's steal takes CPU from the measurement as another process would (measured here: a
     start at 20-30% steal ran 0.19 lower in log tok/s), so the rules and the words count it."""
