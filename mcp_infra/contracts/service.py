@@ -199,6 +199,9 @@ class ProcessRecord(Contract):
     launch: LaunchRecord | None = Field(
         None, description="a split server: pid and pgid are mlx.launch's; its ranks are here"
     )
+    cpus: list[int] | None = Field(
+        None, description="the CPUs its threads were kept on (ServiceConfig.server_cpus)"
+    )
 
 
 class FrontConfig(Part):
@@ -270,6 +273,15 @@ class ServiceConfig(Contract):
     baseline: Recipe
     front: FrontConfig = Field(default_factory=FrontConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    server_cpus: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="keep each server this home starts (the live one and every measured one "
+        "alike) on this many CPUs, the last ones this process may use (Linux; None: all). "
+        "The demo sets 1: on a 2-CPU VM the tiny models' servers then ran without the "
+        "2.5x-slower spells that unpinned ones had (procs.runtime.pin_to_cpus)",
+    )
 
 
 class FrontRoute(Contract):

@@ -98,6 +98,9 @@ def prepare(home: Home, *, fresh: bool = False) -> ServiceConfig:
         port=port,
         scratch_port=scratch,
         policy="demo",
+        # Each server on one CPU: the demo models' per-token hand-offs between threads made
+        # unpinned servers run spells at 40% speed on a 2-CPU VM (procs.runtime.pin_to_cpus).
+        server_cpus=1,
         baseline=Recipe(
             candidate_id="demo-tiny:target",
             template="mlx_lm_server",

@@ -47,6 +47,7 @@ from mcp_infra.procs.runtime import (
     backend_url,
     free_port,
     is_running,
+    pin_to_cpus,
     port_open,
     port_owner_is,
     probe_completion,
@@ -176,6 +177,7 @@ def start_backend(
     port someone else took meanwhile means another port, never a verdict on the recipe."""
     require_log_room(log)
     last: Exception | None = None
+    config = read_optional(home.config, ServiceConfig)  # a home being set up may have none yet
     for _ in range(tries):
         port = free_port()
         try:
@@ -191,6 +193,9 @@ def start_backend(
         except PortBusy as exc:
             last = exc
             continue
+        if record.launch is None and config is not None:  # a split server's ranks run where
+            cpus = pin_to_cpus(record.pid, config.server_cpus)  # mlx.launch puts them
+            record = record.model_copy(update={"cpus": cpus})
         try:
             write_model(candidate_record_path(home, port), record)
         except OSError:  # no room for the record (a full disk): a server nobody can find is

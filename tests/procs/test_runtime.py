@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
 from pathlib import Path
 
 import httpx2
+import psutil
 import pytest
 
 from mcp_infra.contracts import Knobs, Recipe
@@ -23,6 +25,9 @@ from mcp_infra.procs.runtime import (
     stop_server,
     wait_ready,
 )
+from mcp_infra.procs.service import start_candidate, stop_candidate
+from mcp_infra.state.context import load_config
+from mcp_infra.state.store import Home, write_model
 from tests.helpers.faultkit import stranger as start_stranger
 from tests.helpers.run import Spawn
 
@@ -246,3 +251,28 @@ def test_server_that_crashes_on_start_is_reported_with_its_log(tmp_path: Path) -
     with pytest.raises(ServerStartError, match="exited before it was ready.*bad flag"):
         wait_ready(record, timeout=30)
     proc.wait(timeout=5)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity (macOS)")
+def test_a_home_that_sets_server_cpus_keeps_every_server_thread_on_them(home: Home) -> None:
+    """The demo keeps each server on one CPU (``ServiceConfig.server_cpus``): every thread of
+    the real server, the worker threads made after the start included, stays on the last CPU,
+    and the process record says which; a home that sets none leaves the server on all."""
+    config = load_config(home)
+    write_model(home.config, config.model_copy(update={"server_cpus": 1}))
+    last = sorted(os.sched_getaffinity(0))[-1:]
+    record = start_candidate(home, config.baseline, config, cycle_id="c-pin", timeout=120)
+    try:
+        assert record.cpus == last
+        threads = [t.id for t in psutil.Process(record.pid).threads()]
+        assert len(threads) > 1  # the model's worker threads exist once it answered
+        assert {tuple(sorted(os.sched_getaffinity(t))) for t in threads} == {tuple(last)}
+    finally:
+        stop_candidate(home, record)
+    write_model(home.config, config)
+    free = start_candidate(home, config.baseline, config, cycle_id="c-free", timeout=120)
+    try:
+        assert free.cpus is None
+        assert os.sched_getaffinity(free.pid) == os.sched_getaffinity(0)
+    finally:
+        stop_candidate(home, free)
