@@ -228,8 +228,9 @@ def pin_to_cpus(pid: int, count: int | None) -> list[int] | None:
 
     Why: on this project's 2-CPU VM an unpinned ``mlx_lm.server`` with the demo's tiny models
     ran in spells at about 40% of its speed, several seconds each, while a reference loop on
-    either CPU (compute or memory bound) ran at full speed: the server's threads split over the
-    two CPUs, and every token's hand-off between them was a cross-CPU wake-up. Pinned to one
+    either CPU (compute or memory bound) ran at full speed and no load counter moved; the
+    likely cause is the server's threads split over the two CPUs, every token's hand-off a
+    cross-CPU wake-up, which a VM makes dear. Pinned to one
     CPU, 96 requests of 64 tokens varied by sd 0.05-0.07 in log tok/s against 0.36-0.49 unpinned
     in the same half hour, and ran faster (2026-12-04, docs/benchmarks.md). Called right after
     the start, before the server has made its worker threads, which inherit the main thread's
