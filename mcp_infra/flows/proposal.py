@@ -34,7 +34,7 @@ from mcp_infra.core.preflight import (
     manifest_hash,
     preflight,
 )
-from mcp_infra.core.sanitize import PlanRefused, parse_plan, sanitize
+from mcp_infra.core.sanitize import PlanContext, PlanRefused, parse_plan, sanitize
 from mcp_infra.flows.status import cost_sidecar, queued_ids, window_text
 from mcp_infra.flows.views import View
 from mcp_infra.procs.identity import is_alive
@@ -264,21 +264,19 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
         if policy.protocol.learn_spread
         else None
     )
-    return sanitize(
-        plan,
+    context = PlanContext(
         manifests=manifests,
         policy=policy,
         preflights=checks,
         live_recipe=ctx.live,
-        live_peak_memory_gb=_last_baseline_peak(home),
         registry_hash=ctx.registry_hash,
         policy_hash=p_hash,
-        proposed_by=proposed_by,
-        now=utcnow(),
+        live_peak_memory_gb=_last_baseline_peak(home),
         candidate_recipes=recipes,
         skip=memory.skips(home, wanted, policy, p_hash),
         learned_spread=learned,
     )
+    return sanitize(plan, context, proposed_by=proposed_by, now=utcnow())
 
 
 def _last_baseline_peak(home: Home) -> float | None:
