@@ -20,6 +20,15 @@ from mcp_infra.contracts.base import (
     Part,
     text_problem,
 )
+from mcp_infra.contracts.builds import (
+    MODE_DEFAULTS,
+    BuildRecord,
+    BuildSpec,
+    ComputeDtype,
+    QMode,
+    QuantPredicate,
+    spec_problem,
+)
 from mcp_infra.contracts.evidence import (
     ChainHead,
     CheckResult,
@@ -150,6 +159,8 @@ __all__ = [
     "BackendHealth",
     "Bounded",
     "Budgets",
+    "BuildRecord",
+    "BuildSpec",
     "CANDIDATE_ID_PATTERN",
     "CandidateClass",
     "CandidateRun",
@@ -160,6 +171,7 @@ __all__ = [
     "CheckResult",
     "ClusterHost",
     "Comparison",
+    "ComputeDtype",
     "ConfigTruth",
     "Contract",
     "CurrentCycle",
@@ -200,6 +212,7 @@ __all__ = [
     "LaunchRecord",
     "LearnedSpread",
     "LockedPackage",
+    "MODE_DEFAULTS",
     "MachineLoad",
     "Manifest",
     "MeasureProtocol",
@@ -216,6 +229,8 @@ __all__ = [
     "ProcessRecord",
     "ProcessUsage",
     "PromptStat",
+    "QMode",
+    "QuantPredicate",
     "REPO_PATTERN",
     "REVISION_PATTERN",
     "RankRecord",
@@ -251,5 +266,6 @@ __all__ = [
     "WatchState",
     "Window",
     "WorkloadCell",
+    "spec_problem",
     "text_problem",
 ]
