@@ -20,6 +20,15 @@ from mcp_infra.contracts.base import (
     Part,
     text_problem,
 )
+from mcp_infra.contracts.builds import (
+    MODE_DEFAULTS,
+    BuildRecord,
+    BuildSpec,
+    ComputeDtype,
+    QMode,
+    QuantPredicate,
+    spec_problem,
+)
 from mcp_infra.contracts.evidence import (
     ChainHead,
     CheckResult,
@@ -162,6 +171,8 @@ __all__ = [
     "BackendHealth",
     "Bounded",
     "Budgets",
+    "BuildRecord",
+    "BuildSpec",
     "CANDIDATE_ID_PATTERN",
     "CandidateClass",
     "CandidateRun",
@@ -174,6 +185,7 @@ __all__ = [
     "CheckResult",
     "ClusterHost",
     "Comparison",
+    "ComputeDtype",
     "ConfigTruth",
     "Contract",
     "CurrentCycle",
@@ -217,6 +229,7 @@ __all__ = [
     "LaunchRecord",
     "LearnedSpread",
     "LockedPackage",
+    "MODE_DEFAULTS",
     "MachineLoad",
     "Manifest",
     "MeasureProtocol",
@@ -235,6 +248,8 @@ __all__ = [
     "ProcessRecord",
     "ProcessUsage",
     "PromptStat",
+    "QMode",
+    "QuantPredicate",
     "Quantized",
     "REPO_PATTERN",
     "REVISION_PATTERN",
@@ -273,5 +288,6 @@ __all__ = [
     "WatchState",
     "Window",
     "WorkloadCell",
+    "spec_problem",
     "text_problem",
 ]

@@ -398,7 +398,7 @@ def _free_bytes(cache: Path) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offline, hub client)
+def prepare(
     manifest: Manifest,
     candidate: str,
     draft: bool,
@@ -407,8 +407,6 @@ def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offl
     cache: Path | None = None,
     offline: bool | None = None,
     progress: bool = True,
-    api: Any = None,  # as in plan_artifact
-    free_bytes: int | None = None,
 ) -> PrepareResult:
     """Download (or find, offline) a candidate's pinned artifacts, then inventory them.
 
@@ -424,7 +422,7 @@ def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offl
     unreachable = None
     for artifact in artifacts:
         try:
-            plans.append(plan_artifact(artifact, cache, offline=offline, api=api))
+            plans.append(plan_artifact(artifact, cache, offline=offline))
         except HubError:
             raise
         except Exception as exc:  # no hub: network, DNS, proxy, HTTP errors of any client
@@ -436,9 +434,7 @@ def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offl
             break
     if offline:
         _require_cached(plans, candidate, cache, unreachable)
-    problems = check_budget(
-        plans, manifest, policy, _free_bytes(cache) if free_bytes is None else free_bytes
-    )
+    problems = check_budget(plans, manifest, policy, _free_bytes(cache))
     if problems:
         raise BudgetExceeded(f"{candidate}: not downloading: " + "; ".join(problems))
     cache.mkdir(parents=True, exist_ok=True)
