@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from mcp_infra.contracts import JSONValue, ModelShape, Quantized, TokenizerFacts
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 
-IDENTITY_PATTERNS = (
+RUNTIME_PATTERNS = (
     "*.json",
     "*.safetensors",
     "*.jinja",
@@ -23,8 +23,8 @@ IDENTITY_PATTERNS = (
     "tokenizer.model",
     "*.tiktoken",
 )
-"""The files a runtime reads from a model folder (config, tokenizer, template, weights): a
-folder's identity is the sha256 of these, so a README edited beside them changes nothing."""
+"""The files a runtime reads from a model folder (config, tokenizer, template, weights): what
+its facts are read from."""
 
 WEIGHT_PATTERN = "*.safetensors"
 UNLOADABLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.gguf", "*.ckpt")
@@ -45,12 +45,12 @@ replace it once a cycle has them (core.admission)."""
 GIB = 2**30
 
 
-def is_identity_file(name: str) -> bool:
-    """Is this relative path part of a model folder's identity (hidden folders never are)?"""
+def is_runtime_file(name: str) -> bool:
+    """Is this relative path one a runtime reads (hidden folders never are)?"""
     if any(part.startswith(".") for part in name.split("/")):
         return False
     base = name.rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(base, p) for p in IDENTITY_PATTERNS)
+    return any(fnmatch.fnmatchcase(base, p) for p in RUNTIME_PATTERNS)
 
 
 def missing_parts(names: Iterable[str]) -> list[str]:

@@ -3,11 +3,11 @@
 * **Facts.** config.json, tokenizer.json, tokenizer_config.json and the weights' sizes are read
   into a ``FolderFacts`` (``core.modelfacts`` parses them), kept per process while the files'
   sizes and modification times are unchanged.
-* **Identity.** A local folder is an artifact like a hub snapshot: the sha256 of every file a
-  runtime reads (``core.modelfacts.IDENTITY_PATTERNS``), as a sorted (path, size, sha256) list
-  and its digest (``store.inventory_digest``, the same digest as a hub snapshot's inventory).
-  The list is recorded in the home (``catalog/inventories/<digest>.json``) so that a folder
-  changed later is refused with what changed: which file, added, removed or changed.
+* **Identity.** A local folder is an artifact like a hub snapshot: the sha256 of its files as a
+  sorted (path, size, sha256) list and one digest over it (``state.folders``, the scheme of
+  hub inventories and builds too). The list is recorded in the home
+  (``catalog/inventories/<digest>.json``) so that a folder changed later is refused with what
+  changed: which file was added, removed or changed.
 * **Loaders.** Which runtimes can load a folder's ``model_type``: the modules of
   ``mlx_lm.models`` (with mlx-lm's own remapping, e.g. mistral → llama) and ``mlx_vlm.models``,
   listed from the installed packages without importing them.
@@ -38,6 +38,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core import modelfacts
 from mcp_infra.errors import McpInfraError
 from mcp_infra.state.filecache import installed_version
+from mcp_infra.state.folders import FolderError, folder_inventory, inventory_changes
 from mcp_infra.state.store import (
     Home,
     file_sha256,
@@ -77,23 +78,24 @@ class FolderChanged(ModelFolderError):
 # ---------------------------------------------------------------------------------------------
 
 
-def identity_files(folder: Path) -> dict[str, Path]:
-    """Relative name → file, for every file of the folder's identity (links followed)."""
+def runtime_files(folder: Path) -> dict[str, Path]:
+    """Relative name → file, for the files a runtime reads (config, tokenizer, template,
+    weights; links followed): what the facts are read from and stamped by."""
     root = Path(folder)
     found: dict[str, Path] = {}
     for path in sorted(root.rglob("*")):
         name = path.relative_to(root).as_posix()
-        if path.is_file() and modelfacts.is_identity_file(name):
+        if path.is_file() and modelfacts.is_runtime_file(name):
             found[name] = path
     return found
 
 
 def inventory(folder: Path) -> list[InventoryFile]:
-    """(path, size, sha256) of each identity file; hashes memoized by stat (``file_sha256``)."""
-    return [
-        InventoryFile(path=name, size=path.stat().st_size, sha256=file_sha256(path))
-        for name, path in identity_files(folder).items()
-    ]
+    """The folder's identity: (path, size, sha256) of each file (``state.folders``)."""
+    try:
+        return folder_inventory(Path(folder))
+    except FolderError as exc:
+        raise FolderChanged(str(exc)) from exc
 
 
 def inventory_path(home: Home, digest: str) -> Path:
@@ -115,20 +117,6 @@ def record_inventory(home: Home, folder: Path) -> FolderInventory:
     return record
 
 
-def changes(recorded: list[InventoryFile], now: list[InventoryFile]) -> list[str]:
-    """What differs between a recorded file list and the folder now, one phrase per file."""
-    before = {f.path: f for f in recorded}
-    after = {f.path: f for f in now}
-    said = [f"{name} was removed" for name in sorted(set(before) - set(after))]
-    said += [f"{name} was added" for name in sorted(set(after) - set(before))]
-    for name in sorted(set(before) & set(after)):
-        old, new = before[name], after[name]
-        if old.sha256 != new.sha256:
-            size = f", {old.size} → {new.size} bytes" if old.size != new.size else ""
-            said.append(f"{name} changed (sha256 {old.sha256[:12]}… → {new.sha256[:12]}…{size})")
-    return said
-
-
 def verify_folder(home: Home, folder: Path, digest: str) -> None:
     """Raise ``FolderChanged`` naming each changed, added or removed file when the folder's
     files no longer have the recorded digest."""
@@ -139,7 +127,7 @@ def verify_folder(home: Home, folder: Path, digest: str) -> None:
         return
     recorded = read_optional(inventory_path(home, digest), FolderInventory)
     what = (
-        changes(recorded.files, now)
+        inventory_changes(recorded.files, now)
         if recorded is not None
         else ["its files differ (no file list was recorded for it in this home)"]
     )
@@ -193,7 +181,7 @@ def folder_facts(folder: Path, origin: str = "") -> FolderFacts:
     root = Path(folder).resolve()
     if not root.is_dir():
         return FolderFacts(path=str(root), origin=origin, missing=["the folder itself"])
-    files = identity_files(root)
+    files = runtime_files(root)
     stamp = _stamp(files)
     with _cache_lock:
         hit = _facts.get(str(root))

@@ -34,9 +34,9 @@ from mcp_infra.state.artifacts import artifact_path, hub_caches
 from mcp_infra.state.filecache import installed_version
 from mcp_infra.state.modelfolder import (
     folder_facts,
-    identity_files,
     local_models,
     record_inventory,
+    runtime_files,
 )
 from mcp_infra.state.runtimes import platform_tag
 from mcp_infra.state.store import Home, read_optional, utcnow, write_bytes_atomic, write_model
@@ -105,7 +105,7 @@ def runtime_helps(home: Home) -> list[RuntimeHelp]:
 
 def _stamp(folder: Path) -> list[object]:
     out: list[object] = []
-    for name, path in identity_files(folder).items():
+    for name, path in runtime_files(folder).items():
         info = path.stat()
         out.append([name, info.st_size, info.st_mtime_ns])
     return out

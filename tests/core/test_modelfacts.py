@@ -29,13 +29,13 @@ def test_each_missing_part_is_named() -> None:
     assert len(mf.missing_parts([])) == 3
 
 
-def test_identity_files_are_what_a_runtime_reads() -> None:
-    assert mf.is_identity_file("model.safetensors")
-    assert mf.is_identity_file("chat_template.jinja")
-    assert mf.is_identity_file("sub/config.json")
-    assert not mf.is_identity_file("README.md")
-    assert not mf.is_identity_file(".cache/huggingface/x.json")
-    assert not mf.is_identity_file("modeling_custom.py")
+def test_runtime_files_are_config_tokenizer_template_and_weights() -> None:
+    assert mf.is_runtime_file("model.safetensors")
+    assert mf.is_runtime_file("chat_template.jinja")
+    assert mf.is_runtime_file("sub/config.json")
+    assert not mf.is_runtime_file("README.md")
+    assert not mf.is_runtime_file(".cache/huggingface/x.json")
+    assert not mf.is_runtime_file("modeling_custom.py")
 
 
 def test_shape_reads_head_dim_or_derives_it() -> None:

@@ -58,15 +58,17 @@ def test_loaders_follow_the_installed_runtime_modules() -> None:
     assert mfo.loaders(ModelShape(model_type="no_such_architecture")) == []
 
 
-def test_the_identity_ignores_files_no_runtime_reads(
+def test_hidden_entries_are_no_part_of_the_identity(
     tmp_path: Path, models: dict[str, Path]
 ) -> None:
     copy = shutil.copytree(models["target"], tmp_path / "m")
     before = mfo.record_inventory(Home(tmp_path / "home"), copy)
-    (copy / "README.md").write_text("notes")
-    files = mfo.inventory(copy)
-    assert [f.path for f in files] == [f.path for f in before.files]
-    assert "README.md" not in [f.path for f in files]
+    (copy / ".git").mkdir()
+    (copy / ".git" / "HEAD").write_text("ref: refs/heads/main")
+    (copy / ".DS_Store").write_text("x")
+    assert mfo.inventory(copy) == before.files
+    (copy / "README.md").write_text("notes")  # a visible file is part of the folder
+    assert "README.md" in [f.path for f in mfo.inventory(copy)]
 
 
 def test_a_changed_folder_is_refused_with_what_changed(
@@ -83,9 +85,9 @@ def test_a_changed_folder_is_refused_with_what_changed(
     with pytest.raises(mfo.FolderChanged) as caught:
         mfo.verify_folder(home, copy, recorded.digest)
     said = str(caught.value)
-    assert "generation_config.json was removed" in said
-    assert "extra.json was added" in said
-    assert "model.safetensors changed (sha256" in said
+    assert "missing: generation_config.json" in said
+    assert "added: extra.json" in said
+    assert "model.safetensors: sha256" in said
     recipe = Recipe(
         candidate_id="own:x",
         template="mlx_lm_server",
