@@ -44,6 +44,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.preflight import manifest_hash
 from mcp_infra.errors import McpInfraError
+from mcp_infra.state.modelfolder import FILES_PREFIX
 from mcp_infra.state.runtimes import (
     BuildResult,
     as_recipe_runtime,
@@ -698,7 +699,9 @@ def resolve_recipe(
         ):
             if artifact is None or path is None:
                 continue
-            if artifact.repo and Path(path).is_dir():
+            if artifact.digest:  # a local folder: its recorded files, checked at each start
+                hashes[role] = FILES_PREFIX + artifact.digest
+            elif artifact.repo and Path(path).is_dir():
                 hashes[role] = "inventory:" + ensure_untampered(Path(path))
             else:
                 hashes[role] = fingerprint(Path(path))
@@ -716,9 +719,18 @@ def resolve_recipe(
     )
 
 
+CONFIGURED_UNKNOWN = "(the configured target: this home configures none)"
+
+
 def artifact_path(artifact: ArtifactRef, models_dir: Path, hf_cache: Path | None) -> str:
+    """The folder an artifact is served from. A "configured" artifact is written in when the
+    home's manifests are loaded (``owncatalog.bind_configured``); unbound, it names none."""
     if artifact.demo:
         return str(models_dir / artifact.demo)
+    if artifact.path:
+        return artifact.path
+    if artifact.configured:
+        return CONFIGURED_UNKNOWN
     assert artifact.repo and artifact.revision
     found = find_snapshot(artifact.repo, artifact.revision, hub_caches(hf_cache))
     # not prepared yet: where `mcp-infra prepare` will put it (the shared Hugging Face cache)
