@@ -143,6 +143,7 @@ from mcp_infra.contracts.service import (
     HostProbe,
     LaunchEvidence,
     LaunchRecord,
+    LogHealth,
     ProcessRecord,
     RankRecord,
     Recipe,
@@ -151,6 +152,7 @@ from mcp_infra.contracts.service import (
     ServiceImpact,
     SupervisorRecord,
     TaskHealth,
+    Watchdog,
 )
 from mcp_infra.contracts.verdicts import (
     CandidateVerdict,
@@ -228,6 +230,7 @@ __all__ = [
     "LaunchEvidence",
     "LaunchRecord",
     "LearnedSpread",
+    "LogHealth",
     "LockedPackage",
     "MODE_DEFAULTS",
     "MachineLoad",
@@ -286,6 +289,7 @@ __all__ = [
     "Verdict",
     "Watch",
     "WatchState",
+    "Watchdog",
     "Window",
     "WorkloadCell",
     "spec_problem",
