@@ -8,16 +8,18 @@ then a fresh supervisor (or `recover`) runs. Disk rows put the home on a small d
 (a tmpfs as root; else a file-size limit on the supervisor) and fill it during the experiment
 or at the seal: the supervisor must restore the service and exit 5, `recover` must seal. The
 failed-adoption row kills the verified winner just before the front is switched to it. Front
-rows send real clients to the stable port: 200 streamed clients at once, a SIGKILLed live
-backend mid-stream, a body that kills mlx_lm.server's generation thread, a 200 MB body,
-paths outside the API, an Origin, the front's proxy SIGSTOPped six times, a hung (SIGSTOPped)
-live backend. The full-disk row holds the home's disk full for 10 minutes while a client asks
-every 5 s and a plan waits in the queue. Columns: the sealed outcome, whether the live service
-answers afterwards, project servers left over besides it, records lost (journal lines
-unreadable + cycles never sealed), whether the row's own target held, and what was seen.
+rows send real clients to the stable port: 200 and 1,000 streamed clients at once, a
+SIGKILLed live backend mid-stream, a body that kills mlx_lm.server's generation thread, a
+200 MB body, paths outside the API, an Origin, the front's proxy SIGSTOPped six times, a hung
+(SIGSTOPped) live backend. The full-disk row holds the home's disk full for 10 minutes while
+a client asks every 5 s and a plan waits in the queue. Columns: the sealed outcome, whether
+the live service answers afterwards, project servers left over besides it, records lost
+(journal lines unreadable + cycles never sealed), whether the row's own target held, and what
+was seen.
 
 Target: after every fault the service is restored, with no orphan and no record lost, and each
-row's own target holds (exit status 1 otherwise): 0 resets and 0 502s for 200 clients; a
+row's own target holds (exit status 1 otherwise): 0 resets and 0 502s for 200 clients; each
+of 1,000 served or answered 503 with Retry-After, none reset or unanswered within 120 s; a
 stream cut by a dead backend ends with an error event and the service is back within 30 s
 without a person, the status saying so; a poison body reaches a backend at most twice; a
 200 MB body refused before it is read, the front below 150 MB; `/v1/../x` and other paths
@@ -26,7 +28,7 @@ disk; a failed switch rolled back with what serves named; a stopped proxy replac
 times and a hung backend restarted, without a person; with the disk held full every request
 answered, `status` saying logging is degraded, the plan refused, no cycle started (the
 supervisor exits 7) and the dropped log lines counted.
-Takes: twenty-three faults, each with up to one cycle under the lean `test` policy (about
+Takes: twenty-four faults, each with up to one cycle under the lean `test` policy (about
 30 min on 2 cores, 10 of them the full disk). --smoke: the first cycle fault (SIGKILL at
 BASELINE, then recovery) and the first front fault (paths and CORS) under the smoke protocol
 (about 30 s).
@@ -76,7 +78,7 @@ from mcp_infra.demo.faults import (
 from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.flows import api as app
-from mcp_infra.procs.front import current_status, front_record, read_route
+from mcp_infra.procs.front import current_status, front_record, raise_fd_limit, read_route
 from mcp_infra.procs.runtime import free_port, is_running, start_server, stop_server
 from mcp_infra.state import evidence
 from mcp_infra.state.context import load_config, service_record
@@ -414,6 +416,44 @@ def two_hundred_clients(home: Home) -> tuple[str, bool]:
     )
 
 
+CLIENTS = 1000
+
+
+def thousand_clients(home: Home) -> tuple[str, bool]:
+    """``CLIENTS`` streamed clients at once: each served or answered 503 with Retry-After
+    (past ``max_queue``), none reset and none unanswered within 120 s; the proxy's open-files
+    limit and peak memory."""
+    port, base = _served(home)
+    raise_fd_limit(4 * CLIENTS)  # this process holds a connection per client
+    proxy = current_status(home)
+    assert proxy is not None
+    watched = psutil.Process(proxy.pid)
+    peak, stop = [watched.memory_info().rss], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.2):
+            with contextlib.suppress(psutil.Error):
+                peak.append(watched.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        results = frontkit.streamed_clients(base, CLIENTS, max_tokens=4, timeout=120)
+    finally:
+        stop.set()
+        sampler.join(5)
+    seen = frontkit.summary(results)
+    told = sum(r.status == 503 and bool(r.retry_after) for r in results)
+    limit = watched.rlimit(psutil.RLIMIT_NOFILE)[0]
+    ok = seen["complete"] + told == CLIENTS and seen["resets"] == 0
+    return (
+        f"{seen['complete']} served, {told} 503 with Retry-After, {seen['resets']} reset or "
+        f"unanswered; p50 {seen['p50_s']} s, p99 {seen['p99_s']} s; the proxy's open-files "
+        f"limit {limit}, peak RSS {max(peak) / 2**20:.0f} MB",
+        ok,
+    )
+
+
 def backend_killed_mid_stream(home: Home) -> tuple[str, bool]:
     port, base = _served(home)
     record = service_record(home)
@@ -564,6 +604,7 @@ FAULTS: list[Fault] = [
     Fault("live backend SIGKILLed mid-stream", backend_killed_mid_stream, kind="front"),
     Fault("poison body (kills generation)", poison_body, kind="front"),
     Fault("200 MB body", huge_body, kind="front"),
+    Fault(f"{CLIENTS} streamed clients at once", thousand_clients, kind="front"),
     Fault(f"front's proxy SIGSTOPped x{STOPS}", front_stopped, kind="front"),
     Fault("live backend hung (SIGSTOP)", backend_hung, kind="front"),
     Fault(f"home disk full for {FULL_FOR_S / 60:.0f} min", disk_held_full, kind="full"),
