@@ -30,13 +30,15 @@ class FolderError(McpInfraError, ValueError):
 
 
 def _files(folder: Path) -> dict[str, Path]:
-    """Every regular file under ``folder`` by its relative POSIX path, links followed."""
+    """Every regular file under ``folder`` by its relative POSIX path, links followed. Hidden
+    entries (``.git``, the ``.cache`` that ``hf download --local-dir`` writes) are no part of
+    a model: they change when nothing the runtime reads does."""
     if not folder.is_dir():
         raise FolderError(f"{folder}: not a folder")
     found: dict[str, Path] = {}
     for root, dirs, names in os.walk(folder, followlinks=True):
-        dirs.sort()
-        for name in names:
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in (n for n in names if not n.startswith(".")):
             path = Path(root) / name
             rel = path.relative_to(folder).as_posix()
             if not path.exists():
