@@ -16,6 +16,7 @@ import annotated_types
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra.contracts import JSONValue, Plan, text_problem
+from mcp_infra.core.modelfacts import shape_of, text_config
 
 PromptForm = Literal["menu", "json"]
 
@@ -81,25 +82,23 @@ def _int(config: Mapping[str, JSONValue], *keys: str) -> int | None:
 def model_size(config: Mapping[str, JSONValue]) -> ModelSize:
     """A decoder's parameter count from its Hugging Face ``config.json`` (attention, MLP with
     its experts, embeddings; norms and biases left out: they are under 0.1%) and its context.
-    A multimodal config's ``text_config`` is the language model."""
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        config = {**config, **text}
-    context = _int(config, "max_position_embeddings", "max_sequence_length", "n_positions")
-    hidden = _int(config, "hidden_size", "d_model", "n_embd")
-    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
-    vocab = _int(config, "vocab_size")
-    if hidden is None or layers is None or vocab is None:
+    The shape is ``modelfacts.shape_of``'s (a multimodal config's ``text_config`` is the
+    language model); the MLP's width, experts, tied embeddings and context are read here."""
+    shape = shape_of(config)
+    text = {**config, **text_config(config)}
+    context = _int(text, "max_position_embeddings", "max_sequence_length", "n_positions")
+    hidden, layers, vocab = shape.hidden_size, shape.num_layers, shape.vocab_size
+    if not hidden or not layers or not vocab:
         return ModelSize(max_context=context)
-    heads = _int(config, "num_attention_heads", "n_head") or 1
-    kv_heads = _int(config, "num_key_value_heads") or heads
-    head_dim = _int(config, "head_dim") or hidden // heads
-    mlp = _int(config, "intermediate_size", "n_inner") or 4 * hidden
-    experts = _int(config, "num_local_experts", "num_experts", "n_routed_experts") or 1
-    expert_mlp = _int(config, "moe_intermediate_size") or mlp
+    heads = shape.num_attention_heads or 1
+    kv_heads = shape.num_kv_heads or heads
+    head_dim = shape.head_dim or hidden // heads
+    mlp = _int(text, "intermediate_size", "n_inner") or 4 * hidden
+    experts = _int(text, "num_local_experts", "num_experts", "n_routed_experts") or 1
+    expert_mlp = _int(text, "moe_intermediate_size") or mlp
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     feed_forward = 3 * hidden * (expert_mlp * experts if experts > 1 else mlp)
-    tied = config.get("tie_word_embeddings", True) is not False
+    tied = text.get("tie_word_embeddings", True) is not False
     embeddings = vocab * hidden * (1 if tied else 2)
     return ModelSize(
         parameters=layers * (attention + feed_forward) + embeddings, max_context=context
