@@ -1,12 +1,12 @@
 """The live service behind the front, and candidate servers, with their records.
 
-The stable port belongs to the front (``procs/front.py``); every backend (the live recipe, each
-candidate, a promoted winner) runs on a free port of its own. Records live in ``state/``:
-``front.json`` for the front, ``service.json`` for the live backend, ``candidates/<port>.json``
-for every other backend (candidates, a winner not yet adopted, an old backend being drained).
-A record is written right after a process starts and removed after it stops, so
-a supervisor killed at any point leaves enough on disk to find and stop what it started — and
-nothing else: a process on a port without our record is refused, never killed.
+The stable port belongs to the front (``procs/proxy.py``, steered through ``procs/front.py``);
+every backend (the live recipe, each candidate, a promoted winner) runs on a free port of its own.
+Records live in ``state/``: ``front.json`` for the front, ``service.json`` for the live backend,
+``candidates/<port>.json`` for every other backend (candidates, a winner not yet adopted, an old
+backend being drained). A record is written right after a process starts and removed after it
+stops, so a supervisor killed at any point leaves enough on disk to find and stop what it
+started — and nothing else: a process on a port without our record is refused, never killed.
 
 Every change of what serves (``adopt``, ``hold_live``, ``start_service``, ``ensure_serving``, the
 front's restart of a dead backend: ``heal_live_backend``) holds the service lock
