@@ -276,11 +276,25 @@ def log_tail(path: str | Path, limit: int = 1500) -> str:
 
 
 class Probe:
-    """Outcome of one readiness probe: ready, still starting, or answered with an error."""
+    """Outcome of one readiness probe: ready, still starting, answered with an error, or
+    accepted and dropped without an answer (``dropped``: the request failed inside it)."""
 
-    def __init__(self, ready: bool, error: str | None = None) -> None:
+    def __init__(self, ready: bool, error: str | None = None, dropped: bool = False) -> None:
         self.ready = ready
         self.error = error
+        self.dropped = dropped
+
+
+def logged_error(text: str) -> str | None:
+    """The exception a server's log last reported after a traceback (the runtime's own
+    words, e.g. ``ValueError: [quantize] ...``); None without a traceback."""
+    marker = "Traceback (most recent call last)"
+    if marker not in text:
+        return None
+    for line in text.rsplit(marker, 1)[1].splitlines()[1:]:
+        if line and not line[0].isspace() and ":" in line:
+            return line.strip()[:400]
+    return None
 
 
 def probe(base_url: str, timeout: float = 30.0) -> Probe:
@@ -299,8 +313,10 @@ def probe(base_url: str, timeout: float = 30.0) -> Probe:
         body["model"] = model
     try:
         response = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=timeout)
-    except httpx.HTTPError:
+    except (httpx.ConnectError, httpx.ConnectTimeout):
         return Probe(False)
+    except httpx.HTTPError:
+        return Probe(False, dropped=True)
     if response.status_code == 200:
         return Probe(True)
     return Probe(False, f"HTTP {response.status_code}: {response.text[:300]}")
@@ -328,6 +344,11 @@ def wait_ready(record: ProcessRecord, timeout: float, poll: float = 0.25) -> flo
                 raise ServerStartError(
                     f"server for {record.candidate_id} cannot serve: {result.error}; log tail: "
                     f"{server_log_tail(record, 400)}"
+                )
+            said = logged_error(server_log_tail(record, 4000)) if result.dropped else None
+            if said:  # it failed the request itself: no wait will fix that
+                raise ServerStartError(
+                    f"server for {record.candidate_id} cannot serve: the runtime says: {said}"
                 )
         if time.monotonic() - start > timeout:
             raise ServerStartError(
