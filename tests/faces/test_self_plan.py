@@ -108,7 +108,7 @@ def test_the_menu_prompt_is_one_line_per_candidate(planning_home: Home) -> None:
         kind = "lossy" if c.semantics == "lossy" else "lossless"
         assert f"\n{n}. {c.id}: {c.title} ({c.candidate_class}, {kind}, untried)\n" in prompt
     assert "Goal: short chat turns." in prompt
-    assert prompt.endswith("Answer with the numbers only, for example: 1, 3")
+    assert prompt.endswith("Answer with 1 to 3 numbers from the menu and nothing else.")
     assert len(prompt) < 1500, "a small model's prompt stays short"
     seen = MenuItem(
         id="m:a", title="A", candidate_class="kv_cache", lossy=True, last_verdict="rejected -4.1%"
@@ -141,8 +141,8 @@ def test_one_retry_quotes_the_error(
     assert [m["role"] for m in question] == ["user", "assistant", "user"]
     assert question[1]["content"] == "I like the fast ones."
     assert question[2]["content"].startswith(
-        "Your answer could not be used: expected the numbers of 1 to 3 candidates from the "
-        "menu (1 to 5)"
+        "Your answer could not be used: expected the numbers (or ids) of 1 to 3 candidates "
+        "from the menu (1 to 5)"
     )
     assert [a.problems != [] for a in outcome.attempts] == [True, False]
     assert len(frozen.candidates) == 2
@@ -158,7 +158,7 @@ def test_after_the_retry_the_fallback_is_proposed_and_recorded(
     runnable = [c.id for c in build_context(planning_home).runnable]
     assert frozen.candidates == ["baseline", *runnable[:3]]  # untried all: catalog order
     notes = frozen.proposed.notes
-    assert notes.startswith("planner: fallback\nwhy: expected the numbers of 1 to 3")
+    assert notes.startswith("planner: fallback\nwhy: expected the numbers (or ids) of 1 to 3")
     assert "\nmodel answer 1: speed speed nemau\n" in notes
     answer_2 = notes.split("\nmodel answer 2: ", 1)[1]
     assert answer_2.startswith("JSON schemas are very") and answer_2.endswith("…")
