@@ -12,9 +12,10 @@ back to check that a fallback says `planner: fallback` with the model's answers.
 Target: issue 37: the served SmolLM2-135M-Instruct proposes a valid plan from the menu prompt
 in at least 4 of 5 tries, or the fallback is recorded each time it does not. Exit status 1 when
 a try ends with neither (nothing proposed, or a fallback not recorded).
-Takes: about 10-30 s a try with SmolLM2 on this 2-core machine (two questions of up to 64
-tokens at ~8 tok/s, and the MCP server's start); --smoke: one try on the demo's tiny target
-(random weights: it ends in the fallback), seconds.
+Takes: 58-93 s a try with SmolLM2 on this 2-core machine at a load average of about 9 (one
+question of 64 tokens, the MCP server's start, the catalog's first generation), 103-162 s when
+it asks twice; --smoke: one try on the demo's tiny target (random weights: it ends in the
+fallback), 17-25 s.
 
     .venv/bin/python benchmarks/self_plan.py MODEL_FOLDER [--tries 5] [--prompt auto|menu|json]
         [--json] [--smoke]
