@@ -1,11 +1,10 @@
 """Does the served model plan for itself? N tries of `plan --local` against a real served model.
 
-What: builds a home whose own model (as `init --model` records one: its inventory digest in
-config.yaml) is the given folder, so the menu is the catalog generated for it; serves it on the
-stable port, and runs the product's own `plan --local` (``faces.planner.plan_local``: an MCP
-client session, the numbered menu or the JSON prompt by the model's size, one retry with the
-problem quoted, then the fallback) N times, each try with another goal line, so each asks a
-different question (temperature 0).
+What: builds a home whose own model is the given folder (`init --model`), so the menu is the
+catalog generated for it; serves it on the stable port, and runs the product's own
+`plan --local` (``faces.planner.plan_local``: an MCP client session, the numbered menu or the
+JSON prompt by the model's size, one retry with the problem quoted, then the fallback) N
+times, each try with another goal line, so each asks a different question (temperature 0).
 Each try submits its plan (queued, no supervisor runs it); the frozen plan's notes are read
 back to check that a fallback says `planner: fallback` with the model's answers.
 
@@ -32,14 +31,14 @@ from typing import Any
 import _common
 import anyio
 
-from mcp_infra.contracts import FrozenPlan, ModelSource, Recipe, ServiceConfig
+from mcp_infra.contracts import FrozenPlan, ServiceConfig
 from mcp_infra.demo.homes import make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.faces.planner import LocalPlanOptions, plan_local
+from mcp_infra.flows.own import init_model
 from mcp_infra.flows.planning import LocalPlanResult
 from mcp_infra.procs.service import ensure_serving
-from mcp_infra.state.modelfolder import record_inventory
-from mcp_infra.state.store import Home, read_model, write_model
+from mcp_infra.state.store import Home, read_model
 
 GOALS = [
     "faster answers",
@@ -51,25 +50,12 @@ GOALS = [
 
 
 def served_home(root: Path, folder: Path | None) -> Home:
-    """A home with the demo models; when a folder is given, it is the home's own model (its
-    inventory recorded, config.yaml's ``model:`` naming it), so the menu is the catalog
-    generated for it (server settings from the runtime's --help, KV-cache bits)."""
+    """A home with the demo models; when a folder is given, `init --model` makes it the home's
+    own model (``flows.own.init_model``), so the menu is the catalog generated for it (server
+    settings from the runtime's --help, KV-cache bits)."""
     home = make_home(root / "home", build_demo_models(root / "models"))
     if folder is not None:
-        config = read_model(home.config, ServiceConfig)
-        inventory = record_inventory(home, folder)
-        model = ModelSource(
-            given=str(folder),
-            path=str(folder),
-            digest=inventory.digest,
-            files=len(inventory.files),
-            bytes=sum(f.size for f in inventory.files),
-        )
-        baseline = Recipe(
-            candidate_id="served:model", template="mlx_lm_server", model_path=str(folder)
-        )
-        update = {"baseline": baseline, "model": model}
-        write_model(home.config, config.model_copy(update=update))
+        init_model(home, str(folder))
     config = read_model(home.config, ServiceConfig)
     ensure_serving(home, config.baseline, config)
     return home

@@ -3,14 +3,17 @@ the error quoted, and the fallback, over real HTTP.
 
 The model is a real local HTTP server (http.server) that answers the OpenAI chat API with
 scripted replies, in order: what a small model writes is fixed here so every branch runs (the
-real SmolLM2 is in the slow test and benchmarks/self_plan.py). The questions go out through
-the product's own ``ask_model``; plans go to the product's own ``propose`` on a real home (in
-process: the MCP round trip is the slow tests' part, tests/faces/test_planner.py).
+real SmolLM2 is in the last test, slow, and benchmarks/self_plan.py). The questions go out
+through the product's own ``ask_model``; plans go to the product's own ``propose`` on a real
+home (in process: the MCP round trip is the slow tests' part, here and in
+tests/faces/test_planner.py).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,8 +25,9 @@ import pytest
 
 from mcp_infra.contracts import FrozenPlan, JSONValue
 from mcp_infra.core.menu import Menu, MenuItem
-from mcp_infra.demo.homes import make_home
+from mcp_infra.demo.homes import make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
+from mcp_infra.demo.smollm import RealModel
 from mcp_infra.faces.planner import (
     Conversation,
     LocalPlanOptions,
@@ -35,9 +39,13 @@ from mcp_infra.faces.planner import (
 )
 from mcp_infra.faces.render import menu_prompt, plan_example
 from mcp_infra.flows import api as app
+from mcp_infra.flows.own import init_model
 from mcp_infra.flows.planning import build_context, menu_of
 from mcp_infra.procs.runtime import free_port
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.mcp_clients import child_env
 
 
 class ScriptedModel(BaseHTTPRequestHandler):
@@ -200,3 +208,39 @@ def test_a_model_nobody_serves_is_unavailable_with_a_hint(planning_home: Home) -
     other = asker(planning_home, url, LocalPlanOptions(endpoint=url), 8, lambda _m: None)
     with pytest.raises(ModelUnreachable, match="check --endpoint"):
         anyio.run(other, messages)
+
+
+def test_the_served_smollm2_plans_from_the_menu_or_the_fallback_is_recorded(
+    real_model: RealModel, tmp_path: Path
+) -> None:
+    """Slow, the real model: SmolLM2-135M-Instruct (its bf16 conversion, made the home's own
+    model by `init --model`) answers the menu through `mcp-infra plan --local`; its answer is a
+    valid plan of its generated catalog, or the fallback is proposed and recorded as such.
+    benchmarks/self_plan.py counts five tries (docs/benchmarks.md)."""
+    home = make_home(tmp_path / "home", build_demo_models(tmp_path / "models"))
+    init_model(home, str(real_model.source))
+    config = load_config(home)
+    command = [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "plan", "--local"]
+    try:
+        ensure_serving(home, config.baseline, config)
+        done = subprocess.run(
+            [*command, "--json", "--no-supervisor"],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        stop_home(home)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["form"] == "menu" and result["accepted"], result["message"]
+    [entry] = home.queued()
+    frozen = read_model(entry, FrozenPlan)
+    assert frozen.proposed_by == "mcp:mcp-infra-plan"
+    assert all(c.startswith("own-") for c in frozen.candidates[1:]), "the generated catalog"
+    if result["planner"] == "model":
+        assert frozen.proposed.notes.startswith("planner: served model (menu answer)")
+    else:
+        assert result["planner"] == "fallback" and len(result["attempts"]) == 2
+        assert frozen.proposed.notes.startswith("planner: fallback\nwhy: ")
