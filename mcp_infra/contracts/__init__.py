@@ -145,6 +145,7 @@ from mcp_infra.contracts.service import (
     HostProbe,
     LaunchEvidence,
     LaunchRecord,
+    LogHealth,
     ProcessRecord,
     RankRecord,
     Recipe,
@@ -153,6 +154,7 @@ from mcp_infra.contracts.service import (
     ServiceImpact,
     SupervisorRecord,
     TaskHealth,
+    Watchdog,
 )
 from mcp_infra.contracts.verdicts import (
     CandidateVerdict,
@@ -232,6 +234,7 @@ __all__ = [
     "LaunchEvidence",
     "LaunchRecord",
     "LearnedSpread",
+    "LogHealth",
     "LockedPackage",
     "MODE_DEFAULTS",
     "MachineLoad",
@@ -290,6 +293,7 @@ __all__ = [
     "Verdict",
     "Watch",
     "WatchState",
+    "Watchdog",
     "Window",
     "WorkloadCell",
     "spec_problem",

@@ -52,6 +52,8 @@ def status_text(view: app.StatusView) -> str:
         )
         if s.healing:
             lines.append(f"Self-healing: {s.healing}.")
+        notes = [("Logging", s.logging), ("The front's stuck proxy replaced", s.front_replaced)]
+        lines += [f"{what}: {note}." for what, note in notes if note]
     if view.cycle:
         c = view.cycle
         lines.append(

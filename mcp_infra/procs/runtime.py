@@ -43,8 +43,9 @@ from mcp_infra.procs.distributed import (
     plan_launch,
 )
 from mcp_infra.procs.identity import is_alive, is_zombie, start_time, started_by
+from mcp_infra.procs.logpipe import settled, spawn_logged
 from mcp_infra.state.runtimes import RuntimeEnvError, verify_recipe_runtime
-from mcp_infra.state.store import Home, flock_held, open_append, utcnow
+from mcp_infra.state.store import Home, flock_held, utcnow
 
 LOOPBACK = "127.0.0.1"
 
@@ -194,15 +195,8 @@ def start_server(
             raise ValueError("a split recipe needs the configured hosts")
         launch = plan_launch(recipe, hosts, log_path)
     command = argv or build_argv(recipe, port, launch=launch)
-    with open_append(log_path) as log:
-        proc = subprocess.Popen(  # argv list, never a shell
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=server_env(hf_cache, own_runtime=recipe.runtime is not None),
-        )
+    env = server_env(hf_cache, own_runtime=recipe.runtime is not None)
+    proc = spawn_logged(command, log_path, env=env)  # its output never waits on the disk
     created = start_time(proc.pid) or time.time()
     record = ProcessRecord(
         role=role,  # type: ignore[arg-type]
@@ -264,7 +258,10 @@ def whole(record: ProcessRecord) -> bool:
 
 
 def server_log_tail(record: ProcessRecord, limit: int = 600) -> str:
-    """Why a server failed, from its log: a split server's names the rank that died first."""
+    """Why a server failed, from its log: a split server's names the rank that died first. The
+    log of a server that ended is read once its relay has written all of it."""
+    if not is_running(record):
+        settled(record.log_path)
     if record.launch is not None:
         return launch_log_tail(record, limit)
     return log_tail(record.log_path, limit)
@@ -371,6 +368,8 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
         os.killpg(record.pgid, signal.SIGTERM)
     except ProcessLookupError:
         return "not running"
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(record.pgid, signal.SIGCONT)  # a stopped (hung) server runs to hear it
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if not is_running(record):
