@@ -629,7 +629,8 @@ def planning_prompt(
 
 
 def menu_prompt(menu: Menu, goal: str | None = None) -> str:
-    """The planning prompt for a small model: a numbered menu, answered with numbers."""
+    """The planning prompt for a small model: a numbered menu, answered with numbers or ids.
+    It shows no example answer: SmolLM2-135M copied the example's numbers whatever the goal."""
     lines = [
         f"{n}. {item.id}: {item.title} ({item.candidate_class}, "
         + ("lossy" if item.lossy else "lossless")
@@ -646,7 +647,8 @@ def menu_prompt(menu: Menu, goal: str | None = None) -> str:
             "Menu:",
             *lines,
             *more,
-            f"Pick 1 to {menu.limit} numbers. Answer with the numbers only, for example: 1, 3",
+            f"Which experiments should run? Answer with 1 to {menu.limit} numbers from the menu "
+            "and nothing else.",
         ]
     )
 
@@ -657,7 +659,7 @@ def retry_prompt(problems: list[str], menu: Menu | None, example: dict[str, Any]
     if menu is not None:
         form = (
             f"Answer again with only the numbers of 1 to {menu.limit} candidates from the "
-            f"menu (1 to {len(menu.items)}), for example: 1, 3"
+            f"menu (1 to {len(menu.items)})."
         )
     else:
         form = 'Answer again with exactly one JSON object with "hypothesis" and "candidates"' + (
@@ -731,7 +733,11 @@ def task_check_text(result: TaskCheck) -> str:
 def prepared_text(result: PrepareResult) -> str:
     lines = [
         f"{result.candidate}: prepared"
-        + (f" in {result.cache}" if result.artifacts or result.runtime is None else "")
+        + (
+            f" in {result.cache}"
+            if result.artifacts or (result.runtime is None and result.build is None)
+            else ""
+        )
         + (" (offline: from the cache)" if result.offline else "")
     ]
     for a in result.artifacts:
@@ -745,6 +751,11 @@ def prepared_text(result: PrepareResult) -> str:
             f"  runtime {rt.label}: {'built already, checked' if rt.reused else 'built'} in "
             f"{rt.path} ({rt.builder}, {rt.packages} packages visible, "
             f"{rt.size_bytes / 1e6:.1f} MB, {rt.seconds:.1f} s); lock {rt.lock_digest[:16]}…"
+        )
+    if (b := result.build) is not None:
+        lines.append(
+            f"  build {b.key}: {b.folder} ({b.size_bytes / 1e6:.1f} MB, sha256 {b.digest[:16]}…) "
+            f"by `{' '.join(b.argv[1:])}`"
         )
     return "\n".join(lines)
 

@@ -72,7 +72,12 @@ def test_init_serves_the_folder_and_generates_its_catalog(
     assert config.model is not None and config.model.digest == view.model.digest
     assert config.baseline.candidate_id == OWN_BASELINE
     assert config.baseline.artifact_hashes == {"target": f"files:{view.model.digest}"}
-    assert view.candidates == {"server_tuning": 8, "kv_cache": 2, "acceleration_plugin": 4}
+    assert view.candidates == {
+        "server_tuning": 8,
+        "kv_cache": 2,
+        "quantization": 7,
+        "acceleration_plugin": 4,
+    }
     recorded = mfo.inventory_path(fresh, view.model.digest)
     assert {f["path"] for f in json.loads(recorded.read_text())["files"]} == {
         p.name for p in built["target"].iterdir()
