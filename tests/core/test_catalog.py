@@ -11,7 +11,7 @@ from mcp_infra.contracts import (
     RuntimeHelp,
     TokenizerFacts,
 )
-from mcp_infra.core import catalog
+from mcp_infra.core import catalog, modelfacts
 from mcp_infra.core.templates import TEMPLATES, help_choices, help_flags, unknown_flags
 from tests.helpers.paths import REPO
 
@@ -146,7 +146,11 @@ def test_the_same_name_twice_gets_two_ids() -> None:
 
 
 def test_a_model_with_an_mtp_head_gets_its_own_drafter_through_mlx_vlm() -> None:
-    target = folder("/models/mtp", 1_000_000, mtp_layers=1)
+    config = {  # a Qwen3.5-style config declaring its own MTP layer
+        "model_type": "qwen3_5",
+        "text_config": {"hidden_size": 128, "num_attention_heads": 4, "mtp_num_hidden_layers": 1},
+    }
+    target = TARGET.model_copy(update={"path": "/models/mtp", "shape": modelfacts.shape_of(config)})
     made, notes = catalog.mtp_manifest(facts(target=target))
     assert made is not None and notes == []
     assert made.runtime.template == "mlx_vlm_server" and made.runtime.platforms == ["darwin-arm64"]

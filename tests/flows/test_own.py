@@ -130,6 +130,35 @@ def test_one_invalid_manifest_is_reported_beside_the_others(
     assert len(view.problems) == 1 and view.problems[0].startswith("broken.yaml: invalid manifest")
 
 
+def test_a_home_manifest_may_name_a_local_folder_as_its_target(
+    fresh: Home, built: dict[str, Path]
+) -> None:
+    app.init_model(fresh, str(built["target"]))
+    fresh.user_registry.mkdir()
+    manifest = {
+        "schema_version": 1,
+        "id": "mine-prefill",
+        "title": "my own setting",
+        "class": "server_tuning",
+        "semantics": "lossless",
+        "license_reviewed": True,
+        "runtime": {"template": "mlx_lm_server", "platforms": ["linux-x86_64", "darwin-arm64"]},
+        "target": {"role": "target", "path": str(built["target"])},
+        "variants": [{"id": "p256", "knobs": {"prefill_step_size": 256}}],
+    }
+    (fresh.user_registry / "mine-prefill.yaml").write_text(yaml.safe_dump(manifest))
+    elsewhere = {**manifest, "id": "elsewhere", "target": {"role": "target", "path": "/no/such"}}
+    (fresh.user_registry / "elsewhere.yaml").write_text(yaml.safe_dump(elsewhere))
+    view = app.registry_view(fresh)
+    by_id = {c.id: c for c in view.candidates}
+    assert view.problems == []
+    assert by_id["mine-prefill:p256"].preflight_passed
+    refused = {k.name: k.detail for k in by_id["elsewhere:p256"].checks if not k.passed}
+    assert refused["same_target"] == (
+        "another model's candidate: its target is /no/such, not the live model"
+    )
+
+
 def test_a_hub_repo_in_the_local_cache_is_a_model_too(fresh: Home, built: dict[str, Path]) -> None:
     view = app.init_model(fresh, "someone/tiny-draft")
     assert view.model.repo == "someone/tiny-draft" and view.model.path == str(built["draft"])
