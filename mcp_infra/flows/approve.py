@@ -38,7 +38,9 @@ from mcp_infra.core.preflight import preflight
 from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.core.units import speedup_pct
 from mcp_infra.errors import McpInfraError
-from mcp_infra.flows import cycle
+from mcp_infra.flows.journal import Journal
+from mcp_infra.flows.promotion import Promotion, conclude, promote, restore_after_error
+from mcp_infra.flows.supervisor import recover, supervising
 from mcp_infra.state import evidence, memory
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.context import HomeContext
@@ -124,8 +126,8 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
     except FileNotFoundError as exc:
         raise ApprovalRefused(str(exc)) from exc
     cycle_id = bundle.name  # `latest` names the newest sealed cycle
-    with cycle.supervising(home):
-        cycle.recover(home)  # an interrupted cycle is finished or undone first, as at supervise
+    with supervising(home):
+        recover(home)  # an interrupted cycle is finished or undone first, as at supervise
         if (home.needs_operator_file).exists():
             raise ApprovalRefused("the service needs an operator first: run `mcp-infra recover`")
         check = evidence.verify(bundle)
@@ -191,7 +193,7 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
             raise ApprovalRefused(f"the policy changed since cycle {cycle_id}: propose a new cycle")
         gain = chosen.speedup_estimate
         speedup = speedup_pct(gain) if gain is not None else None
-        promotion = cycle.Promotion(recipe, _run_of(bundle, name), verdict, speedup)
+        promotion = Promotion(recipe, _run_of(bundle, name), verdict, speedup)
         return _approval_cycle(home, config, plan, bundle, cycle_id, live, promotion, chosen)
 
 
@@ -202,7 +204,7 @@ def _approval_cycle(
     bundle: Path,
     source: str,
     live: Recipe,
-    promotion: cycle.Promotion,
+    promotion: Promotion,
     chosen: CandidateVerdict,
 ) -> CycleSummary:
     recipe = promotion.recipe
@@ -215,7 +217,7 @@ def _approval_cycle(
             shutil.copy2(bundle / name, cdir / name)
     for path in sorted((CycleFiles(bundle).runs).glob("*.json")):
         shutil.copy2(path, CycleFiles(cdir).runs / path.name)
-    journal = cycle.Journal(home, cycle_id)
+    journal = Journal(home, cycle_id)
     started = utcnow()
     journal(
         CycleState.QUEUED,
@@ -236,12 +238,12 @@ def _approval_cycle(
         recipes={recipe.candidate_id: recipe.model_dump(mode="json")},
     )
     try:
-        result = cycle.promote(home, config, plan, journal, live, promotion)
+        result = promote(home, config, plan, journal, live, promotion)
         if result.outcome == Outcome.PROMOTED:
             result = result._replace(
                 reason=f"approved by a person from cycle {source}; "
                 f"verified online; {chosen.reasons[0]}"
             )
     except Exception as exc:  # as in run_cycle: restore, then account for it
-        result = cycle.restore_after_error(home, journal, exc)
-    return cycle.conclude(home, plan, cycle_id, journal, started, result)
+        result = restore_after_error(home, journal, exc)
+    return conclude(home, plan, cycle_id, journal, started, result)
