@@ -19,6 +19,7 @@ from mcp_infra.contracts.base import (
     JSONValue,
     Part,
     text_problem,
+    unset,
 )
 from mcp_infra.contracts.evidence import (
     ChainHead,
@@ -84,11 +85,14 @@ from mcp_infra.contracts.plan import (
 )
 from mcp_infra.contracts.policy import (
     DEFAULT_AUTO_PROMOTE,
+    LOSSLESS_CLASSES,
     Bounded,
     Budgets,
     LearnedSpread,
     MeasureProtocol,
     Policy,
+    QualityBudget,
+    QualityBudgets,
     ServicePolicy,
     Thresholds,
     Watch,
@@ -103,6 +107,7 @@ from mcp_infra.contracts.projection import (
 from mcp_infra.contracts.runs import (
     CandidateRun,
     CellFigures,
+    CodeRun,
     MachineLoad,
     RoundRecord,
     Sample,
@@ -137,7 +142,10 @@ from mcp_infra.contracts.verdicts import (
     Comparison,
     Decision,
     GateResult,
+    Interval,
     PromptStat,
+    QualityMeasure,
+    TaskOutcome,
     Verdict,
 )
 
@@ -159,6 +167,7 @@ __all__ = [
     "ChainHead",
     "CheckResult",
     "ClusterHost",
+    "CodeRun",
     "Comparison",
     "ConfigTruth",
     "Contract",
@@ -191,11 +200,13 @@ __all__ = [
     "HostProbe",
     "ID_PATTERN",
     "InTotoStatement",
+    "Interval",
     "InventoryFile",
     "JSONValue",
     "JournalStep",
     "Knobs",
     "LOCAL_HOST",
+    "LOSSLESS_CLASSES",
     "LaunchEvidence",
     "LaunchRecord",
     "LearnedSpread",
@@ -216,6 +227,9 @@ __all__ = [
     "ProcessRecord",
     "ProcessUsage",
     "PromptStat",
+    "QualityBudget",
+    "QualityBudgets",
+    "QualityMeasure",
     "REPO_PATTERN",
     "REVISION_PATTERN",
     "RankRecord",
@@ -242,6 +256,7 @@ __all__ = [
     "SupervisorRecord",
     "TargetProfile",
     "TaskHealth",
+    "TaskOutcome",
     "TemplateName",
     "Thresholds",
     "UsageStart",
@@ -252,4 +267,5 @@ __all__ = [
     "Window",
     "WorkloadCell",
     "text_problem",
+    "unset",
 ]

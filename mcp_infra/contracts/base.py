@@ -56,3 +56,9 @@ def text_problem(value: str, *, multiline: bool = False) -> str | None:
             "are not allowed" + ("" if multiline else " (one line)")
         )
     return None
+
+
+def unset(value: object) -> bool:
+    """``exclude_if`` for a field added to a contract that evidence already holds: left out of a
+    dump while unset, so a file written before the field existed dumps, and hashes, as it did."""
+    return value is None
