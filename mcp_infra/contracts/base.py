@@ -21,6 +21,13 @@ YAML file): any shape until a contract validates it. The one reason the package 
 for data; other ``Any`` says its own reason where it stands."""
 
 
+def unset(value: object) -> bool:
+    """A field added after files were frozen is left out of a dump while unset (None or
+    False; pydantic's ``exclude_if``), so every file that does not use it dumps, and hashes,
+    exactly as before it existed."""
+    return value is None or value is False
+
+
 class Contract(BaseModel):
     """Base of every contract: unknown fields are an error, never silently kept."""
 
@@ -56,9 +63,3 @@ def text_problem(value: str, *, multiline: bool = False) -> str | None:
             "are not allowed" + ("" if multiline else " (one line)")
         )
     return None
-
-
-def unset(value: object) -> bool:
-    """``exclude_if`` for a field added to a contract that evidence already holds: left out of a
-    dump while unset, so a file written before the field existed dumps, and hashes, as it did."""
-    return value is None

@@ -410,7 +410,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint", help="OpenAI-compatible base URL ending in /v1 (default: the managed service)"
     )
     plan.add_argument("--model", help="model name to send (default: none, the server's own)")
-    plan.add_argument("--max-tokens", type=int, default=2048)
+    plan.add_argument(
+        "--max-tokens",
+        type=int,
+        help="longest answer, in tokens (default: 64 for the menu, 2048 for the JSON prompt)",
+    )
+    plan.add_argument(
+        "--prompt",
+        choices=["auto", "menu", "json"],
+        default="auto",
+        help="menu: numbered candidates, answered with numbers; json: the full MCP prompt; "
+        "auto (default): the menu for a served model under 1B parameters or an 8k context",
+    )
     plan.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the model")
     plan.add_argument("--goal", help="one line: what to optimize")
     plan.add_argument("--json", action="store_true")

@@ -4,12 +4,22 @@ what can run here, how fast the live recipe is, what past cycles found, the poli
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_infra.contracts import BASELINE_ID, CandidateRun, CycleSummary, Outcome, Plan, Verdict
+from mcp_infra.contracts import (
+    BASELINE_ID,
+    CandidateRun,
+    CycleSummary,
+    Outcome,
+    Plan,
+    Policy,
+    Verdict,
+)
 from mcp_infra.core.extraction import Extraction
+from mcp_infra.core.menu import Menu, MenuItem, ModelSize, PromptForm, make_menu, model_size
 from mcp_infra.core.preflight import preflight
 from mcp_infra.core.units import fmt_pct
 from mcp_infra.state import evidence as evidence_mod
@@ -42,6 +52,7 @@ class CandidateBrief(Brief):
     knobs: dict[str, Any]
     auto_promote: bool
     history: list[str] = Field(default_factory=list)
+    last_verdict: str | None = Field(None, description="the newest cycle's, e.g. 'rejected -4.1%'")
 
 
 class UnavailableBrief(Brief):
@@ -121,17 +132,28 @@ class PlanningContext(Brief):
 def build_context(home: Home) -> PlanningContext:
     """Everything a planner should know, read from the home directory (no service is touched)."""
     ctx = HomeContext(home)
-    config, policy, manifests, facts, live = (
-        ctx.config,
-        ctx.policy,
-        ctx.manifests,
-        ctx.facts,
-        ctx.live,
-    )
+    config, live = ctx.config, ctx.live
     summaries = evidence_mod.list_cycles(home)
     verdicts = {s.cycle_id: _verdict(home, s.cycle_id) for s in summaries[:50]}
+    runnable, unavailable = candidate_briefs(ctx, _history(summaries[:50], verdicts))
+    return PlanningContext(
+        live_recipe=live.candidate_id,
+        endpoint=f"http://{config.host}:{config.port}/v1",
+        runnable=runnable,
+        unavailable=unavailable,
+        baseline=_baseline_figures(home, summaries, live.candidate_id),
+        past_cycles=[_past_cycle(s, verdicts.get(s.cycle_id)) for s in summaries[:PAST_CYCLES]],
+        policy=policy_bounds(ctx.policy),
+        plan_schema=plan_schema(),
+    )
+
+
+def _history(
+    summaries: list[CycleSummary], verdicts: dict[str, Verdict | None]
+) -> dict[str, list[str]]:
+    """Per candidate, one line per sealed cycle that judged it, oldest first."""
     history: dict[str, list[str]] = {}
-    for summary in reversed(summaries[:50]):
+    for summary in reversed(summaries):
         verdict = verdicts.get(summary.cycle_id)
         for item in verdict.candidates if verdict else []:
             reason = whole(item.reasons[0], 240) if item.reasons else ""
@@ -141,17 +163,26 @@ def build_context(home: Home) -> PlanningContext:
             history.setdefault(item.candidate, []).append(
                 f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"
             )
+    return history
+
+
+def candidate_briefs(
+    ctx: HomeContext, history: dict[str, list[str]]
+) -> tuple[list[CandidateBrief], list[UnavailableBrief]]:
+    """The registry split into what a plan may name (with its history) and what it may not,
+    with why: preflight fails, it is the live recipe, or recipe memory refuses it."""
+    home, policy, live = ctx.home, ctx.policy, ctx.live
     recipes = {
         f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
-        for m in manifests.values()
+        for m in ctx.manifests.values()
         for v in m.variants
     }
     skip = memory.skips(home, recipes, policy, ctx.policy_hash)
     runnable, unavailable = [], []
-    for manifest in manifests.values():
+    for manifest in ctx.manifests.values():
         for variant in manifest.variants:
             cid = f"{manifest.id}:{variant.id}"
-            check = preflight(manifest, variant, policy, facts, require_artifacts=True)
+            check = preflight(manifest, variant, policy, ctx.facts, require_artifacts=True)
             if not check.passed:
                 unavailable.append(UnavailableBrief(id=cid, reasons=check.failures()[:3]))
                 continue
@@ -172,50 +203,52 @@ def build_context(home: Home) -> PlanningContext:
                     knobs=variant.knobs.model_dump(exclude_defaults=True),
                     auto_promote=bool(policy.auto_promote.get(cls, False)),
                     history=history.get(cid, [])[-4:],
+                    last_verdict=last_verdict(history.get(cid, [])),
                 )
             )
-    past = []
-    for summary in summaries[:PAST_CYCLES]:
-        verdict = verdicts.get(summary.cycle_id)
-        past.append(
-            PastCycle(
-                cycle_id=summary.cycle_id,
-                outcome=summary.outcome.value,
-                selected=summary.selected,
-                speedup_pct=summary.speedup_pct,
-                reason=whole(summary.reason, 300),
-                interrupted=summary.interrupted,
-                candidates=[
-                    f"{c.candidate}: {c.decision.value}"
-                    + (f" ({whole(c.reasons[0], 200)})" if c.reasons else "")
-                    for c in (verdict.candidates if verdict else [])
-                ],
-            )
-        )
-    window = policy.window
-    window_text = (
-        f"{window.start}-{window.end} {window.timezone}" if window.mode == "window" else window.mode
+    return runnable, unavailable
+
+
+def last_verdict(history: list[str]) -> str | None:
+    """The newest history line's decision and speed ('rejected -4.1%'), without its cycle id
+    and reason; None for a candidate no cycle judged."""
+    if not history:
+        return None
+    return history[-1].split(": ", 1)[-1].split(" — ", 1)[0]
+
+
+def _past_cycle(summary: CycleSummary, verdict: Verdict | None) -> PastCycle:
+    return PastCycle(
+        cycle_id=summary.cycle_id,
+        outcome=summary.outcome.value,
+        selected=summary.selected,
+        speedup_pct=summary.speedup_pct,
+        reason=whole(summary.reason, 300),
+        interrupted=summary.interrupted,
+        candidates=[
+            f"{c.candidate}: {c.decision.value}"
+            + (f" ({whole(c.reasons[0], 200)})" if c.reasons else "")
+            for c in (verdict.candidates if verdict else [])
+        ],
     )
+
+
+def policy_bounds(policy: Policy) -> PolicyBounds:
+    """The policy's ranges and rules a plan is held to, as a planner reads them."""
+    window = policy.window
     bounds = policy.thresholds
-    return PlanningContext(
-        live_recipe=live.candidate_id,
-        endpoint=f"http://{config.host}:{config.port}/v1",
-        runnable=runnable,
-        unavailable=unavailable,
-        baseline=_baseline_figures(home, summaries, live.candidate_id),
-        past_cycles=past,
-        policy=PolicyBounds(
-            name=policy.name,
-            min_speedup_pct=ThresholdBounds(**bounds.min_speedup_pct.model_dump()),
-            max_peak_memory_gb=ThresholdBounds(**bounds.max_peak_memory_gb.model_dump()),
-            worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
-            auto_promote={k.value: v for k, v in policy.auto_promote.items()},
-            window=window_text,
-            suite=policy.protocol.suite,
-            repeats=policy.protocol.repeats,
-            max_tokens=policy.protocol.max_tokens,
-        ),
-        plan_schema=plan_schema(),
+    return PolicyBounds(
+        name=policy.name,
+        min_speedup_pct=ThresholdBounds(**bounds.min_speedup_pct.model_dump()),
+        max_peak_memory_gb=ThresholdBounds(**bounds.max_peak_memory_gb.model_dump()),
+        worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
+        auto_promote={k.value: v for k, v in policy.auto_promote.items()},
+        window=f"{window.start}-{window.end} {window.timezone}"
+        if window.mode == "window"
+        else window.mode,
+        suite=policy.protocol.suite,
+        repeats=policy.protocol.repeats,
+        max_tokens=policy.protocol.max_tokens,
     )
 
 
@@ -337,6 +370,42 @@ def _frozen_protocol(home: Home, cycle_id: str) -> tuple[str, int] | None:
     return (plan.protocol.suite, plan.protocol.max_tokens) if plan else None
 
 
+def menu_of(context: PlanningContext) -> Menu:
+    """The numbered menu of the runnable candidates, in catalog order."""
+    return make_menu(
+        [
+            MenuItem(
+                id=c.id,
+                title=c.title,
+                candidate_class=c.candidate_class,
+                lossy=c.semantics == "lossy",
+                last_verdict=c.last_verdict,
+            )
+            for c in context.runnable
+        ]
+    )
+
+
+def served_model_size(home: Home) -> ModelSize | None:
+    """The live recipe's model size from its ``config.json``; None when it cannot be read."""
+    try:
+        folder = HomeContext(home).live.model_path
+        with open(f"{folder}/config.json", encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError, CorruptFile):
+        return None
+    return model_size(config) if isinstance(config, dict) else None
+
+
+class Attempt(BaseModel):
+    """One question to the model and what became of its answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reply_excerpt: str = ""
+    problems: list[str] = Field(default_factory=list)
+
+
 class LocalPlanResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -348,3 +417,8 @@ class LocalPlanResult(BaseModel):
     reply_excerpt: str = ""
     extraction: Extraction | None = None
     proposal: dict[str, Any] | None = None
+    form: PromptForm = "json"
+    planner: Literal["model", "fallback", "none"] = Field(
+        "none", description="who chose the submitted plan: the model, or the fallback rule"
+    )
+    attempts: list[Attempt] = Field(default_factory=list)
