@@ -45,7 +45,7 @@ from mcp_infra.core.stats import derive_seed
 
 
 @dataclass(frozen=True)
-class Look:
+class Resampling:
     """How the measure's intervals are drawn: their confidence, resamples and seed."""
 
     level: float
@@ -76,10 +76,10 @@ def frozen_as(thresholds: EffectiveThresholds, plan: EffectiveThresholds) -> Eff
     )
 
 
-def look_for(protocol: MeasureProtocol, candidate: str) -> Look:
+def resampling_for(protocol: MeasureProtocol, candidate: str) -> Resampling:
     """The protocol's confidence and resamples, and a seed of the candidate's own."""
     seed = derive_seed(protocol.seed, f"quality:{candidate}")
-    return Look(protocol.confidence, protocol.bootstrap_resamples, seed)
+    return Resampling(protocol.confidence, protocol.bootstrap_resamples, seed)
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def lossy_gates(
     baseline: CandidateRun,
     run: CandidateRun,
     thresholds: EffectiveThresholds,
-    look: Look,
+    draws: Resampling,
     outputs: QualityOutputs | None,
     note: str = "",
 ) -> list[GateResult]:
@@ -113,7 +113,7 @@ def lossy_gates(
     if thresholds.quality_budget is None:
         return legacy_gates(baseline, run, thresholds, outputs, note)
     path, budget = thresholds.quality_budget.for_class(run.candidate_class)
-    gate = agreement_gate(baseline, run, path, budget, look)
+    gate = agreement_gate(baseline, run, path, budget, draws)
     if not may_promote_alone(run, thresholds):
         gate = _with(gate, f"a person approves it: {path} is not a budget of its own class")
     if run.knobs.ranks:  # a split model: the lossless comparison said, judged as lossy
@@ -216,7 +216,7 @@ def measure_text(m: QualityMeasure) -> str:
 
 
 def agreement_gate(
-    baseline: CandidateRun, run: CandidateRun, path: str, budget: QualityBudget, look: Look
+    baseline: CandidateRun, run: CandidateRun, path: str, budget: QualityBudget, draws: Resampling
 ) -> GateResult:
     """The continuous measure over the greedy passes and the quality tasks, held to ``budget``
     (each limit against its interval's worse end). A prompt missing or failed on either side
@@ -224,7 +224,7 @@ def agreement_gate(
     base_q = [s for s in baseline.samples if s.phase == "quality"]
     cand_q = [s for s in run.samples if s.phase == "quality"]
     pairs = paired(baseline.greedy, run.greedy) + paired(base_q, cand_q, "task ")
-    m = measure(pairs, level=look.level, resamples=look.resamples, seed=look.seed)
+    m = measure(pairs, level=draws.level, resamples=draws.resamples, seed=draws.seed)
     if m is None:
         return GateResult(
             gate="agreement", passed=False, detail="no greedy outputs to compare", budget=path

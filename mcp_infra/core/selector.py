@@ -54,7 +54,13 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
-from mcp_infra.core.budget import Look, QualityOutputs, look_for, lossy_gates, may_promote_alone
+from mcp_infra.core.budget import (
+    QualityOutputs,
+    Resampling,
+    lossy_gates,
+    may_promote_alone,
+    resampling_for,
+)
 from mcp_infra.core.gates import compare_greedy, smoke_gate
 from mcp_infra.core.stats import (
     ASSUMED_START_NOISE,
@@ -133,11 +139,11 @@ def run_gates(
     quality: dict[str, list[Sample]] | None,
     quality_suite: str | None = None,
     *,
-    look: Look | None = None,
+    draws: Resampling | None = None,
 ) -> list[GateResult]:
     """Every gate that applies to ``run``, in a fixed order.
 
-    A lossy candidate gets the lossy budget's gates (core.budget; ``look`` draws the measure's
+    A lossy candidate gets the lossy budget's gates (core.budget; ``draws`` says how the measure's
     intervals, by default as the protocol's defaults would): agreement, and quality when a
     quality suite was run: the protocol names one, ``quality`` was given, or the run carries
     ``quality`` samples. A suite that ran but left no output for the candidate fails the gate
@@ -154,8 +160,8 @@ def run_gates(
         ran = outputs is not None or quality_suite is not None
         both = QualityOutputs(_quality_outputs(baseline, quality) or [], outputs or [])
         note = f"not lossless: {identity.detail}" if identity is not None else ""
-        look = look or look_for(MeasureProtocol(), run.candidate)
-        gates += lossy_gates(baseline, run, thresholds, look, both if ran else None, note)
+        draws = draws or resampling_for(MeasureProtocol(), run.candidate)
+        gates += lossy_gates(baseline, run, thresholds, draws, both if ran else None, note)
     gates.append(smoke_gate(_smoke_outputs(baseline), _smoke_outputs(run)))
     gates.append(_memory_gate(run, thresholds.max_peak_memory_gb))
     return gates
@@ -190,7 +196,7 @@ def failed_gates(
             thresholds,
             None,
             protocol.quality_suite,
-            look=look_for(protocol, run.candidate),
+            draws=resampling_for(protocol, run.candidate),
         )
         if not g.passed
     ]
@@ -437,7 +443,7 @@ def judge(
         thresholds,
         quality,
         protocol.quality_suite,
-        look=look_for(protocol, run.candidate),
+        draws=resampling_for(protocol, run.candidate),
     )
     hard_failures = [
         f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed

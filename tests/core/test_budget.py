@@ -19,8 +19,8 @@ from mcp_infra.contracts import (
     Semantics,
 )
 from mcp_infra.core.budget import (
-    Look,
     QualityOutputs,
+    Resampling,
     frozen_as,
     legacy_fraction,
     lossy_gates,
@@ -35,7 +35,7 @@ from mcp_infra.state.catalog import load_policy
 from tests.helpers.paths import REPO
 from tests.helpers.selector_runs import ALL, BASELINE, PROTOCOL, make_run
 
-LOOK = Look(level=0.95, resamples=400, seed=11)
+DRAWS = Resampling(level=0.95, resamples=400, seed=11)
 PLAIN = EffectiveThresholds(
     min_speedup_pct=5.0,
     max_peak_memory_gb=16.0,
@@ -86,7 +86,7 @@ def runs(
 def test_the_agreement_gate_names_the_budget_the_value_and_its_interval() -> None:
     base, cand = runs(base_top=[lp(0.9, 0.1)] * 4, cand_top=[lp(0.8, 0.2)] * 4)
     thresholds = budget_of(min_identical_share=0.7, max_mean_kl=0.1, min_top_agreement=0.9)
-    (gate,) = lossy_gates(base, cand, thresholds, LOOK, None)
+    (gate,) = lossy_gates(base, cand, thresholds, DRAWS, None)
     assert gate.gate == "agreement" and gate.passed, gate.detail
     assert gate.budget == "quality_budget.classes.quantization"
     m = gate.measure
@@ -97,13 +97,13 @@ def test_the_agreement_gate_names_the_budget_the_value_and_its_interval() -> Non
     assert "within: identical at least 70%, top-token agreement at least 90%" in gate.detail
     assert len(gate.comparisons) == 30
     strict = budget_of(min_identical_share=0.7, max_mean_kl=0.001)
-    (tight,) = lossy_gates(base, cand, strict, LOOK, None)
+    (tight,) = lossy_gates(base, cand, strict, DRAWS, None)
     assert not tight.passed and "outside: mean KL at most 0.001" in tight.detail
 
 
 def test_the_worse_end_of_the_interval_is_held_to_the_budget() -> None:
     base, cand = runs(n=30, diverging=9)  # 70% identical, the interval well below it
-    (gate,) = lossy_gates(base, cand, budget_of(min_identical_share=0.65), LOOK, None)
+    (gate,) = lossy_gates(base, cand, budget_of(min_identical_share=0.65), DRAWS, None)
     assert gate.measure is not None and gate.measure.identical_share.value == pytest.approx(0.7)
     assert not gate.passed and "outside: identical at least 65%" in gate.detail
 
@@ -111,17 +111,17 @@ def test_the_worse_end_of_the_interval_is_held_to_the_budget() -> None:
 def test_a_kl_limit_fails_where_the_runtime_gave_no_logprobs_and_is_reported_where_unasked():
     base, cand = runs(base_top=[], cand_top=[])  # asked, none given (mlx_vlm.server)
     thresholds = budget_of(min_identical_share=0.5, max_mean_kl=0.1)
-    (gate,) = lossy_gates(base, cand, thresholds, LOOK, None)
+    (gate,) = lossy_gates(base, cand, thresholds, DRAWS, None)
     assert not gate.passed and "the runtime gave no log-probabilities" in gate.detail
     base, cand = runs()  # not asked (a held-out start)
-    (gate,) = lossy_gates(base, cand, thresholds, LOOK, None)
+    (gate,) = lossy_gates(base, cand, thresholds, DRAWS, None)
     assert gate.passed and "not measured here (log-probabilities not asked)" in gate.detail
 
 
 def test_a_missing_prompt_fails_the_agreement_gate() -> None:
     base, cand = runs()
     short = cand.model_copy(update={"greedy": cand.greedy[1:]})
-    (gate,) = lossy_gates(base, short, budget_of(min_identical_share=0.0), LOOK, None)
+    (gate,) = lossy_gates(base, short, budget_of(min_identical_share=0.0), DRAWS, None)
     assert not gate.passed and "p00: missing from the candidate" in gate.detail
 
 
@@ -195,7 +195,7 @@ def test_a_lossy_candidate_promotes_alone_only_under_a_budget_of_its_own_class()
 def test_a_plan_frozen_before_budgets_is_judged_as_it_was() -> None:
     base, cand = runs(n=4, diverging=2)
     legacy = PLAIN.model_copy(update={"quality_budget": None, "lossy_min_identical_fraction": 0.5})
-    (gate,) = lossy_gates(base, cand, legacy, LOOK, None)
+    (gate,) = lossy_gates(base, cand, legacy, DRAWS, None)
     assert gate == lossy_agreement(base.greedy, cand.greedy, 0.5)
     assert gate.measure is None and "measure" not in gate.model_dump(exclude_unset=False)
 

@@ -24,7 +24,7 @@ from mcp_infra.contracts import (
     Sample,
     Semantics,
 )
-from mcp_infra.core.budget import Look, QualityOutputs, lossy_gates
+from mcp_infra.core.budget import QualityOutputs, Resampling, lossy_gates
 from mcp_infra.core.fidelity import TOP_LOGPROBS, top_token
 from mcp_infra.procs import bench
 from mcp_infra.procs.runtime import free_port, start_server, stop_server, wait_ready
@@ -42,7 +42,7 @@ THRESHOLDS = EffectiveThresholds(
         classes={CandidateClass.KV_CACHE: QualityBudget(min_identical_share=0.0, max_mean_kl=50)}
     ),
 )
-LOOK = Look(level=0.95, resamples=400, seed=5)
+DRAWS = Resampling(level=0.95, resamples=400, seed=5)
 
 
 @contextmanager
@@ -139,7 +139,7 @@ def test_a_kv8_and_a_4bit_candidate_get_the_measure_with_logprobs_from_a_real_se
         assert all(len(t) == TOP_LOGPROBS for t in with_top.top_logprobs)
 
     baseline = run_of("baseline", base, Knobs())
-    same = lossy_gates(baseline, run_of("t:again", again, Knobs()), THRESHOLDS, LOOK, None)[0]
+    same = lossy_gates(baseline, run_of("t:again", again, Knobs()), THRESHOLDS, DRAWS, None)[0]
     assert same.measure is not None and same.measure.identical_share.value == 1.0
     assert same.measure.mean_kl is not None and same.measure.mean_kl.value == 0.0
 
@@ -147,7 +147,7 @@ def test_a_kv8_and_a_4bit_candidate_get_the_measure_with_logprobs_from_a_real_se
     for cid, got, knobs in (("t:kv8", kv, kv8), ("t:q4", q4, Knobs())):
         outputs = QualityOutputs(base[1], got[1])
         agreement, quality = lossy_gates(
-            baseline, run_of(cid, got, knobs), THRESHOLDS, LOOK, outputs
+            baseline, run_of(cid, got, knobs), THRESHOLDS, DRAWS, outputs
         )
         m = agreement.measure
         assert m is not None and agreement.budget is not None, agreement.detail
