@@ -54,13 +54,14 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
-from mcp_infra.core.gates import (
-    compare_greedy,
-    lossy_agreement,
-    quality_gate,
-    smoke_gate,
-    split_agreement,
+from mcp_infra.core.budget import (
+    QualityOutputs,
+    Resampling,
+    lossy_gates,
+    may_promote_alone,
+    resampling_for,
 )
+from mcp_infra.core.gates import compare_greedy, smoke_gate
 from mcp_infra.core.stats import (
     ASSUMED_START_NOISE,
     SpeedupSummary,
@@ -137,12 +138,16 @@ def run_gates(
     thresholds: EffectiveThresholds,
     quality: dict[str, list[Sample]] | None,
     quality_suite: str | None = None,
+    *,
+    draws: Resampling | None = None,
 ) -> list[GateResult]:
     """Every gate that applies to ``run``, in a fixed order.
 
-    A lossy candidate gets the quality gate when a quality suite was run: the protocol names
-    one, ``quality`` was given, or the run carries ``quality`` samples. A suite that ran but left
-    no output for the candidate fails the gate rather than being skipped.
+    A lossy candidate gets the lossy budget's gates (core.budget; ``draws`` says how the measure's
+    intervals, by default as the protocol's defaults would): agreement, and quality when a
+    quality suite was run: the protocol names one, ``quality`` was given, or the run carries
+    ``quality`` samples. A suite that ran but left no output for the candidate fails the gate
+    rather than being skipped.
     """
     gates: list[GateResult] = []
     identity = runtime_identity(baseline, run)
@@ -151,26 +156,12 @@ def run_gates(
     elif identity is not None and identity.passed:
         gates.append(identity)  # a runtime upgrade whose greedy tokens all match: lossless
     else:
-        agreement = (
-            split_agreement(  # a split model: the lossless comparison said, judged as lossy
-                baseline.greedy,
-                run.greedy,
-                thresholds.lossy_min_identical_fraction,
-                run.knobs.ranks,
-            )
-            if run.knobs.ranks
-            else lossy_agreement(
-                baseline.greedy, run.greedy, thresholds.lossy_min_identical_fraction
-            )
-        )
-        if identity is not None:  # where the runtime upgrade parted from the baseline
-            agreement = agreement.model_copy(
-                update={"detail": f"{agreement.detail}; not lossless: {identity.detail}"}
-            )
-        gates.append(agreement)
         outputs = _quality_outputs(run, quality)
-        if outputs is not None or quality_suite is not None:
-            gates.append(quality_gate(outputs or []))
+        ran = outputs is not None or quality_suite is not None
+        both = QualityOutputs(_quality_outputs(baseline, quality) or [], outputs or [])
+        note = f"not lossless: {identity.detail}" if identity is not None else ""
+        draws = draws or resampling_for(MeasureProtocol(), run.candidate)
+        gates += lossy_gates(baseline, run, thresholds, draws, both if ran else None, note)
     gates.append(smoke_gate(_smoke_outputs(baseline), _smoke_outputs(run)))
     gates.append(_memory_gate(run, thresholds.max_peak_memory_gb))
     return gates
@@ -199,7 +190,14 @@ def failed_gates(
         return []
     return [
         g
-        for g in run_gates(baseline, run, thresholds, None, protocol.quality_suite)
+        for g in run_gates(
+            baseline,
+            run,
+            thresholds,
+            None,
+            protocol.quality_suite,
+            draws=resampling_for(protocol, run.candidate),
+        )
         if not g.passed
     ]
 
@@ -428,6 +426,7 @@ def judge(
     """The verdict on one candidate: gates first, then the statistics (module docstring), by
     decision ``method`` (``METHOD_CHANGES``; 4 and on)."""
     may_promote = run.candidate_class is not None and auto_promote.get(run.candidate_class, False)
+    may_promote = may_promote and may_promote_alone(run, thresholds)
     verdict = CandidateVerdict(
         candidate=run.candidate,
         decision=Decision.REJECTED,
@@ -438,7 +437,14 @@ def judge(
     if _refused_unmeasured(baseline, run, thresholds, verdict):
         return verdict
 
-    verdict.gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
+    verdict.gates = run_gates(
+        baseline,
+        run,
+        thresholds,
+        quality,
+        protocol.quality_suite,
+        draws=resampling_for(protocol, run.candidate),
+    )
     hard_failures = [
         f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed
     ]

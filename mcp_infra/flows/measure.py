@@ -67,6 +67,7 @@ from mcp_infra.procs.runtime import (
     server_log_tail,
     whole,
 )
+from mcp_infra.procs.sandbox import with_code_run
 from mcp_infra.procs.service import start_candidate, stop_candidate
 from mcp_infra.state.catalog import load_suite
 from mcp_infra.state.store import Home, read_optional, utcnow, write_model
@@ -148,6 +149,7 @@ class StartSpec(NamedTuple):
     greedy_times: int = 0
     quality_suite: str | None = None
     cells_of: int | None = None  # a start measured again measures the cells of the one it replaces
+    top_logprobs: int = 0  # asked with the greedy passes and quality tasks (a lossy plan's)
 
 
 @dataclass
@@ -336,7 +338,10 @@ class _Sender:
                 candidate=self.spec.candidate,
                 prompt_id=request.prompt.id,
                 phase=self.spec.phase if batch.kind == "greedy" else "quality",
+                top_logprobs=self.spec.top_logprobs,
             )
+            if batch.kind == "quality":
+                sample = with_code_run(sample)
             into = result.greedy if batch.kind == "greedy" else result.quality
             self._keep(into, sample.model_copy(update=request.tags))
         except ServerDied as exc:

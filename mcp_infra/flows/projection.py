@@ -413,7 +413,7 @@ def simulated_plan(policy: Policy, candidates: Sequence[str]) -> FrozenPlan:
         max_error_rate=t.max_error_rate,
         worst_prompt_tolerance_pct=t.worst_prompt_tolerance_pct,
         tie_tolerance_pct=t.tie_tolerance_pct,
-        lossy_min_identical_fraction=t.lossy_min_identical_fraction,
+        quality_budget=t.quality_budget,
     )
     return FrozenPlan(
         plan_id="projected",

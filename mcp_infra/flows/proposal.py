@@ -135,7 +135,7 @@ def propose(
         if dry_run
         else "plan frozen and queued; a supervisor runs it",
         candidates=frozen.candidates,
-        thresholds=frozen.thresholds.model_dump(),
+        thresholds=frozen.thresholds.model_dump(exclude={"quality_budget"}),
         changes=frozen.changes,
         refused=frozen.refused,
         plan_hash=frozen.content_hash,

@@ -42,6 +42,7 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
+from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.machine import RedoRule, busy_starts
 from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.suites import SuitePrompt
@@ -311,6 +312,7 @@ def start_spec(
         else 0,
         quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
         cells_of=replaces,
+        top_logprobs=TOP_LOGPROBS if first and kind.quality else 0,
     )
 
 

@@ -333,6 +333,7 @@ def _bundled_manifests(b: Bundle) -> dict[str, Manifest]:
 
 def check_plan_inputs(b: Bundle) -> str:
     """The frozen thresholds follow from the bundled policy, manifests and the proposed plan."""
+    from mcp_infra.core.budget import frozen_as
     from mcp_infra.core.preflight import find_candidate, registry_hash
     from mcp_infra.core.sanitize import combined_thresholds, policy_hash
 
@@ -353,7 +354,8 @@ def check_plan_inputs(b: Bundle) -> str:
         found[0] for c in plan.candidates[1:] if (found := find_candidate(manifests, c)) is not None
     ]
     options = [
-        combined_thresholds(plan.proposed, policy, used, peak, []) for peak in (None, math.inf, 0.0)
+        frozen_as(combined_thresholds(plan.proposed, policy, used, peak, []), plan.thresholds)
+        for peak in (None, math.inf, 0.0)
     ]
     if plan.thresholds not in options:
         expected = options[0]
