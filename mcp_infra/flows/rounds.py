@@ -297,8 +297,12 @@ def start_spec(
     kind: Pass,
     replaces: int | None = None,
 ) -> StartSpec:
-    """What ``item``'s next start measures: greedy passes and the quality suite in its first."""
+    """What ``item``'s next start measures: greedy passes in its first, and the quality suite
+    there where its answers are judged (the baseline's and a lossy candidate's: a lossless one
+    is held to the baseline's greedy tokens)."""
     first = item.starts == 0
+    judged = item.name == BASELINE_ID or item.recipe.semantics == Semantics.LOSSY
+    quality = first and kind.quality and judged
     return StartSpec(
         recipe=item.recipe,
         candidate=item.name,
@@ -310,9 +314,9 @@ def start_spec(
         greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
         if first
         else 0,
-        quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
+        quality_suite=plan.protocol.quality_suite if quality else None,
         cells_of=replaces,
-        top_logprobs=TOP_LOGPROBS if first and kind.quality else 0,
+        top_logprobs=TOP_LOGPROBS if quality else 0,
     )
 
 

@@ -24,14 +24,19 @@ from mcp_infra.contracts import (
     TargetProfile,
     WorkloadCell,
 )
+from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.stats import Spread, pooled_variance
 from mcp_infra.flows.projection import NullJournal, SimServer, project, simulated_plan
 from mcp_infra.flows.rounds import (
+    SELECTION,
     Bench,
+    Slot,
+    Tally,
     drift_protocol,
     greedy_passes,
     needs_quality,
     run_rounds,
+    start_spec,
 )
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import CycleFiles, Home, read_model
@@ -91,6 +96,22 @@ def test_greedy_passes_are_two_only_where_a_prompt_cache_can_change_outputs() ->
 def test_the_quality_suite_runs_only_for_lossy_candidates() -> None:
     assert not needs_quality([_recipe("a"), _recipe("b")])
     assert needs_quality([_recipe("a"), _recipe("b", semantics="lossy")])
+
+
+def test_the_quality_suite_asks_only_the_configurations_whose_answers_are_judged() -> None:
+    plan = simulated_plan(load_policy("default"), ["sim:a"])
+    assert plan.protocol.quality_suite
+
+    def asked(name: str, semantics: str = "lossless") -> tuple[str | None, int]:
+        spec = start_spec(
+            plan, Tally(name, _recipe(name, semantics=semantics)), {}, Slot(0), SELECTION
+        )
+        return spec.quality_suite, spec.top_logprobs
+
+    assert (
+        asked(BASELINE_ID) == asked("sim:a", "lossy") == (plan.protocol.quality_suite, TOP_LOGPROBS)
+    )
+    assert asked("sim:b") == (None, 0)  # lossless: held to the baseline's greedy tokens
 
 
 def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:
