@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from mcp_infra.contracts import Budgets, BuildRecord, BuildSpec
-from mcp_infra.state.builds import BuildRefused, BuildTampered, make_build, verify_build
+from mcp_infra.contracts import Budgets, BuildRecord, BuildSpec, DtypeProbe
+from mcp_infra.state.builds import (
+    BuildRefused,
+    BuildTampered,
+    make_build,
+    probe_compute_dtype,
+    verify_build,
+)
 from mcp_infra.state.folders import folder_digest
 from mcp_infra.state.store import read_model
 
@@ -72,3 +78,14 @@ def test_builds_that_cannot_be_made_are_refused_before_anything_is_written(
     with pytest.raises(BuildRefused, match="quantized already"):
         make_build(Path(made.folder), Q8_F32, builds, Budgets())
     assert len(contents(builds)) == 2
+
+
+def test_the_compute_dtype_probe_times_each_dtype_and_names_the_fastest(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "intermediate_size": 128}))
+    probe = probe_compute_dtype(tmp_path, BuildSpec(q_bits=8, dtype="bfloat16"))
+    assert probe.key == "q8-g64-affine-src"  # the spec with its dtype left open
+    assert set(probe.rates) == {"float32", "bfloat16", "float16"}
+    assert all(rate > 0 for rate in probe.rates.values())
+    assert probe.rates[probe.fastest] == max(probe.rates.values())
+    assert (probe.hidden_size, probe.intermediate_size) == (64, 128)
+    assert DtypeProbe.model_validate_json(probe.model_dump_json()) == probe
