@@ -223,8 +223,8 @@ def _convert(
         files = folder_inventory(out)
         digest = inventory_digest(files)
         final = builds / f"{spec.key()}-{digest[:12]}"
-        if final.exists():
-            raise BuildTampered(f"{final} exists without a matching record: remove it")
+        if final.exists() and inventory_changes(files, folder_inventory(final)):
+            raise BuildTampered(f"{final} exists and differs from this build: remove it")
         record = BuildRecord(
             spec=spec,
             key=spec.key(),
@@ -240,7 +240,8 @@ def _convert(
             created_at=utcnow(),
         )
         write_model(final.with_name(final.name + ".json"), record)
-        os.replace(out, final)
+        if not final.exists():  # else the same bytes made again (another mlx-lm, a lost record)
+            os.replace(out, final)
         return record
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -248,7 +249,7 @@ def _convert(
 
 def probe_compute_dtype(source: Path, spec: BuildSpec) -> DtypeProbe:
     """Time one decode step of an MLP block of ``source``'s shapes, quantized as ``spec`` says,
-    in each compute dtype the converter offers (interleaved rounds, best of each), and name the
+    in float32, bfloat16 and float16 (interleaved rounds, best of each), and name the
     fastest. On a CPU without bfloat16 arithmetic a bfloat16 build can be several times slower
     than a float32 one of the same bits: this is measured per machine, never assumed."""
     from mcp_infra.state.hostfacts import accelerator_name, cpu_name, installed_version

@@ -46,6 +46,10 @@ def test_a_build_is_made_recorded_reused_and_the_same_twice(
     assert make_build(source, Q8_F32, tmp_path / "builds", Budgets()) == record  # reused
     elsewhere = make_build(source, Q8_F32, tmp_path / "other", Budgets())
     assert elsewhere.digest == record.digest  # the converter is deterministic
+    folder.with_name(folder.name + ".json").unlink()  # a lost record: made again, same bytes
+    again = make_build(source, Q8_F32, tmp_path / "builds", Budgets())
+    assert (again.folder, again.digest) == (record.folder, record.digest)
+    assert again.created_at > record.created_at
 
     (folder / "config.json").write_text(json.dumps({**config, "rope_theta": 1.0}))
     with pytest.raises(BuildTampered, match=r"differs from its record: config\.json: "):
