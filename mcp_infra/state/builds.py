@@ -49,6 +49,7 @@ __all__ = [
     "find_build",
     "make_build",
     "probe_compute_dtype",
+    "source_bits",
     "verify_build",
 ]
 
