@@ -8,9 +8,9 @@ answer to the one-sentence France question. Builds: 8-bit and 4-bit affine and m
 with the converter's default compute dtype (the source's, bfloat16) and with float32; and the
 source copied into float32 unquantized.
 
-First it prints the product's compute-dtype probe (``probe_compute_dtype``: one decode step of an MLP block
-of the model's shapes, quantized like each build, timed in each dtype) for the same specs,
-to set beside the measured decode speeds.
+First it prints the product's compute-dtype probe (``probe_compute_dtype``: one decode step
+of an MLP block of the model's shapes, quantized like each build, timed in each dtype) for the
+same specs, to set beside the measured decode speeds.
 
 Why: on a CPU the compute dtype of a build matters as much as its bits (bfloat16 has no native
 arithmetic there); the catalog offers both, and this table says which one this machine runs
