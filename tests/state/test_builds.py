@@ -84,12 +84,17 @@ def test_builds_that_cannot_be_made_are_refused_before_anything_is_written(
     assert len(contents(builds)) == 2
 
 
-def test_the_compute_dtype_probe_times_each_dtype_and_names_the_fastest(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "intermediate_size": 128}))
-    probe = probe_compute_dtype(tmp_path, BuildSpec(q_bits=8, dtype="bfloat16"))
+def test_the_compute_dtype_probe_times_each_dtype_and_names_the_fastest(
+    demo_models: dict[str, Path],
+) -> None:
+    probe = probe_compute_dtype(demo_models["target"], BuildSpec(q_bits=8, dtype="bfloat16"))
     assert probe.key == "q8-g64-affine-src"  # the spec with its dtype left open
+    assert (probe.model_type, probe.layers, probe.vocab_size) == ("qwen3", 2, 512)
     assert set(probe.rates) == {"float32", "bfloat16", "float16"}
     assert all(rate > 0 for rate in probe.rates.values())
     assert probe.rates[probe.fastest] == max(probe.rates.values())
-    assert (probe.hidden_size, probe.intermediate_size) == (64, 128)
     assert DtypeProbe.model_validate_json(probe.model_dump_json()) == probe
+    mixed = probe_compute_dtype(demo_models["target"], BuildSpec(quant_predicate="mixed_3_6"))
+    assert mixed.key == "mixed_3_6-g64-affine-src" and min(mixed.rates.values()) > 0
+    plain = probe_compute_dtype(demo_models["target"], BuildSpec(quantize=False, dtype="float16"))
+    assert plain.key == "unquantized"
