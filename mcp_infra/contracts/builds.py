@@ -163,6 +163,8 @@ class DtypeProbe(Contract):
 
     key: str = Field(description="the spec probed with its dtype left open, or 'unquantized'")
     model_type: str
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
     layers: int = Field(gt=0, description="decoder layers of the probe model")
     vocab_size: int = Field(gt=0, description="its vocabulary (capped)")
     rates: dict[ComputeDtype, float]

@@ -277,6 +277,8 @@ def probe_compute_dtype(source: Path, spec: BuildSpec) -> DtypeProbe:
         if spec.quantize
         else "unquantized",
         model_type=str(config["model_type"]),
+        hidden_size=int(config["hidden_size"]),
+        intermediate_size=int(config["intermediate_size"]),
         layers=config["num_hidden_layers"],
         vocab_size=config["vocab_size"],
         rates={d: round(r, 2) for d, r in rates.items()},

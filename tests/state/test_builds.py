@@ -90,6 +90,7 @@ def test_the_compute_dtype_probe_times_each_dtype_and_names_the_fastest(
     probe = probe_compute_dtype(demo_models["target"], BuildSpec(q_bits=8, dtype="bfloat16"))
     assert probe.key == "q8-g64-affine-src"  # the spec with its dtype left open
     assert (probe.model_type, probe.layers, probe.vocab_size) == ("qwen3", 2, 512)
+    assert (probe.hidden_size, probe.intermediate_size) == (64, 128)
     assert set(probe.rates) == {"float32", "bfloat16", "float16"}
     assert all(rate > 0 for rate in probe.rates.values())
     assert probe.rates[probe.fastest] == max(probe.rates.values())
