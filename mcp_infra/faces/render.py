@@ -114,10 +114,13 @@ def status_text(view: app.StatusView) -> str:
     return _bounded(lines)
 
 
-def registry_text(view: app.RegistryView) -> str:
-    """One line per candidate; a preflight failure shared by every variant of a manifest is
-    stated once for the manifest, not once per variant."""
-    lines = [f"{len(view.candidates)} candidate(s); live recipe: {view.live_recipe or 'none'}."]
+def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
+    """One line per candidate (of this page); a preflight failure shared by every variant of a
+    manifest is stated once for the manifest, not once per variant."""
+    where = f" on page {page} of {pages}" if pages > 1 else ""
+    lines = [
+        f"{len(view.candidates)} candidate(s){where}; live recipe: {view.live_recipe or 'none'}."
+    ]
     by_manifest: dict[str, list[app.CandidateView]] = {}
     for c in view.candidates:
         by_manifest.setdefault(c.id.split(":", 1)[0], []).append(c)
@@ -157,6 +160,8 @@ def registry_text(view: app.RegistryView) -> str:
                 lines.append(f"    skipped in plans: {c.skip}")
             if c.preflight_passed and (said := cost_line(c.cost)):
                 lines.append(f"    alone in a plan: {said}")
+    if page < pages:
+        lines.append(f"More: registry with page={page + 1}.")
     return _bounded(lines)
 
 
@@ -218,9 +223,16 @@ def evidence_text(view: app.EvidenceView) -> str:
         lines += _plan_lines(view.plan)
     if view.journal is not None:
         lines += _journal_lines(view.journal, view.page, view.pages)
+    return _bounded(lines + _more(view))
+
+
+def _more(view: app.EvidenceView) -> list[str]:
+    """Where to read on: the other sections after a summary, the next page of a section."""
     if view.section == "summary" and view.summary:
-        lines.append("More: evidence with section=gates | verdict | plan | journal.")
-    return _bounded(lines)
+        return ["More: evidence with section=gates | verdict | plan | journal."]
+    if view.section in ("verdict", "gates") and view.page < view.pages:
+        return [f"Page {view.page} of {view.pages}; more: page={view.page + 1}."]
+    return []
 
 
 def _listing_text(view: app.EvidenceView) -> str:
@@ -279,17 +291,27 @@ def _journal_lines(journal: list[dict[str, Any]], page: int, pages: int) -> list
     return lines
 
 
-def proposal_text(view: app.ProposalView) -> str:
+def proposal_text(
+    view: app.ProposalView, person_fix: str | None = None, *, cli: bool = False
+) -> str:
+    """The proposal in words (``cli``: a person's at a terminal, else a model's over MCP). A
+    refusal is one line that says who can fix it: the caller (the default), or, with
+    ``person_fix``, a person (and what they run)."""
     head = "DRY RUN — " if view.dry_run else ""
     if not view.accepted:  # one line: the message already names every problem
         said = view.message
         extra = [p for p in view.problems if p not in said]
         extra += [f"{r.id}: {r.reason}" for r in view.refused if f"{r.id}: {r.reason}" not in said]
-        return (
-            f"{head}REFUSED (nothing queued): {'; '.join([said, *extra])}. Fix what is named "
-            "(candidate ids: `registry`; the schema: mcp-infra://plan-schema) and call "
-            "propose_plan again."
-        )[:MAX_TEXT]
+        line = f"{head}REFUSED (nothing queued): {'; '.join([said, *extra])}"
+        if person_fix:
+            return person_must(line, person_fix)[:MAX_TEXT]
+        where = (
+            "candidate ids: `mcp-infra registry`) and run `mcp-infra propose` again"
+            if cli
+            else "candidate ids: `registry`; the schema: mcp-infra://plan-schema) and call "
+            "propose_plan again"
+        )
+        return f"{line}. Fix what is named ({where}."[:MAX_TEXT]
     lines = [
         f"{head}ACCEPTED plan {view.plan_id}: {view.message}.",
         f"Candidates, in order: {', '.join(view.candidates)}.",
@@ -729,3 +751,89 @@ def cost_text(cost: CycleCost | None, *, service_counted: bool = False) -> str:
     )
     lines.append(f"    cost against gain: {cost.gain_note}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the MCP server says about itself, who can fix an error, following a cycle
+# ---------------------------------------------------------------------------------------------
+
+CONFIGURE = (
+    "`mcp-infra prepare CANDIDATE --init-service` (a registry candidate's model becomes the "
+    "live service) or `mcp-infra demo` (the tiny demo)"
+)
+
+
+def server_instructions(mode: str) -> str:
+    text = (
+        "mcp-infra measures and switches the configuration of a local LLM service (a local "
+        "OpenAI-compatible server). Read `status` (what serves now, any cycle in progress), "
+        "`registry` (candidate configurations, whether each passes preflight here, what past "
+        "cycles learned) and `evidence` (sealed results). The prompt "
+        "`propose_acceleration_plan` gives planning instructions with the live context."
+    )
+    if mode == "read-only":
+        return text + " This server is read-only: it cannot queue experiments."
+    return text + (
+        " `propose_plan` queues an experiment of 1-3 registry candidates; deterministic code then "
+        "measures them against the live baseline, gates them, and promotes a winner only if it "
+        "qualifies. Keeping the baseline is a valid result. Plans run when the policy's "
+        "maintenance window allows; `propose_plan` returns at once."
+    )
+
+
+def agent_can_fix(message: str) -> str:
+    """An error the caller can fix by changing its call."""
+    return f"{message.rstrip('. ')}. You can fix this: change the call and try again."
+
+
+def person_must(message: str, action: str) -> str:
+    """An error only a person can fix: what they do; calling again does not help."""
+    return f"{message.rstrip('. ')}. A person must fix this: {action}; calling again will not help."
+
+
+def cannot_read_own_files(exc: BaseException) -> str:
+    """A file of the home, the registry or the policies does not load (the files are the
+    operator's, not the caller's)."""
+    return person_must(
+        f"mcp-infra cannot read its own files: {type(exc).__name__}: {str(exc)[:300]}",
+        "repair or remove the file named (`mcp-infra status` in a terminal lists the problems)",
+    )
+
+
+def unconfigured(home: str) -> str:
+    return f"no managed service is configured in this home ({home} has no config.yaml)"
+
+
+def unconfigured_prompt(home: Any) -> str:
+    """The planning prompt of a fresh home: what is missing and who provides it."""
+    return (
+        f"mcp-infra cannot plan an experiment yet: {unconfigured(str(home.root))}, so there is "
+        "no live service to measure and no candidate to propose. A person must configure one "
+        f"first: {CONFIGURE}. Tell the person so; propose_plan refuses every plan until `status` "
+        "says the home is configured."
+    )
+
+
+def follow_progress(status: app.StatusView, plan_id: str | None) -> str:
+    """One progress message while following a proposal's cycle."""
+    last, cycle = status.last_cycle, status.cycle
+    if last is not None and last.plan_id == plan_id and not cycle:
+        return f"sealed {last.cycle_id}: {last.outcome.value}"
+    if cycle is not None and cycle.plan_id == plan_id:
+        return f"{cycle.cycle_id}: {cycle.progress or cycle.state}"
+    return "queued: " + (status.window_now or "waiting for the supervisor")
+
+
+def followed_to_the_end(last: CycleSummary) -> str:
+    return (
+        f"cycle {last.cycle_id} sealed: {last.outcome.value}"
+        + (f", selected {last.selected}" if last.selected else "")
+        + f"; call `evidence` with cycle_id {last.cycle_id} for the evidence"
+    )
+
+
+def followed_for(seconds: int) -> str:
+    return (
+        f"followed for {seconds} s; the cycle goes on: call `status` for progress and "
+        "`evidence` once it is sealed"
+    )

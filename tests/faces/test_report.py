@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from mcp_infra.contracts import CandidateRun, FrozenPlan, Verdict
-from mcp_infra.faces import cli, report
+from mcp_infra.faces import cli, report, report_svg
 from mcp_infra.state import evidence
 from mcp_infra.state.store import Home, read_model
 from tests.helpers.paths import SHIPPED, shipped_key
@@ -320,9 +320,12 @@ def test_a_forged_bundle_is_flagged_on_the_page(tmp_path: Path) -> None:
 def test_a_floor_of_zero_is_not_drawn_on_a_log_axis() -> None:
     """A policy may allow any per-prompt slowdown (tolerance 100%: a floor of 0×), which a log
     axis cannot show (the evidence fixture's policy does this)."""
-    point = report.Point("c", 1.4, 1.2, 1.7, "qualified", 1.1)
-    lines = [(0.0, "floor", "#000", "floor"), (1.05, "required", "#b00", "threshold")]
-    svg = report.interval_chart("t", [point], "title", lines, "x")
+    point = report_svg.Point("c", 1.4, 1.2, 1.7, "qualified", 1.1)
+    lines = [
+        report_svg.Line(0.0, "floor", "#000", "floor"),
+        report_svg.Line(1.05, "required", "#b00", "threshold"),
+    ]
+    svg = report_svg.interval_chart("t", [point], "title", lines, "x")
     assert 'id="t-threshold"' in svg and 'id="t-floor"' not in svg
 
 
