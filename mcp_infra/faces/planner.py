@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from mcp_infra import __version__
@@ -33,24 +34,15 @@ from mcp_infra.flows.planning import (
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home
 
-# ---------------------------------------------------------------------------------------------
-# context
-# ---------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ModelAsk:
+    """How the served model is asked: where, which model, how long it may write and wait."""
 
-# ---------------------------------------------------------------------------------------------
-# the prompt
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# extracting a plan from a model's reply
-# ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# plan --local
-# ---------------------------------------------------------------------------------------------
+    endpoint: str | None = None  # OpenAI-compatible base URL ending in /v1; None: the service's
+    model: str | None = None
+    max_tokens: int = 2048
+    timeout: float = 600.0
 
 
 def server_command(home: Home, *, start_supervisor: bool = True) -> list[str]:
@@ -74,26 +66,19 @@ def _child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in keep} | {"PYTHONUNBUFFERED": "1"}
 
 
-async def ask_model(
-    endpoint: str,
-    messages: list[dict[str, str]],
-    *,
-    model: str | None,
-    max_tokens: int,
-    timeout: float,
-) -> str:
+async def ask_model(endpoint: str, messages: list[dict[str, str]], ask: ModelAsk) -> str:
     """One chat completion at temperature 0; returns the message content ('' if none)."""
     import httpx2
 
     body: dict[str, Any] = {
         "messages": messages,
         "temperature": 0.0,
-        "max_tokens": max_tokens,
+        "max_tokens": ask.max_tokens,
         "stream": False,
     }
-    if model:
-        body["model"] = model
-    async with httpx2.AsyncClient(timeout=timeout) as http:
+    if ask.model:
+        body["model"] = ask.model
+    async with httpx2.AsyncClient(timeout=ask.timeout) as http:
         response = await http.post(endpoint.rstrip("/") + "/chat/completions", json=body)
         response.raise_for_status()
         data = response.json()
@@ -105,14 +90,11 @@ async def ask_model(
     return content if isinstance(content, str) else ""
 
 
-async def plan_local(  # noqa: PLR0913  keyword-only options, one per flag of `mcp-infra plan`
+async def plan_local(
     home: Home,
+    ask: ModelAsk,
     *,
     dry_run: bool = False,
-    endpoint: str | None = None,
-    model: str | None = None,
-    max_tokens: int = 2048,
-    timeout: float = 600.0,
     goal: str | None = None,
     start_supervisor: bool = True,
     log: Callable[[str], None] = lambda _m: None,
@@ -123,7 +105,7 @@ async def plan_local(  # noqa: PLR0913  keyword-only options, one per flag of `m
     from mcp_types import Implementation, TextContent
 
     config = load_config(home)
-    url = endpoint or f"http://{config.host}:{config.port}/v1"
+    url = ask.endpoint or f"http://{config.host}:{config.port}/v1"
     command = server_command(home, start_supervisor=start_supervisor)
     params = StdioServerParameters(command=command[0], args=command[1:], env=_child_env())
     async with Client(
@@ -133,11 +115,9 @@ async def plan_local(  # noqa: PLR0913  keyword-only options, one per flag of `m
         messages = [
             {"role": m.role, "content": getattr(m.content, "text", "")} for m in prompt.messages
         ]
-        log(f"asking the model at {url} (temperature 0, up to {max_tokens} tokens)")
+        log(f"asking the model at {url} (temperature 0, up to {ask.max_tokens} tokens)")
         try:
-            reply = await ask_model(
-                url, messages, model=model, max_tokens=max_tokens, timeout=timeout
-            )
+            reply = await ask_model(url, messages, ask)
         except Exception as exc:  # any transport or HTTP failure: report it, change nothing
             return LocalPlanResult(
                 endpoint=url,
@@ -183,7 +163,7 @@ def prompt_for(home: Home, goal: str | None = None) -> str:
     return planning_prompt(build_context(home), goal)
 
 
-__all__ = ["ask_model", "cli_plan", "plan_local", "prompt_for", "server_command"]
+__all__ = ["ModelAsk", "ask_model", "cli_plan", "plan_local", "prompt_for", "server_command"]
 
 
 def cli_plan(home: Home, args: Any) -> int:
@@ -202,11 +182,8 @@ def cli_plan(home: Home, args: Any) -> int:
     async def run() -> LocalPlanResult:
         return await plan_local(
             home,
+            ModelAsk(args.endpoint, args.model, args.max_tokens, args.timeout),
             dry_run=args.dry_run,
-            endpoint=args.endpoint,
-            model=args.model,
-            max_tokens=args.max_tokens,
-            timeout=args.timeout,
             goal=args.goal,
             start_supervisor=not args.no_supervisor,
             log=log,

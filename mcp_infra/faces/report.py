@@ -296,7 +296,7 @@ def cell_chart(data: Loaded, cell: Cell) -> str:
         [(r.config, r.status) for r in cell.rows],
         [
             panel("aggregate output tok/s (higher is better)", "output_tps"),
-            panel("TTFT p50 and p99 (lighter), s (lower is better)", "ttft_p50_s", "ttft_p99_s"),
+            panel("TTFT p50 and p99, s (lower is better; p99 lighter)", "ttft_p50_s", "ttft_p99_s"),
             panel("decode tok/s per request (higher is better)", "decode_tps"),
         ],
     )

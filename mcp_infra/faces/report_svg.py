@@ -189,7 +189,7 @@ class Panel:
 
 def bar_panels(title: str, labels: list[tuple[str, str]], panels: list[Panel]) -> str:
     """Horizontal bars, one row per (label, status), one panel per figure, sharing the rows."""
-    width, top, label_w = 1000.0, 48.0, 200.0
+    width, top, label_w = 1000.0, 62.0, 200.0
     panel_w = (width - label_w - 20) / len(panels)
     bottom = top + 26 * len(labels)
     parts = [_text(width / 2, 18, title, text_anchor="middle", font_weight="600")]
@@ -216,7 +216,10 @@ def _panel(
     most = max((v for row in panel.values for v in row), default=0.0) or 1.0
     step = _nice(most / 4)
     scale = w / (step * math.ceil(most / step))
-    parts = [_text(x0 + w / 2, top - 10, panel.title, text_anchor="middle", fill=INK)]
+    name, _, note = panel.title.partition(" (")
+    parts = [_text(x0 + w / 2, top - 22, name, text_anchor="middle", fill=INK)]
+    if note:
+        parts.append(_text(x0 + w / 2, top - 8, note.rstrip(")"), text_anchor="middle", fill=MUTED))
     tick = 0.0
     while tick <= most + step / 2:
         x = x0 + tick * scale

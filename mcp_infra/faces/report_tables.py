@@ -134,95 +134,106 @@ def gates_html(data: Loaded) -> str:
     return "".join(parts)
 
 
+SI, CO = "service_impact.json#", "cost.json#"
+
+
 def cost_html(data: Loaded) -> str:
     """Service impact and cost, with the one downtime figure, defined once: the seconds the
     stable port had no backend able to serve, as the front measured them; only a bundle without
     that measurement falls back to the journal's upper bound."""
-    src, cost, impact = data.src, data.cost, data.impact
-    rows: list[list[str]] = []
-    si, co = pointer("service_impact.json"), pointer("cost.json")
-    si, co = si.rstrip("/"), co.rstrip("/")
-    if impact is not None and impact.unserved_s is not None:
-        rows.append(
-            [
-                "<b>downtime</b>",
-                f"<b>{src.num(f'{si}/unserved_s', 's2')}</b> <span class='muted'>: seconds the "
-                "stable port had no backend able to serve a request, measured by the front that "
-                "owns the port</span>",
-            ]
-        )
-    elif cost is not None and cost.downtime_s is not None:
-        rows.append(
-            [
-                "<b>downtime</b>",
-                f"<b>at most {src.num(f'{co}/downtime_s', 's2')}</b> <span class='muted'>: "
-                f"an upper bound from the journal ({src.text(f'{co}/downtime_source')}); the "
-                "front's own measurement is not in this bundle</span>",
-            ]
-        )
-    else:
-        rows.append(["<b>downtime</b>", "not recorded in this bundle"])
-    if impact is not None:
-        rows += [
-            [
-                "how candidates ran",
-                f"{src.text(f'{si}/mode')} <span class='muted'>("
-                f"{src.text(f'{si}/mode_reason')})</span>",
-            ],
-            [
-                "requests the front held",
-                f"{src.num(f'{si}/requests_held', 'int')} (longest "
-                f"{src.num(f'{si}/longest_hold_s', 's2')})",
-            ],
-            ["answered HTTP 503 (unavailable)", src.num(f"{si}/rejected_503", "int")],
-            ["upstream errors", src.num(f"{si}/upstream_errors", "int")],
-            ["live requests served during the cycle", src.num(f"{si}/live_requests", "int")],
-        ]
-    if cost is not None:
-        rows += [
-            ["wall time", src.num(f"{co}/wall_s", "s1")],
-            [
-                "per phase",
-                ", ".join(
-                    f"{esc(k)} {src.num(pointer('cost.json', 'phases_s', k), 's1')}"
-                    for k in cost.phases_s
-                ),
-            ],
-            ["supervisor CPU", src.num(f"{co}/supervisor_cpu_s", "s1")],
-            [
-                "bytes downloaded",
-                f"{src.num(f'{co}/bytes_downloaded', 'int')} <span class='muted'>"
-                f"({src.text(f'{co}/bytes_note')})</span>",
-            ],
-            [
-                "energy",
-                src.num(f"{co}/energy_j", "j1")
-                if cost.energy_j is not None
-                else src.text(f"{co}/energy_note"),
-            ],
-            ["cost against gain", src.text(f"{co}/gain_note")],
-        ]
-    if impact is None and cost is None:
+    if data.impact is None and data.cost is None:
         return "<p class='muted'>This bundle has neither cost.json nor service_impact.json.</p>"
+    rows = [_downtime(data), *_impact_rows(data), *_cost_rows(data)]
     out = table(rows, ["figure", "value"])
-    if cost is not None and cost.servers:
-        servers = [
-            [
-                src.text(pointer("cost.json", "servers", k, "label"), code=True),
-                src.text(pointer("cost.json", "servers", k, "role")),
-                src.num(pointer("cost.json", "servers", k, "pid"), "int"),
-                src.num(pointer("cost.json", "servers", k, "cpu_s"), "s1"),
-                src.num(pointer("cost.json", "servers", k, "peak_rss_gb"), "gb"),
-                src.text(pointer("cost.json", "servers", k, "note")),
-            ]
-            for k in range(len(cost.servers))
-        ]
+    if data.cost is not None and data.cost.servers:
         out += (
             "<details><summary>every server process of the cycle</summary>"
-            + table(servers, ["server", "role", "pid", "CPU", "peak memory", "note"])
+            + table(_server_rows(data), ["server", "role", "pid", "CPU", "peak memory", "note"])
             + "</details>"
         )
     return out
+
+
+def _downtime(data: Loaded) -> list[str]:
+    src, cost, impact = data.src, data.cost, data.impact
+    if impact is not None and impact.unserved_s is not None:
+        return [
+            "<b>downtime</b>",
+            f"<b>{src.num(f'{SI}/unserved_s', 's2')}</b> <span class='muted'>: seconds the "
+            "stable port had no backend able to serve a request, measured by the front that "
+            "owns the port</span>",
+        ]
+    if cost is not None and cost.downtime_s is not None:
+        return [
+            "<b>downtime</b>",
+            f"<b>at most {src.num(f'{CO}/downtime_s', 's2')}</b> <span class='muted'>: "
+            f"an upper bound from the journal ({src.text(f'{CO}/downtime_source')}); the "
+            "front's own measurement is not in this bundle</span>",
+        ]
+    return ["<b>downtime</b>", "not recorded in this bundle"]
+
+
+def _impact_rows(data: Loaded) -> list[list[str]]:
+    src = data.src
+    if data.impact is None:
+        return []
+    return [
+        [
+            "how candidates ran",
+            f"{src.text(f'{SI}/mode')} <span class='muted'>("
+            f"{src.text(f'{SI}/mode_reason')})</span>",
+        ],
+        [
+            "requests the front held",
+            f"{src.num(f'{SI}/requests_held', 'int')} (longest "
+            f"{src.num(f'{SI}/longest_hold_s', 's2')})",
+        ],
+        ["answered HTTP 503 (unavailable)", src.num(f"{SI}/rejected_503", "int")],
+        ["upstream errors", src.num(f"{SI}/upstream_errors", "int")],
+        ["live requests served during the cycle", src.num(f"{SI}/live_requests", "int")],
+    ]
+
+
+def _cost_rows(data: Loaded) -> list[list[str]]:
+    src, cost = data.src, data.cost
+    if cost is None:
+        return []
+    phases = ", ".join(
+        f"{esc(k)} {src.num(pointer('cost.json', 'phases_s', k), 's1')}" for k in cost.phases_s
+    )
+    energy = (
+        src.num(f"{CO}/energy_j", "j1")
+        if cost.energy_j is not None
+        else src.text(f"{CO}/energy_note")
+    )
+    return [
+        ["wall time", src.num(f"{CO}/wall_s", "s1")],
+        ["per phase", phases],
+        ["supervisor CPU", src.num(f"{CO}/supervisor_cpu_s", "s1")],
+        [
+            "bytes downloaded",
+            f"{src.num(f'{CO}/bytes_downloaded', 'int')} <span class='muted'>"
+            f"({src.text(f'{CO}/bytes_note')})</span>",
+        ],
+        ["energy", energy],
+        ["cost against gain", src.text(f"{CO}/gain_note")],
+    ]
+
+
+def _server_rows(data: Loaded) -> list[list[str]]:
+    src = data.src
+    assert data.cost is not None
+    return [
+        [
+            src.text(pointer("cost.json", "servers", k, "label"), code=True),
+            src.text(pointer("cost.json", "servers", k, "role")),
+            src.num(pointer("cost.json", "servers", k, "pid"), "int"),
+            src.num(pointer("cost.json", "servers", k, "cpu_s"), "s1"),
+            src.num(pointer("cost.json", "servers", k, "peak_rss_gb"), "gb"),
+            src.text(pointer("cost.json", "servers", k, "note")),
+        ]
+        for k in range(len(data.cost.servers))
+    ]
 
 
 def env_html(data: Loaded) -> str:
