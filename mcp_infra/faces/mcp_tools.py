@@ -160,7 +160,7 @@ class Tools:
         try:
             got = page_of(view.candidates, page, room)
         except NoSuchPage as exc:
-            raise ToolError(render.agent_can_fix(f"registry: {exc}")) from exc
+            raise ToolError(render.agent_can_fix(str(exc))) from exc
         shown = RegistryPage(
             candidates=got.items,
             live_recipe=view.live_recipe,
@@ -194,7 +194,7 @@ class Tools:
             said = f"{exc}; call evidence alone to list cycles"
             raise ToolError(render.agent_can_fix(said)) from exc
         except NoSuchPage as exc:
-            raise ToolError(render.agent_can_fix(f"evidence: {exc}")) from exc
+            raise ToolError(render.agent_can_fix(str(exc))) from exc
         except BROKEN as exc:
             raise broken(exc) from exc
 
@@ -399,19 +399,26 @@ def with_report(home: Home, view: app.EvidenceView) -> app.EvidenceView:
 
 
 def fit_summary(view: app.EvidenceView) -> dict[str, Any]:
-    """The summary's structured content within ``READ_BUDGET``: the view without each gate's
-    per-prompt comparisons (section gates), the list of checks (``verified`` and
-    ``failed_checks`` stay; `evidence verify` lists them) and the per-server cost rows."""
+    """The summary's structured content within ``READ_BUDGET``: each candidate's decision and
+    figures without its per-prompt and per-cell rows (the summary's ``table`` has the prompts;
+    section verdict has both), each gate without its comparisons (section gates), no list of
+    checks (``verified`` and ``failed_checks`` stay), no per-server cost rows; and where a long
+    suite still makes it too large, without the table (section table pages it)."""
     update: dict[str, Any] = {"checks": None}
     if view.verdict is not None:
         candidates = [
-            c.model_copy(update={"gates": [bare(g) for g in c.gates]})
+            c.model_copy(
+                update={"gates": [bare(g) for g in c.gates], "per_prompt": [], "cells": []}
+            )
             for c in view.verdict.candidates
         ]
         update["verdict"] = view.verdict.model_copy(update={"candidates": candidates})
     if view.cost is not None:
         update["cost"] = view.cost.model_copy(update={"servers": []})
-    return view.model_copy(update=update).model_dump(mode="json")
+    data = view.model_copy(update=update).model_dump(mode="json")
+    if json_size(data) > READ_BUDGET:
+        data["table"] = None
+    return data
 
 
 def bare(gate: GateResult) -> GateResult:
@@ -419,17 +426,26 @@ def bare(gate: GateResult) -> GateResult:
 
 
 def paged_section(view: app.EvidenceView, page: int) -> app.EvidenceView:
-    """A section's list in pages of at most ``READ_BUDGET`` characters (the verdict by
-    candidate, the gates by result); a section without a list has one page."""
+    """A section's list in pages that keep the answer within ``READ_BUDGET`` characters (the
+    verdict by candidate, the gates by result, the table by row); a section without a list
+    has one page."""
     if view.verdict is not None and view.section == "verdict":
-        got = page_of(view.verdict.candidates, page, READ_BUDGET)
+        empty = view.verdict.model_copy(update={"candidates": []})
+        got = page_of(view.verdict.candidates, page, _room(view, verdict=empty))
         verdict = view.verdict.model_copy(update={"candidates": got.items})
         return view.model_copy(update={"verdict": verdict, "page": got.page, "pages": got.pages})
-    if view.gates is not None:
-        rows = page_of(view.gates, page, READ_BUDGET)
-        return view.model_copy(update={"gates": rows.items, "page": rows.page, "pages": rows.pages})
+    for name in ("gates", "table"):
+        rows = getattr(view, name)
+        if rows is not None and view.section == name:
+            got = page_of(rows, page, _room(view, **{name: []}))
+            return view.model_copy(update={name: got.items, "page": got.page, "pages": got.pages})
     check_page(page, 1)
     return view
+
+
+def _room(view: app.EvidenceView, **emptied: Any) -> int:
+    """Characters left for a section's list once the rest of the view is counted."""
+    return READ_BUDGET - json_size(view.model_copy(update=emptied))
 
 
 def _fraction(cycle: app.CycleView) -> float:

@@ -214,7 +214,7 @@ def _more(view: app.EvidenceView) -> list[str]:
     """Where to read on: the other sections after a summary, the next page of a section."""
     if view.section == "summary" and view.summary:
         return ["More: evidence with section=gates | verdict | plan | journal."]
-    if view.section in ("verdict", "gates") and view.page < view.pages:
+    if view.section in ("verdict", "gates", "table") and view.page < view.pages:
         return [f"Page {view.page} of {view.pages}; more: page={view.page + 1}."]
     return []
 
