@@ -59,6 +59,7 @@ from mcp_infra.procs.runtime import (
     with_ranks,
 )
 from mcp_infra.state.context import active_recipe, load_config, service_record
+from mcp_infra.state.modelfolder import ModelFolderError, verify_recipe_folders
 from mcp_infra.state.store import Home, file_safe, read_optional, write_model
 
 __all__ = ["ServiceBusy", "backend_url"]  # re-exported: callers import them from here
@@ -176,6 +177,10 @@ def start_backend(
     """Start a server on a free port, recorded under state/candidates/ until it is adopted. A
     port someone else took meanwhile means another port, never a verdict on the recipe."""
     require_log_room(log)
+    try:  # a local model folder must still hold the files recorded for it
+        verify_recipe_folders(home, recipe)
+    except ModelFolderError as exc:
+        raise ServerStartError(f"{recipe.candidate_id} not started: {exc}") from exc
     last: Exception | None = None
     config = read_optional(home.config, ServiceConfig)  # a home being set up may have none yet
     for _ in range(tries):
