@@ -25,6 +25,7 @@ from mcp_infra.faces.render.words import (
     short,
 )
 from mcp_infra.flows import api as app
+from mcp_infra.flows.status import ServiceView
 from mcp_infra.state.artifacts import PrepareResult
 from mcp_infra.state.verification import Verification
 
@@ -58,7 +59,7 @@ def status_text(view: app.StatusView) -> str:
     return bounded(lines)
 
 
-def _service_lines(s: app.ServiceView | None) -> list[str]:
+def _service_lines(s: ServiceView | None) -> list[str]:
     if s is None:
         return []
     since = f", since {s.since:%Y-%m-%d %H:%M:%S} UTC (pid {s.pid})" if s.since else ""
