@@ -141,3 +141,32 @@ class BuildRecord(Contract):
     size_bytes: int = Field(ge=0)
     duration_s: float = Field(ge=0)
     created_at: datetime
+
+
+class ConvertedModel(Contract):
+    """An MLX model folder converted from a GGUF file (``state.gguf``), recorded beside it."""
+
+    source_file: str
+    source_sha256: str = Field(pattern=SHA256_PATTERN)
+    dequantize: ComputeDtype | None = Field(
+        description="the float dtype every tensor was dequantized into; None: as shipped"
+    )
+    converter: str = Field(description="the converter's version: another one converts again")
+    folder: str
+    files: list[InventoryFile]
+    digest: str = Field(pattern=SHA256_PATTERN)
+    created_at: datetime
+
+
+class DtypeProbe(Contract):
+    """Which compute dtype this machine runs a build's layers fastest in: one decode step of a
+    quantized MLP block of the source's shapes, timed in each dtype (steps per second)."""
+
+    key: str = Field(description="the spec probed, its dtype left open")
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    rates: dict[ComputeDtype, float]
+    fastest: ComputeDtype
+    machine: str = Field(description="the CPU or GPU it ran on")
+    mlx_version: str
+    measured_at: datetime

@@ -579,6 +579,13 @@ def integrity(s: Subject) -> list[Check]:
 # (``HostFacts.target``) beside the facts of the candidate's own folders.
 
 
+def _shown(artifact: ArtifactRef, path: str | None) -> str:
+    """An artifact in few words: a hub pin or demo name as such, a local folder by its path."""
+    if artifact.repo and artifact.revision:
+        return f"{artifact.repo}@{artifact.revision[:12]}"
+    return artifact_key(artifact) if artifact.demo or not path else path
+
+
 def same_target(s: Subject) -> list[Check]:
     live = s.facts.target
     path = s.facts.artifact_paths.get(artifact_key(s.manifest.target))
@@ -592,8 +599,8 @@ def same_target(s: Subject) -> list[Check]:
             "same_target",
             same,
             f"its target is the live model ({live.path})",
-            f"another model's candidate: its target is {path or artifact_key(s.manifest.target)}"
-            f"; this home serves {live.path}"
+            f"another model's candidate: its target is {_shown(s.manifest.target, path)}, "
+            "not the live model"
             if path != live.path
             else f"made for another state of {live.path} (files {digest and digest[:12]}…, now "
             f"{live.digest and live.digest[:12]}…)",

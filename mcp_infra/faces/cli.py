@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from mcp_infra import __version__
+from mcp_infra.contracts import CandidateClass
 from mcp_infra.errors import ExitCode, McpInfraError, ServerUnavailable, UsageError
 from mcp_infra.faces import commands as do
 from mcp_infra.faces.commands import Failed
@@ -66,7 +67,25 @@ COMMANDS: tuple[Command, ...] = (
         do.cmd_registry,
         "the candidates, each with its preflight on this machine and what cycles learned",
         "mcp-infra registry demo-tiny:draft-k4",
-        (opt("candidate", help="one candidate id (manifest:variant); omit for all", nargs="?"),),
+        (
+            opt("candidate", help="one candidate id (manifest:variant); omit for all", nargs="?"),
+            opt(
+                "--class",
+                help="only candidates of this class",
+                dest="candidate_class",
+                choices=[c.value for c in CandidateClass],
+            ),
+            opt(
+                "--preflight",
+                help="only candidates that pass (or fail) preflight here",
+                choices=["passed", "failed"],
+            ),
+            opt(
+                "--verdict",
+                help="only candidates whose last cycle decided so (or untried)",
+                choices=["untried", "qualified", "rejected", "inconclusive"],
+            ),
+        ),
     ),
     Command(
         "evidence",
@@ -136,9 +155,17 @@ COMMANDS: tuple[Command, ...] = (
             opt("--model", help="--local: model name to send (default: the server's own)"),
             opt(
                 "--max-tokens",
-                help="--local: most tokens the model may write (default 2048)",
+                help="--local: longest answer in tokens (default: 64 for the "
+                "menu, 2048 for the JSON prompt)",
                 type=int,
-                default=2048,
+            ),
+            opt(
+                "--prompt",
+                help="menu: numbered candidates, answered with numbers; json: the "
+                "full MCP prompt; auto (default): the menu for a served model under 1B "
+                "parameters or an 8k context",
+                choices=["auto", "menu", "json"],
+                default="auto",
             ),
             opt(
                 "--timeout",
@@ -184,6 +211,30 @@ COMMANDS: tuple[Command, ...] = (
         (
             opt("cycle", help="the sealed cycle that qualified it (or latest)"),
             opt("candidate", help="needed if several await approval", nargs="?"),
+        ),
+    ),
+    Command(
+        "init",
+        do.cmd_init,
+        "make (or update) a home whose live service serves your model (a folder, or a hub "
+        "repo already in the local cache)",
+        "mcp-infra init --model ~/models/my-model",
+        (
+            opt(
+                "--model",
+                help="a model folder, or a hub repo in the local Hugging Face cache",
+                required=True,
+                metavar="PATH|REPO[@REVISION]",
+            ),
+            opt("--port", help="the stable port (default 8080, or the home's)", type=int),
+            opt("--policy", help="policy name (default: default, or the home's)"),
+            opt(
+                "--model-dir",
+                help="a folder where the catalog looks for drafters, besides "
+                "the hub cache (repeatable)",
+                action="append",
+                metavar="DIR",
+            ),
         ),
     ),
     Command(

@@ -104,7 +104,10 @@ def cmd_status(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_registry(home: Home, args: argparse.Namespace) -> int:
-    view = app.registry_view(home, args.candidate)
+    only = app.RegistryFilter(
+        candidate_class=args.candidate_class, preflight=args.preflight, verdict=args.verdict
+    )
+    view = app.registry_view(home, args.candidate, only=only)
     if args.candidate and not view.candidates:
         fail(app.unknown_candidate(home, args.candidate))
     show(view, args.json, render.registry_text(view))
@@ -269,6 +272,13 @@ def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
     if args.init_service:
         text += "\n" + app.init_service(home, args.candidate, args.port)
     show(result, args.json, text)
+    return ExitCode.OK
+
+
+def cmd_init(home: Home, args: argparse.Namespace) -> int:
+    options = app.InitOptions(port=args.port, policy=args.policy, model_dirs=args.model_dir)
+    view = app.init_model(home, args.model, options)
+    show(view, args.json, render.init_text(view))
     return ExitCode.OK
 
 

@@ -25,7 +25,6 @@ from mcp_infra.faces.mcp_tools import CYCLE_ID, TOOLS, URI, ServerEnv
 from mcp_infra.faces.paging import NoSuchPage, text_page, text_pages
 from mcp_infra.flows import api as app
 from mcp_infra.flows import planning
-from mcp_infra.state.catalog import load_registry
 from mcp_infra.state.context import HomeContext
 from mcp_infra.state.store import Home
 
@@ -58,7 +57,7 @@ class Resources:
         return _json(spec.result.model_json_schema())
 
     def manifest(self, manifest_id: str) -> str:
-        manifests = load_registry(extra=self.home.user_registry)
+        manifests = HomeContext(self.home).manifests
         found = manifests.get(manifest_id) if isinstance(manifest_id, str) else None
         if found is None:
             raise ResourceNotFoundError("no such manifest; see the registry tool for ids")
@@ -254,7 +253,7 @@ def register_resources(server: MCPServer, env: ServerEnv) -> None:
             description=spec.description,
         )(getattr(resources, spec.method))
     try:
-        known = list(load_registry(extra=env.home.user_registry))
+        known = list(HomeContext(env.home).manifests)
     except Exception:  # a broken home manifest must not stop the server; the template remains
         known = []
     for manifest_id in known:  # listed by resources/list; the template serves later additions
@@ -296,10 +295,10 @@ def completions(home: Home, name: str, prefix: str) -> list[str]:
     from mcp_infra.state.evidence import LATEST, list_cycles
 
     if name == "candidate_id":
-        manifests = load_registry(extra=home.user_registry).values()
+        manifests = HomeContext(home).manifests.values()
         values = [f"{m.id}:{v.id}" for m in manifests for v in m.variants]
     elif name == "manifest_id":
-        values = list(load_registry(extra=home.user_registry))
+        values = list(HomeContext(home).manifests)
     elif name == "cycle_id":
         values = [LATEST, *(c.cycle_id for c in list_cycles(home))]
     elif name == "tool":

@@ -27,7 +27,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError, WithJsonSchema
 
-from mcp_infra.contracts import GateResult
+from mcp_infra.contracts import CandidateClass, GateResult
 from mcp_infra.core.sanitize import MAX_PLAN_BYTES
 from mcp_infra.faces import render
 from mcp_infra.faces.mcp_guard import client_name, refusal, strict
@@ -137,17 +137,32 @@ class Tools:
             Field(
                 min_length=1,
                 max_length=130,
-                description="one candidate id (manifest:variant); omit to list them all",
+                description="one candidate id (manifest:variant); omit to list them",
             ),
+        ] = None,
+        candidate_class: Annotated[
+            CandidateClass | None, Field(description="only candidates of this class")
+        ] = None,
+        preflight: Annotated[
+            Literal["passed", "failed"] | None, Field(description="only these")
+        ] = None,
+        verdict: Annotated[
+            Literal["untried", "qualified", "rejected", "inconclusive"] | None,
+            Field(description="only candidates whose last verdict here is this"),
         ] = None,
         page: PageArgument = 1,
     ) -> CallToolResult:
         home = self.env.home
+        only = app.RegistryFilter(
+            candidate_class=candidate_class.value if candidate_class else None,
+            preflight=preflight,
+            verdict=verdict,
+        )
         try:
             view = self.env.reads.get(
-                ("registry", candidate_id),
+                ("registry", candidate_id, only.model_dump_json()),
                 registry_inputs(home),
-                lambda: app.registry_view(home, candidate_id, wait_costs=False),
+                lambda: app.registry_view(home, candidate_id, wait_costs=False, only=only),
             )
         except BROKEN as exc:
             raise broken(exc) from exc
@@ -155,20 +170,11 @@ class Tools:
             raise ToolError(render.agent_can_fix(app.unknown_candidate(home, candidate_id)))
         if candidate_id:
             return result(view, render.registry_text(view))
-        summary = registry_summary(view)
-        room = REGISTRY_PAGE - json_size(summary) - 200  # the page's own fields
         try:
-            got = page_of(view.candidates, page, room)
+            shown = registry_page(view, page)
         except NoSuchPage as exc:
             raise ToolError(render.agent_can_fix(str(exc))) from exc
-        shown = RegistryPage(
-            candidates=got.items,
-            live_recipe=view.live_recipe,
-            summary=summary,
-            page=got.page,
-            pages=got.pages,
-        )
-        return result(shown, render.registry_text(shown, got.page, got.pages))
+        return result(shown, render.registry_text(shown, shown.page, shown.pages))
 
     def evidence(
         self,
@@ -365,6 +371,16 @@ def type_name(value: Any) -> str:
     return {str: "string", bool: "boolean", int: "integer", float: "number"}.get(
         type(value), "null" if value is None else "object"
     )
+
+
+def registry_page(view: app.RegistryView, page: int) -> RegistryPage:
+    """Page ``page`` of the view's candidates, opened by the summary of all of them; the page's
+    other fields (what the catalog leaves out, what did not load) count against its size."""
+    frame = RegistryPage.model_validate(
+        {**dict(view), "candidates": [], "summary": registry_summary(view)}
+    )
+    got = page_of(view.candidates, page, REGISTRY_PAGE - json_size(frame) - 20)
+    return frame.model_copy(update={"candidates": got.items, "page": got.page, "pages": got.pages})
 
 
 def registry_summary(view: app.RegistryView) -> RegistrySummary:

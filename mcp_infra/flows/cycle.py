@@ -9,6 +9,7 @@ core (policy, selector, recovery); this module only sequences I/O around them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -70,6 +71,7 @@ from mcp_infra.flows.rounds import (
 from mcp_infra.procs import bench, usage
 from mcp_infra.procs.distributed import preflight_hosts
 from mcp_infra.procs.front import live_request_count
+from mcp_infra.procs.logpipe import CYCLE_ROOM_BYTES, room_problem
 from mcp_infra.procs.runtime import PortBusy, ServerStartError
 from mcp_infra.procs.service import (
     ServiceError,
@@ -1158,8 +1160,12 @@ def supervising(home: Home) -> Iterator[None]:
 def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
     """Recover, then run every queued plan in order; return when the queue is empty, or when
     the policy's maintenance window does not let the next cycle start and finish in time
-    (``window.window_state``; the plan stays queued). ``ignore_window``: an operator's override."""
+    (``window.window_state``; the plan stays queued). ``ignore_window``: an operator's override.
+    With the home's disk full no cycle starts: ``OSError`` (ENOSPC) with the reason, before
+    anything is written; the plan stays queued."""
     home.ensure()
+    if home.queued() and (full := room_problem(home.root, CYCLE_ROOM_BYTES)) is not None:
+        raise OSError(errno.ENOSPC, f"no cycle starts: {full}; the plan stays queued")
     summaries: list[CycleSummary] = []
     with supervising(home):
         recover(home)

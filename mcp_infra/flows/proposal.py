@@ -7,9 +7,9 @@ projected, queued and audited, and a detached supervisor (or watcher) made sure 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,7 @@ from mcp_infra.core.sanitize import PlanContext, PlanRefused, parse_plan, saniti
 from mcp_infra.flows.status import cost_sidecar, queued_ids, window_text
 from mcp_infra.flows.views import View
 from mcp_infra.procs.identity import is_alive
+from mcp_infra.procs.logpipe import CYCLE_ROOM_BYTES, room_problem, spawn_logged
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
 from mcp_infra.state import memory, runtimes
@@ -54,7 +55,6 @@ from mcp_infra.state.spread import learned_spread
 from mcp_infra.state.store import (
     CorruptFile,
     Home,
-    open_append,
     read_optional,
     utcnow,
     write_model,
@@ -143,6 +143,11 @@ def propose(
         return view
     if dry_run:
         _audit_plan(home, proposed_by, frozen, "dry run: would be accepted; nothing queued", True)
+        return view
+    if (full := room_problem(home.root, CYCLE_ROOM_BYTES)) is not None:  # nothing half-written
+        view.accepted, view.message = False, f"refused: {full}; nothing was queued"
+        with contextlib.suppress(OSError):
+            _audit_plan(home, proposed_by, frozen, view.message)
         return view
     home.enqueue(frozen)
     if view.cost is not None:
@@ -292,16 +297,13 @@ def _last_baseline_peak(home: Home) -> float | None:
 
 def _start_detached(home: Home, *args: str) -> int:
     """Start ``mcp-infra --home HOME ARGS`` in its own session, so it outlives the caller
-    (argv list, no shell; output to the supervisor's log); return its pid."""
-    with open_append(home.logs / "supervisor.log") as handle:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mcp_infra", "--home", str(home.root), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+    (argv list, no shell; output to the supervisor's log, through a log relay); return its
+    pid."""
+    proc = spawn_logged(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), *args],
+        home.logs / "supervisor.log",
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     return proc.pid
 
 

@@ -15,6 +15,7 @@ needs an operator, when ``max_cycles`` or ``max_looks`` is reached, or on SIGINT
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import signal
 import time
@@ -94,6 +95,22 @@ def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] |
     return plan, f"re-checking {', '.join(c for c, _, _ in due)}"
 
 
+def _supervise_once(
+    home: Home, ignore_window: bool, log: Callable[[str], None]
+) -> list[CycleSummary]:
+    """One look: what ``supervise`` ran, or nothing when another supervisor holds the lock or
+    the home's disk is full (no cycle starts until it has room)."""
+    try:
+        return supervise(home, ignore_window=ignore_window)
+    except LockHeld:
+        log("watch: another supervisor holds the lock; looking again later")
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        log(f"watch: {exc.strerror}; looking again later")
+    return []
+
+
 def watch(
     home: Home,
     *,
@@ -123,11 +140,7 @@ def watch(
     try:
         while not stop["flag"]:
             looks += 1
-            try:
-                ran = supervise(home, ignore_window=ignore_window)
-            except LockHeld:
-                ran = []
-                log("watch: another supervisor holds the lock; looking again later")
+            ran = _supervise_once(home, ignore_window, log)
             for summary in ran:
                 log(f"watch: {summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
             summaries += ran

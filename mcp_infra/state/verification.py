@@ -323,7 +323,7 @@ def _bundled_manifests(b: Bundle) -> dict[str, Manifest]:
     from mcp_infra.state.catalog import load_manifest
 
     out: dict[str, Manifest] = {}
-    for prefix in ("shipped", "home"):
+    for prefix in ("generated", "shipped", "home"):  # generated: as the home loaded them
         folder = b.path / sealing.INPUTS / "registry" / prefix
         for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
             manifest = load_manifest(path)

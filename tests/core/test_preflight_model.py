@@ -77,8 +77,7 @@ def test_another_model_s_candidate_is_refused() -> None:
     facts = host(other=folder("/models/other"))
     said = failures(manifest(target="/models/other", kv_bits=8, kv_group_size=32), facts)
     assert said == {
-        "same_target": "another model's candidate: its target is /models/other; this home "
-        "serves /models/mine"
+        "same_target": "another model's candidate: its target is /models/other, not the live model"
     }
 
 

@@ -197,15 +197,16 @@ async def test_an_idle_subscriber_beside_a_real_front_is_told_nothing(
 
     # A front whose process lives but does not answer (stopped, as a wedged event loop would
     # be) is no healthy service, whatever its last status file says; it is again once it runs.
-    front = front_record(home)
-    assert front is not None
-    os.kill(front.pid, signal.SIGSTOP)
+    # (The proxy is stopped, not the keeper that holds the port: it would replace the proxy.)
+    proxy = ask_front(home)
+    assert proxy is not None and front_record(home) is not None
+    os.kill(proxy.pid, signal.SIGSTOP)
     try:
         service = app.status(home).service
         assert service is not None and service.healthy is False
         assert "did not answer its own GET /health" in service.health_check
     finally:
-        os.kill(front.pid, signal.SIGCONT)
+        os.kill(proxy.pid, signal.SIGCONT)
     with anyio.fail_after(10):
         while not healthy():
             await anyio.sleep(0.2)

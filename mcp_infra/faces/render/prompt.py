@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from mcp_infra.contracts import CycleSummary
+from mcp_infra.core.menu import Menu
 from mcp_infra.faces.render.words import CONFIGURE, unconfigured
 from mcp_infra.flows import api as app
 from mcp_infra.flows.planning import LocalPlanResult, PlanningContext
@@ -177,8 +178,53 @@ def _answer(context: PlanningContext, can_propose: bool) -> list[str]:
     ]
 
 
+def menu_prompt(menu: Menu, goal: str | None = None) -> str:
+    """The planning prompt for a small model: a numbered menu, answered with numbers."""
+    lines = [
+        f"{n}. {item.id}: {item.title} ({item.candidate_class}, "
+        + ("lossy" if item.lossy else "lossless")
+        + (f", last {item.last_verdict})" if item.last_verdict else ", untried)")
+        for n, item in enumerate(menu.items, 1)
+    ]
+    more = [f"({menu.hidden} more not shown)"] if menu.hidden else []
+    return "\n".join(
+        [
+            "Choose speed experiments for a local LLM service. Code measures each against the "
+            "live service and keeps one only if it is faster; lossless ones give the same "
+            "answers, lossy ones may not.",
+            "Goal: " + (goal.strip() if goal and goal.strip() else "faster answers") + ".",
+            "Menu:",
+            *lines,
+            *more,
+            f"Pick 1 to {menu.limit} numbers. Answer with the numbers only, for example: 1, 3",
+        ]
+    )
+
+
+def retry_prompt(problems: list[str], menu: Menu | None, example: dict[str, Any] | None) -> str:
+    """The second question after an unusable answer: what was wrong, and the answer's form."""
+    why = " ".join("; ".join(problems).split())[:600]
+    if menu is not None:
+        form = (
+            f"Answer again with only the numbers of 1 to {menu.limit} candidates from the "
+            f"menu (1 to {len(menu.items)}), for example: 1, 3"
+        )
+    else:
+        form = 'Answer again with exactly one JSON object with "hypothesis" and "candidates"' + (
+            f", for example: {json.dumps(example)}" if example else ""
+        )
+    return f"Your answer could not be used: {why}. {form}"
+
+
 def local_plan_text(result: LocalPlanResult) -> str:
     lines = [("accepted" if result.accepted else "not accepted") + f": {result.message}"]
+    if result.planner != "none":
+        lines.append(
+            f"planner: {result.planner} ({result.form} prompt, {len(result.attempts)} "
+            f"question(s) to the model)"
+        )
+    for n, attempt in enumerate(result.attempts, 1):
+        lines += [f"  answer {n}: {p}" for p in attempt.problems[:2]]
     if result.proposal:
         p = result.proposal
         if p.get("plan_id"):

@@ -77,6 +77,8 @@ def _service_lines(s: ServiceView | None) -> list[str]:
     ]
     if s.healing:
         lines.append(f"Self-healing: {s.healing}.")
+    notes = [("Logging", s.logging), ("The front's stuck proxy replaced", s.front_replaced)]
+    lines += [f"{what}: {note}." for what, note in notes if note]
     return lines
 
 
@@ -166,9 +168,27 @@ def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
                 lines.append(f"    skipped in plans: {c.skip}")
             if c.preflight_passed and (said := cost_line(c.cost)):
                 lines.append(f"    alone in a plan: {said}")
+    lines += [f"not offered for this model: {n.subject}: {n.reason}" for n in view.not_offered]
+    lines += [f"NOT LOADED: {problem}" for problem in view.problems]
     if page < pages:
         lines.append(f"More: registry with page={page + 1}.")
     return bounded(lines)
+
+
+def init_text(view: app.InitView) -> str:
+    """What `init --model` did, the catalog it made, and what to run next."""
+    model = view.model
+    where = f"{model.repo}@{model.revision[:12]}" if model.repo and model.revision else model.path
+    counts = ", ".join(f"{n} {klass}" for klass, n in sorted(view.candidates.items()))
+    lines = [
+        f"{view.config} {view.home}/config.yaml: the live service serves {where} "
+        f"({model.files} files, {model.bytes / 1e6:.1f} MB, sha256 {model.digest[:12]}…) with "
+        f"{view.template} on 127.0.0.1:{view.port} under policy {view.policy}.",
+        f"catalog: {sum(view.candidates.values())} candidate(s) ({counts or 'none'}).",
+    ]
+    lines += [f"    not offered: {n.subject}: {n.reason}" for n in view.notes]
+    lines += [f"next: {line}" for line in view.said]
+    return "\n".join(lines)
 
 
 def evidence_text(view: app.EvidenceView) -> str:
