@@ -378,7 +378,12 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"mcp-infra {__version__}")
     for option in GLOBAL:
         parser.add_argument(*option.flags, help=option.help, **option.settings)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these (`mcp-infra COMMAND --help`: its options)",
+    )
     for command in COMMANDS:
         child = sub.add_parser(
             command.name,

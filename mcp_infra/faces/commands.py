@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from mcp_infra.contracts import Outcome
 from mcp_infra.errors import ExitCode, Interrupted, McpInfraError
 from mcp_infra.faces import evidence_cli, render
+from mcp_infra.faces.refusals import person_fix
 from mcp_infra.flows import api as app
 from mcp_infra.state.context import active_recipe, load_config, window_state
 from mcp_infra.state.store import Home
@@ -155,7 +156,8 @@ def cmd_propose(home: Home, args: argparse.Namespace) -> int:
     view = app.propose(
         home, raw, proposed_by="cli", dry_run=args.dry_run, start_supervisor=not args.no_supervisor
     )
-    show(view, args.json, render.proposal_text(view, cli=True))
+    fix = person_fix(home, view, lambda: app.registry_view(home, wait_costs=False))
+    show(view, args.json, render.proposal_text(view, fix, cli=True))
     return ExitCode.OK if view.accepted else ExitCode.NO
 
 
@@ -178,7 +180,8 @@ def cmd_gate(home: Home, args: argparse.Namespace) -> int:
         fail(f"gate check: {given}; tasks: {', '.join(known)}")
     text = args.text if args.text is not None else sys.stdin.read()
     result = gates.check_task(args.task, text)
-    show(result.model_dump(), args.json, render.task_check_text(result))
+    shown = result.model_copy(update={"detail": render.excerpt(result.detail)})
+    show(shown.model_dump(), args.json, render.task_check_text(result))
     return ExitCode.OK if result.passed else ExitCode.NO
 
 

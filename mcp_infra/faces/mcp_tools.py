@@ -33,6 +33,7 @@ from mcp_infra.faces import render
 from mcp_infra.faces.mcp_guard import client_name, refusal, strict
 from mcp_infra.faces.paging import NoSuchPage, check_page, json_size, page_of
 from mcp_infra.faces.read_cache import ReadCache, registry_inputs
+from mcp_infra.faces.refusals import person_fix, proposable
 from mcp_infra.flows import api as app
 from mcp_infra.flows import planning
 from mcp_infra.state.catalog import RegistryError
@@ -121,6 +122,16 @@ class Tools:
 
     def __init__(self, env: ServerEnv) -> None:
         self.env = env
+
+    def _registry(self) -> app.RegistryView:
+        """The whole registry view, kept while nothing it reads has changed."""
+        home = self.env.home
+        only = app.RegistryFilter()
+        return self.env.reads.get(
+            ("registry", None, only.model_dump_json()),
+            registry_inputs(home),
+            lambda: app.registry_view(home, wait_costs=False, only=only),
+        )
 
     def status(self) -> Annotated[CallToolResult, app.StatusView]:
         try:
@@ -246,7 +257,7 @@ class Tools:
         except BROKEN as exc:
             raise broken(exc) from exc
         if not view.accepted:
-            return refusal(view, None if env.home.config.exists() else render.CONFIGURE)
+            return refusal(view, person_fix(env.home, view, self._registry))
         if env.mode == "autonomous" and env.start_supervisor and not dry_run:
             app.ensure_watcher(env.home)  # restarted if it died; the plan itself runs now
         if follow_s and not dry_run and view.plan_id:
@@ -393,7 +404,7 @@ def registry_summary(view: app.RegistryView) -> RegistrySummary:
     return RegistrySummary(
         candidates=len(view.candidates),
         pass_preflight=sum(c.preflight_passed for c in view.candidates),
-        proposable=[c.id for c in view.candidates if c.preflight_passed and not c.skip],
+        proposable=proposable(view),
         manifests=manifests,
     )
 

@@ -42,15 +42,18 @@ from mcp_infra.faces.render.views import (
 )
 from mcp_infra.faces.render.words import (
     CONFIGURE,
+    EXCERPT,
     MAX_DIVERGENCES,
     MAX_TEXT,
     METHOD,
+    PREPARE,
     agent_can_fix,
     bounded,
     cannot_read_own_files,
     cost_line,
     cost_text,
     divergences_once,
+    excerpt,
     generic,
     person_must,
     plain,
@@ -62,9 +65,11 @@ from mcp_infra.faces.render.words import (
 
 __all__ = [
     "CONFIGURE",
+    "EXCERPT",
     "MAX_DIVERGENCES",
     "MAX_TEXT",
     "METHOD",
+    "PREPARE",
     "agent_can_fix",
     "bounded",
     "cannot_read_own_files",
@@ -73,6 +78,7 @@ __all__ = [
     "cycles_text",
     "divergences_once",
     "evidence_text",
+    "excerpt",
     "follow_progress",
     "followed_for",
     "followed_to_the_end",

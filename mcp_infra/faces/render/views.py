@@ -17,6 +17,7 @@ from mcp_infra.faces.render.words import (
     cost_line,
     cost_text,
     divergences_once,
+    excerpt,
     generic,
     person_must,
     plain,
@@ -429,7 +430,8 @@ def tasks_text(tasks: list[TaskSpec]) -> str:
 
 
 def task_check_text(result: TaskCheck) -> str:
-    return f"{result.task}: {'PASS' if result.passed else 'FAIL'} — {result.detail}"
+    """A checker's verdict; its detail cut to a short excerpt (a detail may quote the text)."""
+    return f"{result.task}: {'PASS' if result.passed else 'FAIL'} — {excerpt(result.detail)}"
 
 
 def prepared_text(result: PrepareResult) -> str:

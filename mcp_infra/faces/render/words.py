@@ -13,6 +13,15 @@ from mcp_infra.flows import api as app
 MAX_TEXT = 12_000
 
 
+EXCERPT = 300  # the most of anyone's input a text shows back
+
+
+def excerpt(text: str, limit: int = EXCERPT) -> str:
+    """At most ``limit`` characters of a text (an input quoted back), on one line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def bounded(lines: list[str]) -> str:
     text = "\n".join(lines)
     if len(text) > MAX_TEXT:
@@ -197,6 +206,13 @@ def cost_text(cost: CycleCost | None, *, service_counted: bool = False) -> str:
 CONFIGURE = (
     "`mcp-infra prepare CANDIDATE --init-service` (a registry candidate's model becomes the "
     "live service) or `mcp-infra demo` (the tiny demo)"
+)
+
+
+PREPARE = (
+    "make a candidate runnable on this machine: `mcp-infra prepare CANDIDATE` fetches its "
+    "pinned artifacts (`mcp-infra demo` builds the demo models); `mcp-infra registry` says why "
+    "each one fails preflight"
 )
 
 
