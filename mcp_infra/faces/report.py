@@ -416,8 +416,9 @@ def decision_html(data: Loaded, held: HeldOut | None) -> str:
     selected = src.text(pointer("summary.json", "selected"), code=True)
     if outcome == "promoted" and summary.selected:
         line = f"{selected}{_promoted_figures(data, held)}; it serves now."
-    elif outcome == "rolled_back" and summary.selected:
-        line = f"{selected} was switched in and taken back out; {live} serves again."
+    elif outcome == "rolled_back" and (started := _promoted(data)):
+        who = src.text(started, code=True)
+        line = f"{who} was started to take over and taken back out; {live} serves again."
     elif outcome in ("kept_baseline", "refused"):
         line = f"the live recipe {live} keeps serving."
     else:
@@ -427,6 +428,20 @@ def decision_html(data: Loaded, held: HeldOut | None) -> str:
         f"{line}</div>"
         f"<p class='muted'>The cycle's reason: {src.text(pointer('summary.json', 'reason'))}</p>"
     )
+
+
+def _promoted(data: Loaded) -> str | None:
+    """Where the journal names the recipe a promotion started (its last PROMOTE)."""
+    for i in range(len(data.journal) - 1, -1, -1):
+        event = data.journal[i]
+        recipe = (event.get("fields") or {}).get("recipe")
+        if (
+            event.get("state") == "PROMOTE"
+            and isinstance(recipe, dict)
+            and recipe.get("candidate_id")
+        ):
+            return pointer("journal.ndjson", i, "fields", "recipe", "candidate_id")
+    return None
 
 
 def _promoted_figures(data: Loaded, held: HeldOut | None) -> str:
