@@ -7,9 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from mcp_infra.contracts.base import Contract, Part
-from mcp_infra.contracts.home import InventoryFile
-from mcp_infra.contracts.manifest import SHA256_PATTERN
+from mcp_infra.contracts.base import SHA256_PATTERN, Contract, InventoryFile, Part
 
 QBits = Literal[2, 3, 4, 5, 6, 8]
 QGroupSize = Literal[32, 64, 128]

@@ -34,6 +34,7 @@ from mcp_infra.core.modelfacts import (
     fit_problem,
     kv_groups,
     memory_need_gb,
+    same_model,
     tokenizer_differences,
 )
 from mcp_infra.core.templates import unknown_flags
@@ -693,6 +694,34 @@ def model_memory(s: Subject) -> list[Check]:
     ]
 
 
+def build_source(s: Subject) -> list[Check]:
+    if s.variant.build is None:
+        return []
+    source = s.manifest.build_source()
+    folder = s.folder(source)
+    live = s.facts.target
+    quantized = folder.shape.quantized if folder and folder.shape else None
+    problem = (
+        f"its source {_shown(source, None)} is not here"
+        if folder is None
+        else f"its source is quantized already ({quantized.bits}-bit {quantized.mode}): a "
+        "build starts from a source of higher precision"
+        if quantized
+        else "its source is not the live model in other weights (architecture, shapes or "
+        "tokenizer differ)"
+        if source.role == "source" and live is not None and not same_model(live, folder)
+        else None
+    )
+    return [
+        _check(
+            "build_source",
+            problem is None,
+            f"built from {folder.path if folder else '?'} ({s.variant.build.key()})",
+            problem or "",
+        )
+    ]
+
+
 CHECKS: tuple[Callable[[Subject], list[Check]], ...] = (
     trusted_namespace,
     class_allowed,
@@ -713,6 +742,7 @@ CHECKS: tuple[Callable[[Subject], list[Check]], ...] = (
     drafter_tokenizer,
     kv_group,
     model_memory,
+    build_source,
 )
 """Every preflight check in the order they are reported; each returns its named results."""
 

@@ -167,6 +167,7 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
                 home.hf_cache,
                 fingerprint=folder_fingerprint,
                 runtimes=home.runtimes,
+                builds=home.builds,
             )
         except RuntimeEnvError as exc:
             raise ApprovalRefused(f"{name}: {exc}") from exc

@@ -32,6 +32,7 @@ from mcp_infra.contracts import (
     Event,
     FrozenPlan,
     JournalStep,
+    JSONValue,
     Manifest,
     Outcome,
     ProcessRecord,
@@ -60,6 +61,7 @@ from mcp_infra.flows.measure import (
     server_starter,
     together_starter,
 )
+from mcp_infra.flows.own import build_recipes
 from mcp_infra.flows.rounds import (
     Bench,
     LiveTraffic,
@@ -382,10 +384,16 @@ def preflight_step(c: CycleContext) -> CycleResult | None:
                 c.home.hf_cache,
                 fingerprint=folder_fingerprint,
                 runtimes=runtimes,
+                builds=c.home.builds,
             )
         except (HubError, RuntimeEnvError) as exc:  # a tampered artifact or runtime
             recipe = resolve_recipe(  # environment refuses this candidate, not the cycle
-                manifest, variant, c.home.models, c.home.hf_cache, runtimes=runtimes
+                manifest,
+                variant,
+                c.home.models,
+                c.home.hf_cache,
+                runtimes=runtimes,
+                builds=c.home.builds,
             )
             what = "runtime environment" if isinstance(exc, RuntimeEnvError) else "artifact"
             c.runs[candidate] = not_started(candidate, recipe, f"{what} check failed: {exc}")
@@ -433,7 +441,18 @@ def _with_hosts(
 
 
 def prepare_step(c: CycleContext) -> CycleResult | None:
-    """Journal the resolved recipes; a candidate whose artifacts are missing is not measured."""
+    """Make the builds candidates serve (``flows.own.make_builds``), journal the resolved
+    recipes; a candidate whose artifacts are missing is not measured."""
+    wanted = [(a.candidate, a.manifest, a.variant) for a in c.admitted if a.candidate not in c.runs]
+
+    def say(text: str, fields: dict[str, JSONValue]) -> None:
+        c.journal(CycleState.PREPARE, text, **fields)
+
+    for cid, built in build_recipes(c.home, c.loaded.policy, wanted, c.files.root, say).items():
+        if isinstance(built, str):
+            c.runs[cid] = not_started(cid, c.recipes[cid], built)
+        else:
+            c.recipes[cid] = built
     c.journal(
         CycleState.PREPARE,
         "artifacts resolved",

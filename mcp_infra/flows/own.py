@@ -10,26 +10,35 @@ ports, policy and the rest) and the catalog is generated for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 from pydantic import Field
 
 from mcp_infra.contracts import (
+    BuildRecord,
     CatalogNote,
+    JSONValue,
+    Manifest,
     ModelSource,
+    Policy,
     Recipe,
     ServiceConfig,
     TemplateName,
+    Variant,
 )
 from mcp_infra.core.catalog import candidate_count
 from mcp_infra.core.modelfacts import fit_problem
 from mcp_infra.flows.views import View
 from mcp_infra.state import modelfolder as folders
-from mcp_infra.state.artifacts import hub_caches
+from mcp_infra.state import ownbuilds
+from mcp_infra.state.artifacts import artifact_path, hub_caches, resolve_recipe
+from mcp_infra.state.builds import BuildError
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import DEFAULT_POLICY, HomeContext, load_config
 from mcp_infra.state.filecache import installed_version
+from mcp_infra.state.hostfacts import folder_fingerprint
 from mcp_infra.state.store import Home, LockHeld, read_optional, write_model
 
 OWN_BASELINE = "own:target"
@@ -202,3 +211,75 @@ def init_model(home: Home, given: str, options: InitOptions | None = None) -> In
 def configured_model(home: Home) -> ModelSource | None:
     """The model `init` configured in this home, if any."""
     return load_config(home).model if home.config.exists() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds: made before a cycle measures them (its PREPARE step) or by `mcp-infra prepare`
+# ---------------------------------------------------------------------------------------------
+
+Say = Callable[[str, dict[str, JSONValue]], None]
+"""How progress is said: a journal line in a cycle (message, fields), a print for prepare."""
+
+
+def make_builds(
+    home: Home,
+    policy: Policy,
+    wanted: list[tuple[str, Manifest, Variant]],
+    cycle_dir: Path | None,
+    say: Say,
+) -> dict[str, BuildRecord | str]:
+    """Each candidate's build, made (or found) from its source: candidate → its record, or why
+    it could not be made. A cycle keeps every record in its files (``cycle_dir``)."""
+    done: dict[str, BuildRecord | str] = {}
+    for candidate, manifest, variant in wanted:
+        if variant.build is None:
+            continue
+        source = artifact_path(manifest.build_source(), home.models, home.hf_cache)
+        say(
+            f"building {candidate}: mlx_lm.convert {' '.join(variant.build.convert_args())} of "
+            f"{source}",
+            {"candidate": candidate, "spec": variant.build.model_dump(mode="json")},
+        )
+        try:
+            record = ownbuilds.build_variant(home, manifest, variant, policy, source)
+        except BuildError as exc:
+            done[candidate] = f"build failed: {exc}"
+            say(f"{candidate}: build failed: {exc}", {"candidate": candidate})
+            continue
+        if cycle_dir is not None:
+            ownbuilds.keep_record(cycle_dir, record)
+        say(
+            f"{candidate}: build {record.key} ready in {record.folder} "
+            f"({record.size_bytes / 1e6:.1f} MB, sha256 {record.digest[:12]}…)",
+            {"candidate": candidate, "build": record.folder, "digest": record.digest},
+        )
+        done[candidate] = record
+    return done
+
+
+def build_recipes(
+    home: Home,
+    policy: Policy,
+    wanted: list[tuple[str, Manifest, Variant]],
+    cycle_dir: Path | None,
+    say: Say,
+) -> dict[str, Recipe | str]:
+    """The recipes of candidates that serve a build, resolved once the build is made (about to
+    be used: every folder's hashes named), or why it could not be made."""
+    out: dict[str, Recipe | str] = {}
+    made = make_builds(home, policy, wanted, cycle_dir, say)
+    for candidate, manifest, variant in wanted:
+        built = made.get(candidate)
+        if isinstance(built, BuildRecord):
+            out[candidate] = resolve_recipe(
+                manifest,
+                variant,
+                home.models,
+                home.hf_cache,
+                fingerprint=folder_fingerprint,
+                runtimes=home.runtimes,
+                builds=home.builds,
+            )
+        elif built is not None:
+            out[candidate] = built
+    return out

@@ -20,7 +20,9 @@ from pydantic import Field
 from mcp_infra.contracts import (
     BASELINE_ID,
     AuditRecord,
+    BuildRecord,
     FrozenPlan,
+    JSONValue,
     PlanChange,
     PlanCost,
     Recipe,
@@ -35,6 +37,7 @@ from mcp_infra.core.preflight import (
     preflight,
 )
 from mcp_infra.core.sanitize import PlanContext, PlanRefused, parse_plan, sanitize
+from mcp_infra.flows.own import make_builds
 from mcp_infra.flows.status import cost_sidecar, queued_ids, window_text
 from mcp_infra.flows.views import View
 from mcp_infra.procs.identity import is_alive
@@ -170,7 +173,11 @@ def plan_recipes(ctx: HomeContext, candidates: list[str]) -> dict[str, Recipe]:
     for cid in candidates:
         if (hit := ctx.find(cid)) is not None:
             out[cid] = resolve_recipe(
-                *hit, ctx.home.models, ctx.home.hf_cache, runtimes=ctx.home.runtimes
+                *hit,
+                ctx.home.models,
+                ctx.home.hf_cache,
+                runtimes=ctx.home.runtimes,
+                builds=ctx.home.builds,
             )
     return out
 
@@ -260,7 +267,12 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
             cid = f"{manifest.id}:{variant.id}"
             checks[cid] = preflight(manifest, variant, policy, facts, require_artifacts=True)
             recipes[cid] = resolve_recipe(
-                manifest, variant, home.models, home.hf_cache, runtimes=home.runtimes
+                manifest,
+                variant,
+                home.models,
+                home.hf_cache,
+                runtimes=home.runtimes,
+                builds=home.builds,
             )
     p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
@@ -345,6 +357,10 @@ def ensure_watcher(home: Home) -> int | None:
     return pid
 
 
+def _quiet(text: str, fields: dict[str, JSONValue]) -> None:
+    """Progress of a build that `prepare` makes: the result says what was made."""
+
+
 def prepare_candidate(
     home: Home,
     candidate_id: str,
@@ -399,6 +415,13 @@ def prepare_candidate(
                 f"{candidate_id}: the environment is built, but preflight fails: "
                 + "; ".join(flags)
             )
+    made: BuildRecord | None = None
+    if variant.build is not None:  # its build, made from its source into the home
+        outcome = make_builds(home, policy, [(candidate_id, manifest, variant)], None, _quiet)
+        one = outcome[candidate_id]
+        if isinstance(one, str):
+            raise HubError(f"{candidate_id}: {one}")
+        made = one
     if not candidate_artifacts(manifest, variant.knobs.draft):
         if built is None and any(a.demo for a in (manifest.target, *manifest.artifacts)):
             raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
@@ -408,6 +431,7 @@ def prepare_candidate(
             offline=bool(offline),
             artifacts=[],
             runtime=built,
+            build=made,
         )
     result = hub.prepare(
         manifest,
@@ -418,7 +442,7 @@ def prepare_candidate(
         offline=offline,
         progress=progress,
     )
-    return result.model_copy(update={"runtime": built})
+    return result.model_copy(update={"runtime": built, "build": made})
 
 
 def init_service(home: Home, candidate: str, port: int) -> str:

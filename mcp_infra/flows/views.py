@@ -238,7 +238,9 @@ def registry_view(
     ctx = HomeContext(home)
     manifests, policy, facts = ctx.manifests, ctx.policy, ctx.facts
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
+        f"{m.id}:{v.id}": resolve_recipe(
+            m, v, home.models, home.hf_cache, runtimes=home.runtimes, builds=home.builds
+        )
         for m in manifests.values()
         for v in m.variants
         if not candidate_id or f"{m.id}:{v.id}" == candidate_id

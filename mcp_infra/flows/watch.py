@@ -53,7 +53,9 @@ def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] |
     if not policy.watch.recheck_changed:
         return None, "the policy does not re-check changed candidates (watch.recheck_changed)"
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
+        f"{m.id}:{v.id}": resolve_recipe(
+            m, v, home.models, home.hf_cache, runtimes=home.runtimes, builds=home.builds
+        )
         for m in ctx.manifests.values()
         for v in m.variants
     }

@@ -21,7 +21,8 @@ from mcp_infra.state.store import Home, read_model, write_model
 from tests.helpers.ownmodels import DRAFTER, OTHER_TOKENIZER, build_model, into_hub_cache
 from tests.helpers.run import Spawn
 
-PLAN = ["own-draft-tiny-draft:k2", "own-settings:pcache-off"]
+BUILD = "own-builds:q8-g64-affine-f32"
+PLAN = ["own-draft-tiny-draft:k2", BUILD]
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_init_registry_and_a_cycle_on_a_model_the_project_did_not_build(
         str(own["dirs"]),
     )
     assert done.returncode == 0, done.stderr
-    assert "catalog: 14 candidate(s)" in done.stdout
+    assert "catalog: 21 candidate(s)" in done.stdout
     config = read_model(home.config, ServiceConfig)
     write_model(home.config, config.model_copy(update={"scratch_port": scratch}))
     try:
@@ -71,6 +72,9 @@ def test_init_registry_and_a_cycle_on_a_model_the_project_did_not_build(
         assert all(own_ids[c]["preflight_passed"] for c in PLAN)
         refused = {k["name"] for k in own_ids["own-draft-other:k2"]["checks"] if not k["passed"]}
         assert refused == {"drafter_tokenizer"}
+        prepared = spawn.mcp_infra(home, "prepare", BUILD)
+        assert prepared.returncode == 0, prepared.stderr
+        assert "build q8-g64-affine-f32" in prepared.stdout and "--q-bits 8" in prepared.stdout
         plan = tmp_path / "plan.json"
         plan.write_text(
             json.dumps({"hypothesis": "a drafter or no prompt cache", "candidates": PLAN})
@@ -81,8 +85,21 @@ def test_init_registry_and_a_cycle_on_a_model_the_project_did_not_build(
         assert cycled.returncode == 0, cycled.stderr
         (summary,) = json.loads(cycled.stdout)
         assert summary["outcome"] in {"promoted", "kept_baseline"}, summary
-        verified = spawn.mcp_infra(home, "evidence", "verify", "latest")
+        verified = spawn.mcp_infra(home, "evidence", "verify", "latest", "--json")
         assert verified.returncode == 0, verified.stdout + verified.stderr
+        checks = {c["name"]: c for c in json.loads(verified.stdout)["checks"]}
+        assert checks["builds"]["status"] == "ok", checks["builds"]
+        assert "q8-g64-affine-f32" in checks["builds"]["detail"]
+        (built,) = [p for p in (home.root / "builds").iterdir() if p.is_dir()]
+        weights = built / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))  # the build changed since
+        tampered = spawn.mcp_infra(home, "evidence", "verify", "latest", "--json")
+        assert tampered.returncode != 0
+        checks = {c["name"]: c for c in json.loads(tampered.stdout)["checks"]}
+        assert (
+            checks["builds"]["status"] == "failed"
+            and "model.safetensors" in checks["builds"]["detail"]
+        )
     finally:
         stop_home(home)
 

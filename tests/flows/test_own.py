@@ -72,7 +72,12 @@ def test_init_serves_the_folder_and_generates_its_catalog(
     assert config.model is not None and config.model.digest == view.model.digest
     assert config.baseline.candidate_id == OWN_BASELINE
     assert config.baseline.artifact_hashes == {"target": f"files:{view.model.digest}"}
-    assert view.candidates == {"server_tuning": 8, "kv_cache": 2, "acceleration_plugin": 4}
+    assert view.candidates == {
+        "server_tuning": 8,
+        "kv_cache": 2,
+        "quantization": 7,
+        "acceleration_plugin": 4,
+    }
     recorded = mfo.inventory_path(fresh, view.model.digest)
     assert {f["path"] for f in json.loads(recorded.read_text())["files"]} == {
         p.name for p in built["target"].iterdir()
@@ -123,6 +128,35 @@ def test_one_invalid_manifest_is_reported_beside_the_others(
     view = app.registry_view(fresh)
     assert any(c.id == "own-kv:kv8-g32" for c in view.candidates)
     assert len(view.problems) == 1 and view.problems[0].startswith("broken.yaml: invalid manifest")
+
+
+def test_a_home_manifest_may_name_a_local_folder_as_its_target(
+    fresh: Home, built: dict[str, Path]
+) -> None:
+    app.init_model(fresh, str(built["target"]))
+    fresh.user_registry.mkdir()
+    manifest = {
+        "schema_version": 1,
+        "id": "mine-prefill",
+        "title": "my own setting",
+        "class": "server_tuning",
+        "semantics": "lossless",
+        "license_reviewed": True,
+        "runtime": {"template": "mlx_lm_server", "platforms": ["linux-x86_64", "darwin-arm64"]},
+        "target": {"role": "target", "path": str(built["target"])},
+        "variants": [{"id": "p256", "knobs": {"prefill_step_size": 256}}],
+    }
+    (fresh.user_registry / "mine-prefill.yaml").write_text(yaml.safe_dump(manifest))
+    elsewhere = {**manifest, "id": "elsewhere", "target": {"role": "target", "path": "/no/such"}}
+    (fresh.user_registry / "elsewhere.yaml").write_text(yaml.safe_dump(elsewhere))
+    view = app.registry_view(fresh)
+    by_id = {c.id: c for c in view.candidates}
+    assert view.problems == []
+    assert by_id["mine-prefill:p256"].preflight_passed
+    refused = {k.name: k.detail for k in by_id["elsewhere:p256"].checks if not k.passed}
+    assert refused["same_target"] == (
+        "another model's candidate: its target is /no/such, not the live model"
+    )
 
 
 def test_a_hub_repo_in_the_local_cache_is_a_model_too(fresh: Home, built: dict[str, Path]) -> None:

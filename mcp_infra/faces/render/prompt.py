@@ -179,7 +179,8 @@ def _answer(context: PlanningContext, can_propose: bool) -> list[str]:
 
 
 def menu_prompt(menu: Menu, goal: str | None = None) -> str:
-    """The planning prompt for a small model: a numbered menu, answered with numbers."""
+    """The planning prompt for a small model: a numbered menu, answered with numbers or ids.
+    It shows no example answer: SmolLM2-135M copied the example's numbers whatever the goal."""
     lines = [
         f"{n}. {item.id}: {item.title} ({item.candidate_class}, "
         + ("lossy" if item.lossy else "lossless")
@@ -196,7 +197,8 @@ def menu_prompt(menu: Menu, goal: str | None = None) -> str:
             "Menu:",
             *lines,
             *more,
-            f"Pick 1 to {menu.limit} numbers. Answer with the numbers only, for example: 1, 3",
+            f"Which experiments should run? Answer with 1 to {menu.limit} numbers from the menu "
+            "and nothing else.",
         ]
     )
 
@@ -207,7 +209,7 @@ def retry_prompt(problems: list[str], menu: Menu | None, example: dict[str, Any]
     if menu is not None:
         form = (
             f"Answer again with only the numbers of 1 to {menu.limit} candidates from the "
-            f"menu (1 to {len(menu.items)}), for example: 1, 3"
+            f"menu (1 to {len(menu.items)})."
         )
     else:
         form = 'Answer again with exactly one JSON object with "hypothesis" and "candidates"' + (

@@ -437,7 +437,11 @@ def task_check_text(result: TaskCheck) -> str:
 def prepared_text(result: PrepareResult) -> str:
     lines = [
         f"{result.candidate}: prepared"
-        + (f" in {result.cache}" if result.artifacts or result.runtime is None else "")
+        + (
+            f" in {result.cache}"
+            if result.artifacts or (result.runtime is None and result.build is None)
+            else ""
+        )
         + (" (offline: from the cache)" if result.offline else "")
     ]
     for a in result.artifacts:
@@ -451,6 +455,11 @@ def prepared_text(result: PrepareResult) -> str:
             f"  runtime {rt.label}: {'built already, checked' if rt.reused else 'built'} in "
             f"{rt.path} ({rt.builder}, {rt.packages} packages visible, "
             f"{rt.size_bytes / 1e6:.1f} MB, {rt.seconds:.1f} s); lock {rt.lock_digest[:16]}…"
+        )
+    if (b := result.build) is not None:
+        lines.append(
+            f"  build {b.key}: {b.folder} ({b.size_bytes / 1e6:.1f} MB, sha256 {b.digest[:16]}…) "
+            f"by `{' '.join(b.argv[1:])}`"
         )
     return "\n".join(lines)
 
