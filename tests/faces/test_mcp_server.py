@@ -91,7 +91,16 @@ async def test_tool_contracts_and_structured_output(
         assert "active recipe demo-tiny:target" in text(status)
 
         registry = await call(client, "registry", {})
+        summary, pages = (
+            registry.structured_content["summary"],
+            registry.structured_content["pages"],
+        )
         candidates = {c["id"]: c for c in registry.structured_content["candidates"]}
+        for page in range(2, pages + 1):  # every page, each within its budget
+            more = await call(client, "registry", {"page": page})
+            candidates |= {c["id"]: c for c in more.structured_content["candidates"]}
+        assert len(candidates) == summary["candidates"]
+        assert "demo-tiny:draft-k2" in summary["proposable"]
         assert {"demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:kv8"} <= set(candidates)
         k2 = candidates["demo-tiny:draft-k2"]
         assert (k2["candidate_class"], k2["semantics"], k2["preflight_passed"]) == (
