@@ -75,7 +75,7 @@ from mcp_infra.demo.faults import (
     wait_for,
     wait_paused,
 )
-from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, exclusive_fraction, make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.flows import api as app
 from mcp_infra.procs.front import current_status, front_record, raise_fd_limit, read_route
@@ -396,7 +396,7 @@ def _service_policy(home: Home, service: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-EXCLUSIVE = {"max_hold_s": 5.0, "memory_budget_fraction": 0.001}
+EXCLUSIVE = {"max_hold_s": 5.0, "memory_budget_fraction": exclusive_fraction()}
 """A memory budget no two servers fit: candidates run alone, the front holds requests."""
 
 

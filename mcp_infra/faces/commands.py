@@ -206,7 +206,7 @@ def stopping_on_signals() -> Iterator[None]:
 def stop_cleanly(home: Home) -> list[str]:
     """After a signal: seal the interrupted cycle and restore the live recipe the way recovery
     after a crash does (``recover``), and stop every candidate server left behind."""
-    from mcp_infra.flows.cycle import recover, supervising
+    from mcp_infra.flows.supervisor import recover, supervising
     from mcp_infra.procs.service import stop_stray_candidates
 
     with supervising(home):
@@ -228,7 +228,7 @@ def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
 
 
 def _supervise(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.flows.cycle import supervise
+    from mcp_infra.flows.supervisor import supervise
 
     if args.watch:
         from mcp_infra.flows.watch import watch
@@ -251,7 +251,7 @@ def _supervise(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_recover(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.flows.cycle import operator_recover
+    from mcp_infra.flows.supervisor import operator_recover
 
     notes = operator_recover(home)
     show({"notes": notes}, args.json, "\n".join(notes))

@@ -23,12 +23,14 @@ from mcp_infra.contracts import (
     BuildRecord,
     FrozenPlan,
     JSONValue,
+    Manifest,
     PlanChange,
     PlanCost,
     Recipe,
     RefusedCandidate,
     ServiceConfig,
     SupervisorRecord,
+    Variant,
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.machine import busy_fraction
@@ -369,7 +371,8 @@ def prepare_candidate(
     offline: bool | None = None,
     progress: bool = True,
 ) -> PrepareResult:
-    """Preflight a candidate (all but its artifacts), then prepare its pinned hub artifacts.
+    """Preflight a candidate (all but its artifacts), then prepare what it runs from: its own
+    runtime environment, its build, its pinned hub artifacts.
 
     ``home`` is a ``store.Home``; the policy is the configured one (``default`` if none).
     """
@@ -380,48 +383,17 @@ def prepare_candidate(
             f"{candidate_id}: not a candidate of the registry (see `mcp-infra registry`)"
         )
     manifest, variant = found
-    policy = ctx.policy
-    checks = ctx.preflight(manifest, variant)
     blocking = [
         f"{c.name}: {c.detail}"
-        for c in checks.checks
+        for c in ctx.preflight(manifest, variant).checks
         if not c.passed and c.name not in PREPARE_IGNORES
     ]
     if blocking:
         raise HubError(
             f"{candidate_id}: preflight fails, nothing downloaded: " + "; ".join(blocking)
         )
-    spec = manifest.environment_of(variant)
-    built = None
-    if spec is not None:
-        try:
-            built = runtimes.build(
-                spec,
-                home.runtimes,
-                policy,
-                offline=bool(offline) or None,
-                progress=progress,
-            )
-        except runtimes.RuntimeEnvError as exc:
-            raise HubError(f"{candidate_id}: {exc}") from exc
-        after = HomeContext(home).preflight(manifest, variant)  # its --help is known now
-        flags = [
-            f"{c.name}: {c.detail}"
-            for c in after.checks
-            if c.name.startswith("runtime_") and not c.passed
-        ]
-        if flags:
-            raise HubError(
-                f"{candidate_id}: the environment is built, but preflight fails: "
-                + "; ".join(flags)
-            )
-    made: BuildRecord | None = None
-    if variant.build is not None:  # its build, made from its source into the home
-        outcome = make_builds(home, policy, [(candidate_id, manifest, variant)], None, _quiet)
-        one = outcome[candidate_id]
-        if isinstance(one, str):
-            raise HubError(f"{candidate_id}: {one}")
-        made = one
+    built = _prepare_runtime(ctx, found, offline=offline, progress=progress)
+    made = _prepare_build(ctx, found)
     if not candidate_artifacts(manifest, variant.knobs.draft):
         if built is None and any(a.demo for a in (manifest.target, *manifest.artifacts)):
             raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
@@ -437,12 +409,54 @@ def prepare_candidate(
         manifest,
         candidate_id,
         variant.knobs.draft,
-        policy,
+        ctx.policy,
         cache=cache,
         offline=offline,
         progress=progress,
     )
     return result.model_copy(update={"runtime": built, "build": made})
+
+
+def _prepare_runtime(
+    ctx: HomeContext, found: tuple[Manifest, Variant], *, offline: bool | None, progress: bool
+) -> runtimes.BuildResult | None:
+    """The candidate's own runtime environment, built (or reused), then its flags checked
+    against the built runtime's ``--help``; None if it names none."""
+    manifest, variant = found
+    candidate_id = f"{manifest.id}:{variant.id}"
+    spec = manifest.environment_of(variant)
+    if spec is None:
+        return None
+    try:
+        built = runtimes.build(
+            spec, ctx.home.runtimes, ctx.policy, offline=bool(offline) or None, progress=progress
+        )
+    except runtimes.RuntimeEnvError as exc:
+        raise HubError(f"{candidate_id}: {exc}") from exc
+    after = HomeContext(ctx.home).preflight(manifest, variant)  # its --help is known now
+    flags = [
+        f"{c.name}: {c.detail}"
+        for c in after.checks
+        if c.name.startswith("runtime_") and not c.passed
+    ]
+    if flags:
+        raise HubError(
+            f"{candidate_id}: the environment is built, but preflight fails: " + "; ".join(flags)
+        )
+    return built
+
+
+def _prepare_build(ctx: HomeContext, found: tuple[Manifest, Variant]) -> BuildRecord | None:
+    """The candidate's build, made from its source into the home; None if it serves none."""
+    manifest, variant = found
+    candidate_id = f"{manifest.id}:{variant.id}"
+    if variant.build is None:
+        return None
+    outcome = make_builds(ctx.home, ctx.policy, [(candidate_id, manifest, variant)], None, _quiet)
+    made = outcome[candidate_id]
+    if isinstance(made, str):
+        raise HubError(f"{candidate_id}: {made}")
+    return made
 
 
 def init_service(home: Home, candidate: str, port: int) -> str:

@@ -1,7 +1,7 @@
 """`mcp-infra supervise --watch`: keep supervising — run queued plans when the maintenance window
 lets them start and finish, and (if the policy allows) re-check candidates that changed.
 
-Each look: recover and run what is queued (``cycle.supervise``, which enforces the window and
+Each look: recover and run what is queued (``supervisor.supervise``, which enforces the window and
 retries a failed cycle a bounded number of times with backoff); then, if
 ``policy.watch.recheck_changed`` is on, the queue is empty and the window allows a cycle, propose
 a re-check of up to three candidates whose latest remembered outcome was judged under another
@@ -26,7 +26,7 @@ from typing import Any
 
 from mcp_infra.contracts import CycleSummary, RecheckAttempt, WatchState
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import memory
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.context import HomeContext, window_state

@@ -139,6 +139,8 @@ class Keeper:
             quick = quick + 1 if time.monotonic() - started < QUICK_S else 0
             if quick:  # a proxy that keeps dying at once: back off, interruptibly
                 select.select([self.wake], [], [], min(0.1 * 2**quick, BACKOFF_MAX_S))
+            if self.stop:
+                return 0
 
 
 def _front_config(home: Home) -> FrontConfig:

@@ -43,6 +43,7 @@ from mcp_infra.contracts import (
     RecipeRuntime,
     Variant,
 )
+from mcp_infra.core.modelfacts import RUNTIME_PATTERNS
 from mcp_infra.core.preflight import manifest_hash
 from mcp_infra.errors import McpInfraError
 from mcp_infra.state.modelfolder import FILES_PREFIX, not_built, recorded_build
@@ -91,14 +92,7 @@ __all__ = [
     "verify_snapshot",
 ]
 
-DEFAULT_ALLOW_PATTERNS = [
-    "*.json",
-    "*.safetensors",
-    "*.jinja",
-    "*.txt",
-    "tokenizer.model",
-    "*.tiktoken",
-]
+DEFAULT_ALLOW_PATTERNS = list(RUNTIME_PATTERNS)  # the files a runtime reads from a folder
 NEVER_PATTERNS = [
     "*.py",
     "*.pyc",

@@ -81,7 +81,7 @@ def build_problems(
                 verify_build(record)
             except BuildError as exc:
                 problems.append(str(exc))
-        shown.append(f"{record.key} ({record.digest[:12]}…, `{' '.join(argv[1:4])} …`)")
+        shown.append(f"{record.key} ({record.digest[:12]}…, `mlx_lm convert {' '.join(options)}`)")
     recorded = {r.folder for r in records}
     problems += [
         f"{r.candidate_id}: measured without a bundled build record"

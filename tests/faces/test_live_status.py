@@ -28,7 +28,7 @@ def journal_event(home: Home, state: CycleState) -> None:
     """A state change as the supervisor makes it: the journal line and state/current.json, by
     the cycle's own ``Journal``, while the supervisor lock is held (status shows a cycle only
     then). The lock is held for the rest of the test (released when the handle is collected)."""
-    from mcp_infra.flows.cycle import Journal
+    from mcp_infra.flows.journal import Journal
 
     if not home.lock_is_held():
         _held.append(home.supervisor_lock())

@@ -276,3 +276,17 @@ def test_a_folder_changed_after_init_is_refused_before_any_start(
         )
     assert "tokenizer_config.json: " in str(caught.value) and "init --model" in str(caught.value)
     assert snapshot(fresh.root) == before
+
+
+def test_a_catalog_that_cannot_be_made_is_reported_not_raised(
+    fresh: Home, built: dict[str, Path]
+) -> None:
+    app.init_model(fresh, str(built["target"]))
+    made = fresh.root / "catalog" / "generated.json"
+    made.unlink()
+    made.mkdir()  # a folder where the catalog's file belongs: it can be neither read nor written
+    view = app.registry_view(fresh)
+    assert any(c.id == "demo-tiny:draft-k2" for c in view.candidates)
+    assert not any(c.id.startswith("own-") for c in view.candidates)
+    assert len(view.problems) == 1
+    assert view.problems[0].startswith("the catalog for the configured model: ")
