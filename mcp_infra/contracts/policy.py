@@ -26,20 +26,22 @@ class Bounded(Part):
 
 class QualityBudget(Part):
     """How far a lossy candidate may move from the baseline (core.budget). Each limit is held
-    against the worse end of its measure's interval; a limit left out is reported, not held."""
+    against the worse end of its measure's interval; null turns a limit off (reported, not
+    held). The defaults keep an 8-bit build of SmolLM2-135M-Instruct and refuse its 4-bit build
+    (docs/benchmarks.md has the figures)."""
 
     min_identical_share: float = Field(
-        0.5, ge=0, le=1, description="greedy outputs identical to the baseline's, at least"
+        0.2, ge=0, le=1, description="greedy outputs identical to the baseline's, at least"
     )
     min_top_agreement: float | None = Field(
-        None,
+        0.9,
         ge=0,
         le=1,
         description="positions up to the first differing token whose most likely next token is "
         "the baseline's, at least",
     )
     max_mean_kl: float | None = Field(
-        None,
+        0.1,
         ge=0,
         description="mean KL divergence (nats) of the next-token distributions up to the first "
         "differing token, at most; a runtime without log-probabilities cannot show it",

@@ -216,7 +216,7 @@ def test_a_policy_naming_the_old_fraction_hashes_as_it_did() -> None:
     policy written with the budget it migrates to, so old plans keep verifying."""
     data = yaml.safe_load((REPO / "policy" / "demo.yaml").read_text())
     old = Policy.model_validate({**data, "thresholds": {**data["thresholds"]}})
-    data["thresholds"]["lossy_min_identical_fraction"] = 0.5
+    data["thresholds"]["lossy_min_identical_fraction"] = QualityBudget().min_identical_share
     assert policy_hash(Policy.model_validate(data)) == policy_hash(old)
     named = old.model_copy(deep=True)
     named.thresholds.quality_budget.default.max_mean_kl = 0.05
@@ -240,7 +240,10 @@ def test_every_shipped_policy_judges_lossy_candidates_by_the_quality_suite() -> 
 
 
 def test_thresholds_rederived_from_an_old_policy_take_the_plans_form() -> None:
-    legacy = PLAIN.model_copy(update={"quality_budget": None, "lossy_min_identical_fraction": 0.5})
+    share = QualityBudget().min_identical_share
+    legacy = PLAIN.model_copy(
+        update={"quality_budget": None, "lossy_min_identical_fraction": share}
+    )
     assert frozen_as(PLAIN, legacy) == legacy
     assert frozen_as(PLAIN, PLAIN) == PLAIN
     named = budget_of(min_identical_share=0.5)
