@@ -5,17 +5,23 @@ the builds below from its bf16 source with ``mcp_infra.state.builds.make_build``
 builds folder, and times ``python -m mlx_lm generate`` (greedy, one fresh process per run) on
 each folder: the decode tok/s that mlx-lm reports, the median over ``--runs`` runs, and the
 answer to the one-sentence France question. Builds: 8-bit and 4-bit affine and mxfp4, each
-with the converter's default compute dtype (the source's, bfloat16) and with float32.
+with the converter's default compute dtype (the source's, bfloat16) and with float32; and the
+source copied into float32 unquantized.
+
+First it prints the product's compute-dtype probe (``probe_compute_dtype``: one decode step
+of an MLP block of the model's shapes, quantized like each build, timed in each dtype) for the
+same specs, to set beside the measured decode speeds.
 
 Why: on a CPU the compute dtype of a build matters as much as its bits (bfloat16 has no native
 arithmetic there); the catalog offers both, and this table says which one this machine runs
-faster.
+faster, and whether the cheap probe picks the same one.
 
-Target: none enforced; a measured table (docs/benchmarks.md). Takes: about 5 min on 2 busy
+Target: none enforced; a measured table (docs/benchmarks.md). Takes: about 15 min on 2 busy
 cores (the first run also fetches 93 MB and converts, about 15 s).
---smoke: the shipped 4-bit and one 8-bit float32 build, 8 tokens, one run each.
+--smoke: the shipped 4-bit and one 8-bit float32 build, 8 tokens, one run each, one probe.
+--probe-only: the probe table alone (seconds).
 
-    .venv/bin/python benchmarks/real_model.py [--runs N] [--tokens N] [--json] [--smoke]
+    .venv/bin/python benchmarks/real_model.py [--runs N] [--tokens N] [--probe-only] [--json]
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import _common
 
 from mcp_infra.contracts import Budgets, BuildSpec
 from mcp_infra.demo.smollm import real_model
-from mcp_infra.state.builds import make_build
+from mcp_infra.state.builds import make_build, probe_compute_dtype
 
 QUESTION = "What is the capital of France? Answer in one sentence."
 STORY = "Write a short story about a robot who learns to paint."
@@ -43,6 +49,7 @@ SPECS = [
     BuildSpec(q_bits=4, dtype="float32"),
     BuildSpec(q_mode="mxfp4"),
     BuildSpec(q_mode="mxfp4", dtype="float32"),
+    BuildSpec(quantize=False, dtype="float32"),  # the source in float32, not quantized
 ]
 _RATE = re.compile(r"^Generation: (\d+) tokens, ([0-9.]+) tokens-per-sec", re.MULTILINE)
 
@@ -70,14 +77,36 @@ def measure(name: str, folder: Path, runs: int, tokens: int) -> dict[str, Any]:
     }
 
 
+def probes(source: Path, specs: list[BuildSpec]) -> list[dict[str, Any]]:
+    """The probe's steps per second in each dtype, per spec with its dtype left open."""
+    rows = []
+    for spec in specs:
+        probe = probe_compute_dtype(source, spec)
+        rows.append({"spec": probe.key, **probe.rates, "fastest": probe.fastest})
+    return rows
+
+
 def main() -> None:
     ap = _common.parser(__doc__)
-    ap.add_argument("--runs", type=int, default=3, help="timed runs per folder (median)")
-    ap.add_argument("--tokens", type=int, default=128, help="tokens per timed run")
+    ap.add_argument("--runs", type=int, default=2, help="timed runs per folder (median)")
+    ap.add_argument("--tokens", type=int, default=48, help="tokens per timed run")
+    ap.add_argument("--probe-only", action="store_true", help="the probe table alone")
     args = ap.parse_args()
     runs, tokens = (1, 8) if args.smoke else (args.runs, args.tokens)
     specs = [BuildSpec(q_bits=8, dtype="float32")] if args.smoke else SPECS
     model = real_model()
+    open_dtype = [s for s in specs if s.dtype is None] or specs[:1]
+    probe_specs = open_dtype + [s for s in specs if not s.quantize]
+    probe_rows = probes(model.source, probe_specs)
+    print(
+        _common.table(
+            probe_rows,
+            [(k, k) for k in ("spec", "float32", "bfloat16", "float16", "fastest")],
+        )
+    )
+    if args.probe_only:
+        _common.emit({"probes": probe_rows}, args.json)
+        return
     rows = []
     if not args.smoke:
         rows.append(measure("bf16 source", model.source, runs, tokens))
@@ -100,7 +129,7 @@ def main() -> None:
             ],
         )
     )
-    _common.emit({"rows": rows, "tokens": tokens}, args.json)
+    _common.emit({"rows": rows, "tokens": tokens, "probes": probe_rows}, args.json)
 
 
 if __name__ == "__main__":

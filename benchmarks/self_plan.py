@@ -1,7 +1,7 @@
 """Does the served model plan for itself? N tries of `plan --local` against a real served model.
 
-What: builds a home with the demo models (so the registry's candidates are runnable), makes the
-given model folder its live service, serves it on the stable port, and runs the product's own
+What: builds a home whose own model is the given folder (`init --model`), so the menu is the
+catalog generated for it; serves it on the stable port, and runs the product's own
 `plan --local` (``faces.planner.plan_local``: an MCP client session, the numbered menu or the
 JSON prompt by the model's size, one retry with the problem quoted, then the fallback) N
 times, each try with another goal line, so each asks a different question (temperature 0).
@@ -11,9 +11,10 @@ back to check that a fallback says `planner: fallback` with the model's answers.
 Target: issue 37: the served SmolLM2-135M-Instruct proposes a valid plan from the menu prompt
 in at least 4 of 5 tries, or the fallback is recorded each time it does not. Exit status 1 when
 a try ends with neither (nothing proposed, or a fallback not recorded).
-Takes: about 10-30 s a try with SmolLM2 on this 2-core machine (two questions of up to 64
-tokens at ~8 tok/s, and the MCP server's start); --smoke: one try on the demo's tiny target
-(random weights: it ends in the fallback), seconds.
+Takes: 58-93 s a try with SmolLM2 on this 2-core machine at a load average of about 9 (one
+question of 64 tokens, the MCP server's start, the catalog's first generation), 103-162 s when
+it asks twice; --smoke: one try on the demo's tiny target (random weights: it ends in the
+fallback), 17-25 s.
 
     .venv/bin/python benchmarks/self_plan.py MODEL_FOLDER [--tries 5] [--prompt auto|menu|json]
         [--json] [--smoke]
@@ -30,13 +31,14 @@ from typing import Any
 import _common
 import anyio
 
-from mcp_infra.contracts import FrozenPlan, Recipe, ServiceConfig
+from mcp_infra.contracts import FrozenPlan, ServiceConfig
 from mcp_infra.demo.homes import make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.faces.planner import LocalPlanOptions, plan_local
+from mcp_infra.flows.own import init_model
 from mcp_infra.flows.planning import LocalPlanResult
 from mcp_infra.procs.service import ensure_serving
-from mcp_infra.state.store import Home, read_model, write_model
+from mcp_infra.state.store import Home, read_model
 
 GOALS = [
     "faster answers",
@@ -48,14 +50,12 @@ GOALS = [
 
 
 def served_home(root: Path, folder: Path | None) -> Home:
-    """A home with the demo models; its live service is ``folder`` when one is given."""
+    """A home with the demo models; when a folder is given, `init --model` makes it the home's
+    own model (``flows.own.init_model``), so the menu is the catalog generated for it (server
+    settings from the runtime's --help, KV-cache bits)."""
     home = make_home(root / "home", build_demo_models(root / "models"))
     if folder is not None:
-        config = read_model(home.config, ServiceConfig)
-        baseline = Recipe(
-            candidate_id="served:model", template="mlx_lm_server", model_path=str(folder)
-        )
-        write_model(home.config, config.model_copy(update={"baseline": baseline}))
+        init_model(home, str(folder))
     config = read_model(home.config, ServiceConfig)
     ensure_serving(home, config.baseline, config)
     return home

@@ -170,15 +170,22 @@ _fast_test: list[str] = []  # the node id of the fast-tier test now running, if 
 _violations: list[str] = []
 
 
+LIGHT = {"mcp_infra.procs.logpipe"}
+"""Modules the fast tier may run: a server's log relay (standard library only, it ends when the
+process whose output it writes ends)."""
+
+
 def _forbidden(argv: Sequence[str]) -> bool:
-    """An mlx server/tool, or `mcp-infra` (python -m mcp_infra, or the console script)."""
+    """An mlx server/tool, or `mcp-infra` (python -m mcp_infra, or the console script), other
+    than what ``LIGHT`` names."""
     parts = [str(a) for a in argv]
     if any("mlx_lm" in p or "mlx_vlm" in p for p in parts):
         return True
     if any(Path(p).name == "mcp-infra" for p in parts[:1]):
         return True
     return any(
-        a == "-m" and b.startswith("mcp_infra") for a, b in zip(parts, parts[1:], strict=False)
+        a == "-m" and b.startswith("mcp_infra") and b not in LIGHT
+        for a, b in zip(parts, parts[1:], strict=False)
     )
 
 

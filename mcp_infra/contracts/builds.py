@@ -7,9 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from mcp_infra.contracts.base import Contract, Part
-from mcp_infra.contracts.home import InventoryFile
-from mcp_infra.contracts.manifest import SHA256_PATTERN
+from mcp_infra.contracts.base import SHA256_PATTERN, Contract, InventoryFile, Part
 
 QBits = Literal[2, 3, 4, 5, 6, 8]
 QGroupSize = Literal[32, 64, 128]
@@ -159,12 +157,16 @@ class ConvertedModel(Contract):
 
 
 class DtypeProbe(Contract):
-    """Which compute dtype this machine runs a build's layers fastest in: one decode step of a
-    quantized MLP block of the source's shapes, timed in each dtype (steps per second)."""
+    """Which compute dtype this machine decodes a build fastest in: one-token decode steps of a
+    small random model of the source's architecture, made as the spec says, timed in each dtype
+    (steps per second)."""
 
-    key: str = Field(description="the spec probed, its dtype left open")
+    key: str = Field(description="the spec probed with its dtype left open, or 'unquantized'")
+    model_type: str
     hidden_size: int = Field(gt=0)
     intermediate_size: int = Field(gt=0)
+    layers: int = Field(gt=0, description="decoder layers of the probe model")
+    vocab_size: int = Field(gt=0, description="its vocabulary (capped)")
     rates: dict[ComputeDtype, float]
     fastest: ComputeDtype
     machine: str = Field(description="the CPU or GPU it ran on")

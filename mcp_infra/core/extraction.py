@@ -3,8 +3,9 @@
 What models write is taken as it is: thinking blocks, code fences and prose around the object;
 trailing commas, ``//``, ``/* */`` and ``#`` comments, smart quotes, single quotes, bare keys and
 Python's ``True``/``False``/``None``; a Python dict literal (read with ``ast.literal_eval``,
-never evaluated); and, given the numbered menu the model was shown, an answer of numbers
-(``1, 3``, ``Candidates: 2 and 4``, ``[1,3]``). The last valid plan wins, fenced ones first.
+never evaluated); and, given the numbered menu the model was shown, an answer naming its ids
+or its numbers (``1, 3``, ``Candidates: 2 and 4``, ``[1,3]``). The last valid JSON plan wins,
+fenced ones first; of a menu answer, the first line that lists numbers.
 Nothing is guessed: a reply without a plan gets the place and the reason (line, column and
 character of the answer, what was expected there, what was found) instead.
 
@@ -323,6 +324,7 @@ _BETWEEN = re.compile(
     re.IGNORECASE,
 )
 _MARKUP = str.maketrans({"*": " ", "`": " ", "_": " "})
+_LIST_MARKER = re.compile(r"^\s*(?:[-\u2022]|\d{1,2}[.)])\s+(?=\S)")
 
 
 @dataclass
@@ -332,19 +334,20 @@ class _MenuLine:
 
 def _menu_lines(text: str, begin: int) -> list[_MenuLine]:
     """Lines whose digits are all standalone numbers joined by separators ('1, 3', 'Answer:
-    2 and 4', '[1,3]', 'I pick option 2.'): the text before and after them has no digit.
-    Consecutive lines of numbers alone ('1' then '3', blank lines between or not) are one."""
+    2 and 4', '[1,3]', 'I pick option 2.'): the text before and after them has no digit. A
+    list marker opening a line ('1. ', '- ') is the model's own list, not a menu number, and
+    consecutive lines of one number alone ('1' then '3') are one answer."""
     lines: list[_MenuLine] = []
     offset, run = begin, False
     for line in text[begin:].split("\n"):
-        plain = line.translate(_MARKUP)
+        plain = _LIST_MARKER.sub(lambda m: " " * len(m.group()), line.translate(_MARKUP))
         numbers = _numbers_of(plain, offset)
-        bare = bool(numbers) and not any(ch.isalpha() for ch in plain)
-        if numbers and bare and run:
+        single = len(numbers) == 1 and not any(ch.isalpha() for ch in plain)
+        if single and run:
             lines[-1].numbers += numbers
         elif numbers:
             lines.append(_MenuLine(numbers))
-        run = bare or (run and not plain.strip())
+        run = single or (run and not plain.strip())
         offset += len(line) + 1
     return lines
 
@@ -360,16 +363,36 @@ def _numbers_of(plain: str, offset: int) -> list[tuple[int, int]]:
     return [(int(m.group()), offset + m.start()) for m in matches]
 
 
+def _named(text: str, begin: int, menu: Menu) -> list[tuple[int, int]]:
+    """(menu number, offset) of each menu id the answer names exactly, in order of appearance
+    (a longer id that merely starts with one is not it)."""
+    found = []
+    for number, item in enumerate(menu.items, 1):
+        pattern = r"(?<![\w.:-])" + re.escape(item.id) + r"(?![\w.-]|:\w)"
+        if match := re.compile(pattern).search(text, begin):
+            found.append((match.start(), number))
+    return [(number, at) for at, number in sorted(found)]
+
+
 def menu_answer(text: str, menu: Menu, begin: int = 0) -> Extraction:
-    """The plan a menu answer names, read from ``text[begin:]`` (the last line that is one
-    wins); positions count in ``text``."""
-    lines = _menu_lines(text, begin)
+    """The plan a menu answer names, read from ``text[begin:]``: the menu ids it names
+    verbatim, else the numbers of its first line that is a list of them (a small model
+    answers first and rambles after); positions count in ``text``."""
     size = len(menu.items)
-    expected = f"the numbers of 1 to {menu.limit} candidates from the menu (1 to {size})"
-    if not lines:
-        return Extraction(problems=[f"expected {expected}, like '1, 3'; the answer has none"])
+    chosen = _named(text, begin, menu)
+    what = "candidates of the menu named"
+    if not chosen:
+        lines = _menu_lines(text, begin)
+        chosen, what = (lines[0].numbers if lines else []), "numbers"
+    if not chosen:
+        return Extraction(
+            problems=[
+                f"expected the numbers (or ids) of 1 to {menu.limit} candidates from the menu "
+                f"(1 to {size}); the answer has none"
+            ]
+        )
     numbers: list[int] = []
-    for number, at in lines[-1].numbers:
+    for number, at in chosen:
         if not 1 <= number <= size:
             return Extraction(
                 problems=[f"{_where(text, at)}: {number} is not on the menu (1 to {size})"],
@@ -378,9 +401,9 @@ def menu_answer(text: str, menu: Menu, begin: int = 0) -> Extraction:
         if number not in numbers:
             numbers.append(number)
     if len(numbers) > menu.limit:
-        at = lines[-1].numbers[0][1]
+        at = chosen[0][1]
         return Extraction(
-            problems=[f"{_where(text, at)}: {len(numbers)} numbers, at most {menu.limit}"],
+            problems=[f"{_where(text, at)}: {len(numbers)} {what}, at most {menu.limit}"],
             position=position_of(text, at),
         )
     plan = menu_plan(menu, numbers, text[begin:])

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from pydantic import BaseModel
 
 from mcp_infra import __version__
-from mcp_infra.contracts import Outcome
+from mcp_infra.contracts import CandidateClass, Outcome
 from mcp_infra.errors import (
     ExitCode,
     Interrupted,
@@ -118,7 +118,10 @@ def cmd_status(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_registry(home: Home, args: argparse.Namespace) -> int:
-    view = app.registry_view(home, args.candidate)
+    only = app.RegistryFilter(
+        candidate_class=args.candidate_class, preflight=args.preflight, verdict=args.verdict
+    )
+    view = app.registry_view(home, args.candidate, only=only)
     if args.candidate and not view.candidates:
         _fail(app.unknown_candidate(home, args.candidate))
     _print(view, args.json, render.registry_text(view))
@@ -215,7 +218,7 @@ def stopping_on_signals() -> Iterator[None]:
 def stop_cleanly(home: Home) -> list[str]:
     """After a signal: seal the interrupted cycle and restore the live recipe the way recovery
     after a crash does (``recover``), and stop every candidate server left behind."""
-    from mcp_infra.flows.cycle import recover, supervising
+    from mcp_infra.flows.supervisor import recover, supervising
     from mcp_infra.procs.service import stop_stray_candidates
 
     with supervising(home):
@@ -237,7 +240,7 @@ def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
 
 
 def _supervise(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.flows.cycle import supervise
+    from mcp_infra.flows.supervisor import supervise
 
     if args.watch:
         from mcp_infra.flows.watch import watch
@@ -260,7 +263,7 @@ def _supervise(home: Home, args: argparse.Namespace) -> int:
 
 
 def cmd_recover(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.flows.cycle import operator_recover
+    from mcp_infra.flows.supervisor import operator_recover
 
     notes = operator_recover(home)
     _print({"notes": notes}, args.json, "\n".join(notes))
@@ -284,6 +287,13 @@ def cmd_prepare(home: Home, args: argparse.Namespace) -> int:
     if args.init_service:
         text += "\n" + app.init_service(home, args.candidate, args.port)
     _print(result, args.json, text)
+    return ExitCode.OK
+
+
+def cmd_init(home: Home, args: argparse.Namespace) -> int:
+    options = app.InitOptions(port=args.port, policy=args.policy, model_dirs=args.model_dir)
+    view = app.init_model(home, args.model, options)
+    _print(view, args.json, render.init_text(view))
     return ExitCode.OK
 
 
@@ -315,6 +325,7 @@ COMMANDS: dict[str, Callable[[Home, argparse.Namespace], int]] = {
     "plan": cmd_plan,
     "supervise": cmd_supervise,
     "recover": cmd_recover,
+    "init": cmd_init,
     "prepare": cmd_prepare,
     "approve": cmd_approve,
     "status": cmd_status,
@@ -482,6 +493,22 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--port", type=int, default=8080, help="--init-service: stable port")
     prep.add_argument("--json", action="store_true")
 
+    init = sub.add_parser(
+        "init",
+        help="make (or update) a home whose live service serves your model: a model folder, "
+        "or a hub repo already in the local Hugging Face cache (nothing is downloaded)",
+    )
+    init.add_argument("--model", required=True, metavar="PATH|REPO[@REVISION]")
+    init.add_argument("--port", type=int, help="stable port (default 8080, or the home's)")
+    init.add_argument("--policy", help="policy name (default: default, or the home's)")
+    init.add_argument(
+        "--model-dir",
+        action="append",
+        metavar="DIR",
+        help="a folder where the catalog looks for drafters, besides the hub cache (repeatable)",
+    )
+    init.add_argument("--json", action="store_true")
+
     appr = sub.add_parser(
         "approve",
         help="promote a qualified candidate awaiting approval, after a fresh online verification",
@@ -495,6 +522,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
         if name == "registry":
             p.add_argument("candidate", nargs="?")
+            p.add_argument(
+                "--class", dest="candidate_class", choices=[c.value for c in CandidateClass]
+            )
+            p.add_argument("--preflight", choices=["passed", "failed"])
+            p.add_argument(
+                "--verdict", choices=["untried", "qualified", "rejected", "inconclusive"]
+            )
 
     ev = sub.add_parser(
         "evidence",

@@ -58,7 +58,7 @@ from mcp_infra.faces.live_status import STATUS_URI, StatusNotifier
 from mcp_infra.faces.read_cache import ReadCache, registry_inputs
 from mcp_infra.flows import api as app
 from mcp_infra.flows import planning
-from mcp_infra.state.catalog import RegistryError, load_registry
+from mcp_infra.state.catalog import RegistryError
 from mcp_infra.state.context import HomeContext
 from mcp_infra.state.store import CorruptFile, Home, utcnow
 
@@ -709,7 +709,7 @@ def _add_resources(server: MCPServer, home: Home) -> None:  # noqa: C901  small 
         return _json(planning.plan_schema())
 
     def manifest_json(manifest_id: str) -> str:
-        manifests = load_registry(extra=home.user_registry)
+        manifests = HomeContext(home).manifests
         manifest = manifests.get(manifest_id) if isinstance(manifest_id, str) else None
         if manifest is None:
             raise ResourceNotFoundError("no such manifest; see the registry tool for ids")
@@ -732,7 +732,7 @@ def _add_resources(server: MCPServer, home: Home) -> None:  # noqa: C901  small 
         return manifest_json(manifest_id)
 
     try:
-        known = list(load_registry(extra=home.user_registry))
+        known = list(HomeContext(home).manifests)
     except Exception:  # a broken home manifest must not stop the server; the template remains
         known = []
 
@@ -856,10 +856,10 @@ def completions(home: Home, name: str, prefix: str) -> list[str]:
     from mcp_infra.state.evidence import LATEST, list_cycles
 
     if name == "candidate_id":
-        manifests = load_registry(extra=home.user_registry).values()
+        manifests = HomeContext(home).manifests.values()
         values = [f"{m.id}:{v.id}" for m in manifests for v in m.variants]
     elif name == "manifest_id":
-        values = list(load_registry(extra=home.user_registry))
+        values = list(HomeContext(home).manifests)
     elif name == "cycle_id":
         values = [LATEST, *(c.cycle_id for c in list_cycles(home))]
     elif name == "page":

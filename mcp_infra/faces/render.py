@@ -52,6 +52,8 @@ def status_text(view: app.StatusView) -> str:
         )
         if s.healing:
             lines.append(f"Self-healing: {s.healing}.")
+        notes = [("Logging", s.logging), ("The front's stuck proxy replaced", s.front_replaced)]
+        lines += [f"{what}: {note}." for what, note in notes if note]
     if view.cycle:
         c = view.cycle
         lines.append(
@@ -158,7 +160,25 @@ def registry_text(view: app.RegistryView) -> str:
                 lines.append(f"    skipped in plans: {c.skip}")
             if c.preflight_passed and (said := cost_line(c.cost)):
                 lines.append(f"    alone in a plan: {said}")
+    lines += [f"not offered for this model: {n.subject}: {n.reason}" for n in view.not_offered]
+    lines += [f"NOT LOADED: {problem}" for problem in view.problems]
     return _bounded(lines)
+
+
+def init_text(view: app.InitView) -> str:
+    """What `init --model` did, the catalog it made, and what to run next."""
+    model = view.model
+    where = f"{model.repo}@{model.revision[:12]}" if model.repo and model.revision else model.path
+    counts = ", ".join(f"{n} {klass}" for klass, n in sorted(view.candidates.items()))
+    lines = [
+        f"{view.config} {view.home}/config.yaml: the live service serves {where} "
+        f"({model.files} files, {model.bytes / 1e6:.1f} MB, sha256 {model.digest[:12]}…) with "
+        f"{view.template} on 127.0.0.1:{view.port} under policy {view.policy}.",
+        f"catalog: {sum(view.candidates.values())} candidate(s) ({counts or 'none'}).",
+    ]
+    lines += [f"    not offered: {n.subject}: {n.reason}" for n in view.notes]
+    lines += [f"next: {line}" for line in view.said]
+    return "\n".join(lines)
 
 
 def runtime_line(view: app.RuntimeView) -> str:
@@ -609,7 +629,8 @@ def planning_prompt(
 
 
 def menu_prompt(menu: Menu, goal: str | None = None) -> str:
-    """The planning prompt for a small model: a numbered menu, answered with numbers."""
+    """The planning prompt for a small model: a numbered menu, answered with numbers or ids.
+    It shows no example answer: SmolLM2-135M copied the example's numbers whatever the goal."""
     lines = [
         f"{n}. {item.id}: {item.title} ({item.candidate_class}, "
         + ("lossy" if item.lossy else "lossless")
@@ -626,7 +647,8 @@ def menu_prompt(menu: Menu, goal: str | None = None) -> str:
             "Menu:",
             *lines,
             *more,
-            f"Pick 1 to {menu.limit} numbers. Answer with the numbers only, for example: 1, 3",
+            f"Which experiments should run? Answer with 1 to {menu.limit} numbers from the menu "
+            "and nothing else.",
         ]
     )
 
@@ -637,7 +659,7 @@ def retry_prompt(problems: list[str], menu: Menu | None, example: dict[str, Any]
     if menu is not None:
         form = (
             f"Answer again with only the numbers of 1 to {menu.limit} candidates from the "
-            f"menu (1 to {len(menu.items)}), for example: 1, 3"
+            f"menu (1 to {len(menu.items)})."
         )
     else:
         form = 'Answer again with exactly one JSON object with "hypothesis" and "candidates"' + (
@@ -711,7 +733,11 @@ def task_check_text(result: TaskCheck) -> str:
 def prepared_text(result: PrepareResult) -> str:
     lines = [
         f"{result.candidate}: prepared"
-        + (f" in {result.cache}" if result.artifacts or result.runtime is None else "")
+        + (
+            f" in {result.cache}"
+            if result.artifacts or (result.runtime is None and result.build is None)
+            else ""
+        )
         + (" (offline: from the cache)" if result.offline else "")
     ]
     for a in result.artifacts:
@@ -725,6 +751,11 @@ def prepared_text(result: PrepareResult) -> str:
             f"  runtime {rt.label}: {'built already, checked' if rt.reused else 'built'} in "
             f"{rt.path} ({rt.builder}, {rt.packages} packages visible, "
             f"{rt.size_bytes / 1e6:.1f} MB, {rt.seconds:.1f} s); lock {rt.lock_digest[:16]}…"
+        )
+    if (b := result.build) is not None:
+        lines.append(
+            f"  build {b.key}: {b.folder} ({b.size_bytes / 1e6:.1f} MB, sha256 {b.digest[:16]}…) "
+            f"by `{' '.join(b.argv[1:])}`"
         )
     return "\n".join(lines)
 

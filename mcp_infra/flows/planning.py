@@ -173,7 +173,9 @@ def candidate_briefs(
     with why: preflight fails, it is the live recipe, or recipe memory refuses it."""
     home, policy, live = ctx.home, ctx.policy, ctx.live
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
+        f"{m.id}:{v.id}": resolve_recipe(
+            m, v, home.models, home.hf_cache, runtimes=home.runtimes, builds=home.builds
+        )
         for m in ctx.manifests.values()
         for v in m.variants
     }

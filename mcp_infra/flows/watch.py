@@ -1,7 +1,7 @@
 """`mcp-infra supervise --watch`: keep supervising — run queued plans when the maintenance window
 lets them start and finish, and (if the policy allows) re-check candidates that changed.
 
-Each look: recover and run what is queued (``cycle.supervise``, which enforces the window and
+Each look: recover and run what is queued (``supervisor.supervise``, which enforces the window and
 retries a failed cycle a bounded number of times with backoff); then, if
 ``policy.watch.recheck_changed`` is on, the queue is empty and the window allows a cycle, propose
 a re-check of up to three candidates whose latest remembered outcome was judged under another
@@ -15,6 +15,7 @@ needs an operator, when ``max_cycles`` or ``max_looks`` is reached, or on SIGINT
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import signal
 import time
@@ -25,7 +26,7 @@ from typing import Any
 
 from mcp_infra.contracts import CycleSummary, RecheckAttempt, WatchState
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import memory
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.context import HomeContext, window_state
@@ -52,7 +53,9 @@ def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] |
     if not policy.watch.recheck_changed:
         return None, "the policy does not re-check changed candidates (watch.recheck_changed)"
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
+        f"{m.id}:{v.id}": resolve_recipe(
+            m, v, home.models, home.hf_cache, runtimes=home.runtimes, builds=home.builds
+        )
         for m in ctx.manifests.values()
         for v in m.variants
     }
@@ -94,6 +97,22 @@ def recheck_plan(home: Home, now: float | None = None) -> tuple[dict[str, Any] |
     return plan, f"re-checking {', '.join(c for c, _, _ in due)}"
 
 
+def _supervise_once(
+    home: Home, ignore_window: bool, log: Callable[[str], None]
+) -> list[CycleSummary]:
+    """One look: what ``supervise`` ran, or nothing when another supervisor holds the lock or
+    the home's disk is full (no cycle starts until it has room)."""
+    try:
+        return supervise(home, ignore_window=ignore_window)
+    except LockHeld:
+        log("watch: another supervisor holds the lock; looking again later")
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        log(f"watch: {exc.strerror}; looking again later")
+    return []
+
+
 def watch(
     home: Home,
     *,
@@ -123,11 +142,7 @@ def watch(
     try:
         while not stop["flag"]:
             looks += 1
-            try:
-                ran = supervise(home, ignore_window=ignore_window)
-            except LockHeld:
-                ran = []
-                log("watch: another supervisor holds the lock; looking again later")
+            ran = _supervise_once(home, ignore_window, log)
             for summary in ran:
                 log(f"watch: {summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
             summaries += ran

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import json
 import os
 import shutil
@@ -49,12 +50,15 @@ __all__ = [
     "find_build",
     "make_build",
     "probe_compute_dtype",
+    "source_bits",
     "verify_build",
 ]
 
 HELP_TIMEOUT_S = 120.0
 PROBE_ROUNDS = 3  # interleaved rounds per dtype; the best counts (the least disturbed)
 PROBE_ROUND_S = 0.25  # seconds of decode steps per dtype and round
+PROBE_LAYERS = 2  # decoder layers of the probe model: every kind of op, little memory
+PROBE_VOCAB = 32768  # its vocabulary at most (the output projection of a large one dominates)
 _SAFETENSORS_BITS = {"F32": 32, "F16": 16, "BF16": 16, "F64": 64}
 
 
@@ -223,8 +227,8 @@ def _convert(
         files = folder_inventory(out)
         digest = inventory_digest(files)
         final = builds / f"{spec.key()}-{digest[:12]}"
-        if final.exists():
-            raise BuildTampered(f"{final} exists without a matching record: remove it")
+        if final.exists() and inventory_changes(files, folder_inventory(final)):
+            raise BuildTampered(f"{final} exists and differs from this build: remove it")
         record = BuildRecord(
             spec=spec,
             key=spec.key(),
@@ -240,65 +244,98 @@ def _convert(
             created_at=utcnow(),
         )
         write_model(final.with_name(final.name + ".json"), record)
-        os.replace(out, final)
+        if not final.exists():  # else the same bytes made again (another mlx-lm, a lost record)
+            os.replace(out, final)
         return record
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
 def probe_compute_dtype(source: Path, spec: BuildSpec) -> DtypeProbe:
-    """Time one decode step of an MLP block of ``source``'s shapes, quantized as ``spec`` says,
-    in each compute dtype the converter offers (interleaved rounds, best of each), and name the
-    fastest. On a CPU without bfloat16 arithmetic a bfloat16 build can be several times slower
-    than a float32 one of the same bits: this is measured per machine, never assumed."""
+    """Time one-token decode steps of a small model of ``source``'s architecture and shapes
+    (``PROBE_LAYERS`` layers, the vocabulary capped at ``PROBE_VOCAB``, random weights), cast
+    and quantized as ``mlx_lm convert`` would make ``spec``, in float32, bfloat16 and float16
+    (interleaved rounds, best of each), and name the fastest. On a CPU without bfloat16
+    arithmetic a bfloat16 build can be several times slower than a float32 one of the same
+    bits: this is measured per machine, never assumed."""
     from mcp_infra.state.hostfacts import accelerator_name, cpu_name, installed_version
 
     config = json.loads((source / "config.json").read_text())
-    hidden, inner = int(config["hidden_size"]), int(config["intermediate_size"])
+    config.pop("quantization", None)
+    config.pop("quantization_config", None)
+    config["num_hidden_layers"] = min(int(config["num_hidden_layers"]), PROBE_LAYERS)
+    config["vocab_size"] = min(int(config["vocab_size"]), PROBE_VOCAB)
     dtypes: list[ComputeDtype] = ["float32", "bfloat16", "float16"]
-    steps = {d: _probe_block((hidden, inner), spec, d) for d in dtypes}
+    steps = {d: _probe_model(config, spec, d) for d in dtypes}
     rates: dict[ComputeDtype, float] = {d: 0.0 for d in dtypes}
     for _ in range(PROBE_ROUNDS):
         for dtype in dtypes:
             rates[dtype] = max(rates[dtype], _steps_per_s(steps[dtype]))
+    accelerator = accelerator_name()
     return DtypeProbe(
-        key=spec.model_copy(update={"dtype": None}).key(),
-        hidden_size=hidden,
-        intermediate_size=inner,
+        key=BuildSpec.model_validate({**spec.model_dump(), "dtype": None}).key()
+        if spec.quantize
+        else "unquantized",
+        model_type=str(config["model_type"]),
+        hidden_size=int(config["hidden_size"]),
+        intermediate_size=int(config["intermediate_size"]),
+        layers=config["num_hidden_layers"],
+        vocab_size=config["vocab_size"],
         rates={d: round(r, 2) for d, r in rates.items()},
         fastest=fastest_dtype(rates),
-        machine=accelerator_name() if accelerator_name() != "cpu" else cpu_name(),
+        machine=cpu_name() if accelerator == "cpu" else accelerator,
         mlx_version=installed_version("mlx") or "unknown",
         measured_at=utcnow(),
     )
 
 
-def _probe_block(
-    shape: tuple[int, int], spec: BuildSpec, dtype: ComputeDtype
-) -> Callable[[], Any]:  # Any: an mlx array (a third-party type the step returns)
-    """One decode step (a 1-token up/down projection) quantized as ``spec``, in ``dtype``."""
+def _probe_model(
+    config: dict[str, Any], spec: BuildSpec, dtype: ComputeDtype
+) -> Callable[[], Any]:  # Any: config JSON; the step returns an mlx array (no stubs)
+    """A decode step of a random model built from ``config``, made as ``spec`` in ``dtype``."""
     import mlx.core as mx
-    import mlx.nn as nn
+    from mlx.utils import tree_map
+    from mlx_lm.convert import mixed_quant_predicate_builder
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.utils import _get_classes, quantize_model
 
-    hidden, inner = shape
+    model_class, args_class = _get_classes(config)
     mx.random.seed(0)
-    layers = [nn.Linear(hidden, inner, bias=False), nn.Linear(inner, hidden, bias=False)]
-    for layer in layers:
-        layer.set_dtype(getattr(mx, dtype))
+    model = model_class(args_class.from_dict(config))
+    cast = getattr(mx, dtype)
+    model.update(
+        tree_map(
+            lambda v: v.astype(cast) if mx.issubdtype(v.dtype, mx.floating) else v,
+            model.parameters(),
+        )
+    )
     eff = spec.effective()
     if eff is not None:
         group, bits = eff
-        layers = [
-            nn.QuantizedLinear.from_linear(layer, group_size=group, bits=bits, mode=spec.q_mode)
-            for layer in layers
-        ]
-    x = mx.random.normal((1, 1, hidden)).astype(getattr(mx, dtype))
+        predicate = (
+            mixed_quant_predicate_builder(spec.quant_predicate, model, group)
+            if spec.quant_predicate
+            else None
+        )
+        # mlx-lm's builder returns the two-argument predicate its quantizer calls; only
+        # their annotations disagree (a third-party typing slip). Its [INFO] line is not ours.
+        with contextlib.redirect_stdout(io.StringIO()):
+            model, _ = quantize_model(
+                model,
+                {},
+                group,
+                bits,
+                mode=spec.q_mode,
+                quant_predicate=predicate,  # type: ignore[arg-type]
+            )
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[1, 2, 3, 4, 5, 6, 7, 8]]), cache=cache))
+    token = mx.array([[9]])
 
     def step() -> Any:
-        return layers[1](nn.silu(layers[0](x)))
+        return model(token, cache=cache)
 
-    for _ in range(3):
-        mx.eval(step())
+    mx.eval(step())
     return step
 
 

@@ -216,23 +216,34 @@ MENU_ANSWERS: dict[str, Row] = {
     "in a sentence": Row("I pick option 2.", ("demo-tiny:c2",)),
     "bold": Row("**5**", ("demo-tiny:c5",)),
     "one number a line": Row("1\n\n3", ("demo-tiny:c1", "demo-tiny:c3")),
+    "a list of numbers": Row("1. 2\n2. 5", ("demo-tiny:c2", "demo-tiny:c5")),
+    "a bulleted list": Row("- 1\n- 3", ("demo-tiny:c1", "demo-tiny:c3")),
     "duplicates once": Row("2, 2, 4", ("demo-tiny:c2", "demo-tiny:c4")),
-    "the last answer wins": Row("Maybe 1.\nAnswer: 4", ("demo-tiny:c4",)),
+    "the first line of numbers counts": Row(
+        "Answer: 4\nbecause it is 30% faster", ("demo-tiny:c4",)
+    ),
+    "rambling alternatives after the answer": Row(
+        "1. 1, 3\n2. 1, 2\n3. 1, 4", ("demo-tiny:c1", "demo-tiny:c3")
+    ),
+    "a menu line echoed names its id": Row(
+        "1. demo-tiny:c4: c4 (server_tuning, lossless, untried)", ("demo-tiny:c4",)
+    ),
+    "ids named": Row("I choose demo-tiny:c5 and demo-tiny:c2", ("demo-tiny:c5", "demo-tiny:c2")),
     "a JSON plan still counts": Row(
         json.dumps({"hypothesis": "h", "candidates": ["demo-tiny:c5"]}), ("demo-tiny:c5",)
     ),
     "off the menu": Row("Candidates: 2 and 9", error="9 is not on the menu (1 to 5)", at="9"),
     "zero": Row("0", error="0 is not on the menu", at="0"),
     "too many": Row("1, 2, 3, 4", error="4 numbers, at most 3", at="1"),
-    "an id's digit is not a number": Row(
-        "I choose demo-tiny:c4", error="expected the numbers of 1 to 3 candidates"
+    "too many ids": Row(
+        "demo-tiny:c1, demo-tiny:c2, demo-tiny:c3, demo-tiny:c5",
+        error="4 candidates of the menu named, at most 3",
+        at="demo-tiny:c1",
     ),
-    "a menu line echoed": Row(
-        "1. demo-tiny:c1: c1 (server_tuning)", error="expected the numbers of 1 to 3"
+    "an id that only starts like one": Row(
+        "I choose demo-tiny:c40", error="expected the numbers (or ids) of 1 to 3 candidates"
     ),
-    "a percentage after the answer": Row(
-        "Answer: 2\nbecause it is 30% faster", error="30 is not on the menu", at="30"
-    ),
+    "prose only": Row("The faster the better.", error="the answer has none"),
 }
 
 
@@ -244,12 +255,12 @@ def test_menu_answers(name: str) -> None:
         assert got.plan is not None, got.problems
         assert tuple(got.plan["candidates"]) == row.candidates
         if got.source == "menu":
-            assert got.numbers == [int(c[-1]) for c in row.candidates]
+            assert got.numbers == [int(c.removeprefix("demo-tiny:c")) for c in row.candidates]
             assert got.plan["notes"].startswith("planner: served model (menu answer)")
         return
     assert got.plan is None and any(row.error in p for p in got.problems), got.problems
     if row.at:
-        assert got.position == position_of(row.reply, row.reply.rindex(row.at))
+        assert got.position == position_of(row.reply, row.reply.index(row.at))
 
 
 def test_without_a_menu_numbers_are_no_plan() -> None:

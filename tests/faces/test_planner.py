@@ -305,4 +305,4 @@ def test_plan_without_local_prints_the_prompt(home: Home) -> None:
         timeout=120,
     )
     assert menu.returncode == 0 and "\n1. demo-tiny:" in menu.stdout
-    assert "Answer with the numbers only" in menu.stdout
+    assert "Answer with 1 to 3 numbers from the menu" in menu.stdout

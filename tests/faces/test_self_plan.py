@@ -3,14 +3,17 @@ the error quoted, and the fallback, over real HTTP.
 
 The model is a real local HTTP server (http.server) that answers the OpenAI chat API with
 scripted replies, in order: what a small model writes is fixed here so every branch runs (the
-real SmolLM2 is in the slow test and benchmarks/self_plan.py). The questions go out through
-the product's own ``ask_model``; plans go to the product's own ``propose`` on a real home (in
-process: the MCP round trip is the slow tests' part, tests/faces/test_planner.py).
+real SmolLM2 is in the last test, slow, and benchmarks/self_plan.py). The questions go out
+through the product's own ``ask_model``; plans go to the product's own ``propose`` on a real
+home (in process: the MCP round trip is the slow tests' part, here and in
+tests/faces/test_planner.py).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,8 +25,9 @@ import pytest
 
 from mcp_infra.contracts import FrozenPlan, JSONValue
 from mcp_infra.core.menu import Menu, MenuItem
-from mcp_infra.demo.homes import make_home
+from mcp_infra.demo.homes import make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
+from mcp_infra.demo.smollm import RealModel
 from mcp_infra.faces.planner import (
     Conversation,
     LocalPlanOptions,
@@ -35,9 +39,13 @@ from mcp_infra.faces.planner import (
 )
 from mcp_infra.faces.render import menu_prompt, plan_example
 from mcp_infra.flows import api as app
+from mcp_infra.flows.own import init_model
 from mcp_infra.flows.planning import build_context, menu_of
 from mcp_infra.procs.runtime import free_port
+from mcp_infra.procs.service import ensure_serving
+from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home, read_model
+from tests.helpers.mcp_clients import child_env
 
 
 class ScriptedModel(BaseHTTPRequestHandler):
@@ -108,7 +116,7 @@ def test_the_menu_prompt_is_one_line_per_candidate(planning_home: Home) -> None:
         kind = "lossy" if c.semantics == "lossy" else "lossless"
         assert f"\n{n}. {c.id}: {c.title} ({c.candidate_class}, {kind}, untried)\n" in prompt
     assert "Goal: short chat turns." in prompt
-    assert prompt.endswith("Answer with the numbers only, for example: 1, 3")
+    assert prompt.endswith("Answer with 1 to 3 numbers from the menu and nothing else.")
     assert len(prompt) < 1500, "a small model's prompt stays short"
     seen = MenuItem(
         id="m:a", title="A", candidate_class="kv_cache", lossy=True, last_verdict="rejected -4.1%"
@@ -141,8 +149,8 @@ def test_one_retry_quotes_the_error(
     assert [m["role"] for m in question] == ["user", "assistant", "user"]
     assert question[1]["content"] == "I like the fast ones."
     assert question[2]["content"].startswith(
-        "Your answer could not be used: expected the numbers of 1 to 3 candidates from the "
-        "menu (1 to 5)"
+        "Your answer could not be used: expected the numbers (or ids) of 1 to 3 candidates "
+        "from the menu (1 to 5)"
     )
     assert [a.problems != [] for a in outcome.attempts] == [True, False]
     assert len(frozen.candidates) == 2
@@ -158,7 +166,7 @@ def test_after_the_retry_the_fallback_is_proposed_and_recorded(
     runnable = [c.id for c in build_context(planning_home).runnable]
     assert frozen.candidates == ["baseline", *runnable[:3]]  # untried all: catalog order
     notes = frozen.proposed.notes
-    assert notes.startswith("planner: fallback\nwhy: expected the numbers of 1 to 3")
+    assert notes.startswith("planner: fallback\nwhy: expected the numbers (or ids) of 1 to 3")
     assert "\nmodel answer 1: speed speed nemau\n" in notes
     answer_2 = notes.split("\nmodel answer 2: ", 1)[1]
     assert answer_2.startswith("JSON schemas are very") and answer_2.endswith("…")
@@ -200,3 +208,39 @@ def test_a_model_nobody_serves_is_unavailable_with_a_hint(planning_home: Home) -
     other = asker(planning_home, url, LocalPlanOptions(endpoint=url), 8, lambda _m: None)
     with pytest.raises(ModelUnreachable, match="check --endpoint"):
         anyio.run(other, messages)
+
+
+def test_the_served_smollm2_plans_from_the_menu_or_the_fallback_is_recorded(
+    real_model: RealModel, tmp_path: Path
+) -> None:
+    """Slow, the real model: SmolLM2-135M-Instruct (its bf16 conversion, made the home's own
+    model by `init --model`) answers the menu through `mcp-infra plan --local`; its answer is a
+    valid plan of its generated catalog, or the fallback is proposed and recorded as such.
+    benchmarks/self_plan.py counts five tries (docs/benchmarks.md)."""
+    home = make_home(tmp_path / "home", build_demo_models(tmp_path / "models"))
+    init_model(home, str(real_model.source))
+    config = load_config(home)
+    command = [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "plan", "--local"]
+    try:
+        ensure_serving(home, config.baseline, config)
+        done = subprocess.run(
+            [*command, "--json", "--no-supervisor"],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        stop_home(home)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["form"] == "menu" and result["accepted"], result["message"]
+    [entry] = home.queued()
+    frozen = read_model(entry, FrozenPlan)
+    assert frozen.proposed_by == "mcp:mcp-infra-plan"
+    assert all(c.startswith("own-") for c in frozen.candidates[1:]), "the generated catalog"
+    if result["planner"] == "model":
+        assert frozen.proposed.notes.startswith("planner: served model (menu answer)")
+    else:
+        assert result["planner"] == "fallback" and len(result["attempts"]) == 2
+        assert frozen.proposed.notes.startswith("planner: fallback\nwhy: ")

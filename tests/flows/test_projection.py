@@ -39,8 +39,8 @@ from mcp_infra.core.admission import unserved_limit
 from mcp_infra.demo.homes import write_test_policy
 from mcp_infra.flows import api as app
 from mcp_infra.flows import projection as pj
-from mcp_infra.flows.cycle import supervise
 from mcp_infra.flows.status import cost_sidecar, projection_progress
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.catalog import load_policy

@@ -8,9 +8,9 @@ this CPU) and, where the caller asks for them, the greedy token ids (`greedy_ids
 measured by these helpers is a figure about any machine; never read them as one.
 
 Everything else is the product's own code: the plan is frozen by `proposal.freeze_plan`, the verdict
-comes from `selector.select`, the journal is written by `cycle.Journal` in the order a real cycle
+comes from `selector.select`, the journal is written by `Journal` in the order a real cycle
 writes it (QUEUED, PREFLIGHT, PREPARE, BASELINE, MAINTENANCE, EXPERIMENT per candidate, SELECT,
-SEALED), and `cycle.conclude` seals the bundle (and records recipe memory). Greedy outputs may also
+SEALED), and `conclude` seals the bundle (and records recipe memory). Greedy outputs may also
 be real ones read from real servers (`real_greedy`).
 """
 
@@ -31,7 +31,9 @@ from mcp_infra.core.preflight import find_candidate
 from mcp_infra.core.sanitize import parse_plan
 from mcp_infra.core.selector import select
 from mcp_infra.core.workload import request_class_of
-from mcp_infra.flows import cycle, proposal
+from mcp_infra.flows import proposal
+from mcp_infra.flows.journal import Journal
+from mcp_infra.flows.promotion import CycleResult, conclude
 from mcp_infra.procs import bench
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry, load_suite
@@ -105,7 +107,7 @@ def seal(
     cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S%f}-{plan.content_hash[:6]}"
     cdir = home.cycle_dir(cycle_id)
     write_model(cdir / "plan.json", plan)
-    journal = cycle.Journal(home, cycle_id)
+    journal = Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
     journal(CycleState.PREFLIGHT, "checking candidates and the live service")
@@ -169,13 +171,13 @@ def seal(
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(cdir / "verdict.json", verdict)
     assert verdict.selected is None, "these helpers seal cycles that keep the baseline"
-    return cycle.conclude(
+    return conclude(
         home,
         plan,
         cycle_id,
         journal,
         started,
-        cycle.CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason),
+        CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason),
     )
 
 

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from mcp_infra.contracts import Budgets, BuildRecord, BuildSpec
-from mcp_infra.state.builds import BuildRefused, BuildTampered, make_build, verify_build
+from mcp_infra.contracts import Budgets, BuildRecord, BuildSpec, DtypeProbe
+from mcp_infra.state.builds import (
+    BuildRefused,
+    BuildTampered,
+    make_build,
+    probe_compute_dtype,
+    verify_build,
+)
 from mcp_infra.state.folders import folder_digest
 from mcp_infra.state.store import read_model
 
@@ -40,6 +46,10 @@ def test_a_build_is_made_recorded_reused_and_the_same_twice(
     assert make_build(source, Q8_F32, tmp_path / "builds", Budgets()) == record  # reused
     elsewhere = make_build(source, Q8_F32, tmp_path / "other", Budgets())
     assert elsewhere.digest == record.digest  # the converter is deterministic
+    folder.with_name(folder.name + ".json").unlink()  # a lost record: made again, same bytes
+    again = make_build(source, Q8_F32, tmp_path / "builds", Budgets())
+    assert (again.folder, again.digest) == (record.folder, record.digest)
+    assert again.created_at > record.created_at
 
     (folder / "config.json").write_text(json.dumps({**config, "rope_theta": 1.0}))
     with pytest.raises(BuildTampered, match=r"differs from its record: config\.json: "):
@@ -72,3 +82,20 @@ def test_builds_that_cannot_be_made_are_refused_before_anything_is_written(
     with pytest.raises(BuildRefused, match="quantized already"):
         make_build(Path(made.folder), Q8_F32, builds, Budgets())
     assert len(contents(builds)) == 2
+
+
+def test_the_compute_dtype_probe_times_each_dtype_and_names_the_fastest(
+    demo_models: dict[str, Path],
+) -> None:
+    probe = probe_compute_dtype(demo_models["target"], BuildSpec(q_bits=8, dtype="bfloat16"))
+    assert probe.key == "q8-g64-affine-src"  # the spec with its dtype left open
+    assert (probe.model_type, probe.layers, probe.vocab_size) == ("qwen3", 2, 512)
+    assert (probe.hidden_size, probe.intermediate_size) == (64, 128)
+    assert set(probe.rates) == {"float32", "bfloat16", "float16"}
+    assert all(rate > 0 for rate in probe.rates.values())
+    assert probe.rates[probe.fastest] == max(probe.rates.values())
+    assert DtypeProbe.model_validate_json(probe.model_dump_json()) == probe
+    mixed = probe_compute_dtype(demo_models["target"], BuildSpec(quant_predicate="mixed_3_6"))
+    assert mixed.key == "mixed_3_6-g64-affine-src" and min(mixed.rates.values()) > 0
+    plain = probe_compute_dtype(demo_models["target"], BuildSpec(quantize=False, dtype="float16"))
+    assert plain.key == "unquantized"
