@@ -280,7 +280,8 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             ]
             out.append(Batch("timed", requests))
             order += 1
-    out += [Batch("quality", [Request(t, t.max_tokens, dict(base))]) for t in quality_tasks]
+    cap = protocol.max_tokens  # a task's own budget, never above the protocol's, as any prompt's
+    out += [Batch("quality", [Request(t, t.token_budget(cap), dict(base))]) for t in quality_tasks]
     return out
 
 
