@@ -45,7 +45,7 @@ from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.flows import impact
 from mcp_infra.flows.journal import Journal
-from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import (
     SERVER_START_ERRORS,
     annotate_cells,

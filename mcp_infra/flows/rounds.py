@@ -48,7 +48,7 @@ from mcp_infra.core.selector import failed_gates, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.journal import JournalWriter
-from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import StartResult, StartSpec, TogetherStarter, prompts_by_class
 from mcp_infra.state.catalog import load_suite
 
