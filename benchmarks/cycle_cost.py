@@ -21,9 +21,8 @@ Takes: about 2 s per seed and row on a 2-core machine (40 seeds x 4 rows: 5 minu
 ``--smoke`` runs 2 seeds of one row.
 
 ``--load-spread S`` adds other processes' load (``flows.projection.SimServer.load_spread``);
-``--paired`` adds each row with ``protocol.paired`` (paired starts where every configuration fits
-in memory at once, ``--memory-gb`` for a larger machine; else rounds one start after another,
-judged by round).
+``--memory-gb`` prices the plan on a machine with that much memory (whether candidates fit
+beside the live backend).
 
 Prints one row per (policy, plan): median and p90 minutes, decided %, qualified %, unserved
 minutes (the stable port held while candidates run alone). ``--json``: last line
@@ -31,7 +30,7 @@ minutes (the stable port held while candidates run alone). ``--json``: last line
 qualified_pct, unserved_minutes, ...}]}``.
 
     python benchmarks/cycle_cost.py --profile qwen27b-m5pro --seeds 40 [--json]
-        [--load-spread 0.2] [--paired] [--memory-gb 128]
+        [--load-spread 0.2] [--memory-gb 128]
     python benchmarks/cycle_cost.py --profile this-home --bundle evidence/<cycle id> [--json]
 """
 
@@ -82,7 +81,6 @@ def row(
     history_df: int = 0,
     spread_error: float = 1.0,
     *,
-    paired: bool = False,
     load_spread: float = 0.0,
 ) -> dict:
     policy = load_policy(policy_name)
@@ -90,9 +88,7 @@ def row(
     truths = {f"sim:{n}": profile.candidates[n] for n in names}
     plan = simulated_plan(policy, list(truths))
     learned = history_spread(plan, profile, history_df, spread_error)
-    protocol = plan.protocol.model_copy(
-        update={"learned_spread": learned, "paired": paired or plan.protocol.paired}
-    )
+    protocol = plan.protocol.model_copy(update={"learned_spread": learned})
     plan = plan.model_copy(update={"protocol": protocol})
     runs: list[Projection] = [
         project(
@@ -113,7 +109,6 @@ def row(
         "truth": _truth_words(truths, profile.baseline),
         "history_df": history_df,
         "spread_error": spread_error,
-        "paired": bool(protocol.paired),
         "load_spread": load_spread,
         "memory_gb": profile.memory_gb,
         **summary(runs),
@@ -209,11 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="other processes' load: the log slowdown over one start is |N(0, this)|",
     )
-    ap.add_argument(
-        "--paired",
-        action="store_true",
-        help="each row once more with protocol.paired (paired starts where memory fits)",
-    )
     ap.add_argument("--memory-gb", type=float, help="the target's memory (the profile's else)")
     ap.add_argument("--bundle", help="this-home: a sealed bundle folder")
     ap.add_argument("--home", help="this-home: a home whose newest sealed bundle is used")
@@ -226,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
     policies, plans, seeds = args.policies.split(","), args.plans.split(","), args.seeds
     if args.smoke:
         policies, plans, seeds = policies[:1], plans[:1], 2
-    modes = (False, True) if args.paired else (False,)
     rows = [
         row(
             profile,
@@ -235,12 +224,10 @@ def main(argv: list[str] | None = None) -> int:
             seeds,
             args.history_df,
             args.spread_error,
-            paired=mode,
             load_spread=args.load_spread,
         )
         for p in policies
         for plan in plans
-        for mode in modes
     ]
     head = ("policy", "plan", "truth", "median min", "p90 min", "decided", "qualified", "unserved")
     print(
@@ -250,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     print(" | ".join(head))
     for r in rows:
         print(
-            f"{r['policy']}{' paired' if r['paired'] else ''} | {r['plan']} | {r['truth']} | "
+            f"{r['policy']} | {r['plan']} | {r['truth']} | "
             f"{r['median_minutes']} | "
             f"{r['p90_minutes']} | {r['decided_pct']}% | {r['qualified_pct']}% | "
             f"{r['unserved_minutes']} min  (rounds {r['median_rounds']}, "

@@ -44,12 +44,10 @@ from mcp_infra.contracts.home import (
     LockedPackage,
     NeedsOperatorRecord,
     ProcessUsage,
-    RecheckAttempt,
     RememberedGate,
     RememberedOutcome,
     RuntimeLock,
     UsageStart,
-    WatchState,
 )
 from mcp_infra.contracts.journal import (
     CycleState,
@@ -219,7 +217,6 @@ __all__ = [
     "REPO_PATTERN",
     "REVISION_PATTERN",
     "RankRecord",
-    "RecheckAttempt",
     "Recipe",
     "RecipeRuntime",
     "RefusedCandidate",
@@ -248,7 +245,6 @@ __all__ = [
     "Variant",
     "Verdict",
     "Watch",
-    "WatchState",
     "Window",
     "WorkloadCell",
     "text_problem",

@@ -103,8 +103,8 @@ class MeasureProtocol(Part):
     workload: list[WorkloadCell] = Field(
         default_factory=_default_workload, min_length=1, max_length=8
     )
-    learn_spread: bool | None = Field(
-        None,
+    learn_spread: bool = Field(
+        False,
         description="learn the start-to-start spread from this home's sealed cycles when a "
         "plan is frozen (state.spread)",
     )
@@ -141,16 +141,6 @@ class MeasureProtocol(Part):
         "decision is still open (13: enough to qualify a true gain 10 points above the threshold "
         "at 5% start-to-start noise, see core.stats)",
     )
-    paired: bool | None = Field(
-        None,
-        description="each round starts the baseline and every open candidate at once, on ports "
-        "of their own, and sends each request to each of them in turn, so other load on the "
-        "machine lands on all of them alike; the speedup is judged on the per-round "
-        "differences (core.stats, decision method 6), with no drift re-measure (drift between "
-        "rounds cancels in each difference). Where their memory does not fit at once "
-        "the rounds run one start after another and are still judged by round. None or false: "
-        "one start at a time, judged as independent starts",
-    )
 
 
 class Window(Part):
@@ -178,15 +168,8 @@ class Window(Part):
 
 
 class Watch(Part):
-    """`mcp-infra supervise --watch`: how often to look, and whether to re-check changed
-    candidates on its own (each change at most ``budgets.retries`` + 1 times, waiting
-    ``budgets.retry_backoff_s``, doubled per attempt, between attempts)."""
+    """`mcp-infra supervise --watch`: how often to look."""
 
-    recheck_changed: bool = Field(
-        False,
-        description="propose a re-check of candidates measured before whose manifest, "
-        "policy or environment has changed since",
-    )
     interval_s: float = Field(300, ge=1, le=86_400, description="seconds between looks")
 
 
@@ -235,15 +218,6 @@ class ServicePolicy(Part):
         "the front and the servers it measures use at most this share of the CPUs (over a "
         "0.3-second look), at most quiet_wait_s; None: never wait (core.machine)",
     )
-    redo_busy_starts: int | None = Field(
-        None,
-        ge=1,
-        le=3,
-        description="measure a server start again, at most this many times in a row, where "
-        "other processes took more than the busy line (quiet_cpu_fraction, else a quarter) of "
-        "the CPUs over its window; its timed samples stay in the evidence as phase busy and "
-        "are never selected; None: every start is kept (core.machine.set_aside_reason)",
-    )
     max_unserved_s: float | None = Field(
         None,
         ge=0,
@@ -270,12 +244,12 @@ class Policy(Contract):
     budgets: Budgets = Field(default_factory=Budgets)
     watch: Watch = Field(default_factory=Watch)
     service: ServicePolicy = Field(default_factory=ServicePolicy)
-    recipe_memory: bool | None = Field(
-        None,
+    recipe_memory: bool = Field(
+        True,
         description="refuse a candidate whose remembered outcome under the same manifest, "
-        "policy and environment failed a gate that does not depend on the plan (state.memory); "
-        "None or true: on. The demo turns it off: each demo judges every candidate afresh, its "
-        "earlier bundles kept only for the start-to-start spread they teach",
+        "policy and environment failed a gate that does not depend on the plan (state.memory). "
+        "The demo turns it off: each demo judges every candidate afresh, its earlier bundles "
+        "kept only for the start-to-start spread they teach",
     )
 
     @field_validator("auto_promote")

@@ -59,12 +59,8 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "learned_spread",
         "futility_confidence",
         "heldout_repeats",
-        "learn_spread",
         "max_unserved_s",
         "quiet_cpu_fraction",
-        "recipe_memory",
-        "redo_busy_starts",
-        "paired",
     }
 )
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""

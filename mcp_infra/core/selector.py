@@ -72,7 +72,6 @@ from mcp_infra.core.stats import (
     in_cell,
     log_interval,
     look_level,
-    paired_log_interval,
     quantile,
     repeats_to_decide,
     speedup_summary,
@@ -94,8 +93,8 @@ METHOD_CHANGES = {
     "the futility stop keeps history at its full weight",
     5: "a side measured in one start (each side of the held-out check) gives each prompt's "
     "interval the within-start variance pooled over its prompts (stats.one_start_pooled)",
-    6: "a paired protocol (protocol.paired: the configurations of a round measured at once, "
-    "requests alternating) is judged on the per-start differences (stats.paired_variances)",
+    6: "no change for a plan measured one start at a time (the number also covered a "
+    "protocol since retired)",
 }
 """What each decision method changed from the one before (the verifier names them)."""
 
@@ -448,7 +447,6 @@ def judge(
     )
     head = headline_cell(baseline, run, protocol)
     seed = derive_seed(protocol.seed, run.candidate)
-    paired = bool(protocol.paired) and method >= 6
     summary = speedup_summary(
         baseline.samples,
         run.samples,
@@ -459,7 +457,6 @@ def judge(
         cell=head,
         prior=learned_prior(protocol),
         pool_one_start=method >= 5,
-        paired=paired,
     )
     if summary is None:
         hard_failures.append(_nothing_to_compare(baseline))
@@ -473,9 +470,7 @@ def judge(
             + " that the baseline measured."
         )
     floor = 1 - thresholds.worst_prompt_tolerance_pct / 100
-    verdict.cells = judge_cells(
-        baseline, run, protocol, summary, head, floor, seed, level, paired=paired
-    )
+    verdict.cells = judge_cells(baseline, run, protocol, summary, head, floor, seed, level)
 
     threshold = 1 + thresholds.min_speedup_pct / 100
     shown_level = f"{summary.confidence:.0%}"
@@ -605,8 +600,6 @@ def judge_cells(  # noqa: PLR0913  the headline look's figures, passed on to eac
     floor: float,
     seed: int,
     level: float,
-    *,
-    paired: bool = False,
 ) -> list[CellVerdict]:
     """Figures of every workload cell measured by the baseline, in the workload's order.
 
@@ -655,7 +648,6 @@ def judge_cells(  # noqa: PLR0913  the headline look's figures, passed on to eac
                 seed=derive_seed(seed, f"{key[0]}@{key[1]}"),
                 level=level,
                 prior=learned_prior(protocol),
-                paired=paired,
             )
         )
         if summary is None or summary.missing_prompts:
@@ -670,22 +662,16 @@ def judge_cells(  # noqa: PLR0913  the headline look's figures, passed on to eac
             summary.ci_low,
             summary.ci_high,
         )
-        base_out = output_tps_by_start(ok, c.concurrency, per_batch=paired)
-        cand_out = output_tps_by_start(mine, c.concurrency, per_batch=paired)
-        common = sorted(set(base_out) & set(cand_out)) if paired else []
-        if len(common) >= 2:  # paired: the starts both measured, judged by their differences
-            base_out = {st: base_out[st] for st in common}
-            cand_out = {st: cand_out[st] for st in common}
+        base_out = output_tps_by_start(ok, c.concurrency)
+        cand_out = output_tps_by_start(mine, c.concurrency)
         if base_out and cand_out:
             b_logs = [math.log(v) for v in base_out.values()]
             c_logs = [math.log(v) for v in cand_out.values()]
             # workload.aggregate_tps's figure, from the per-start values computed above
             cv.baseline_output_tps = geometric_mean(list(base_out.values()))
             cv.candidate_output_tps = geometric_mean(list(cand_out.values()))
-            cv.output_ratio, cv.output_ci_low, cv.output_ci_high = (
-                paired_log_interval(b_logs, c_logs, level)
-                if len(common) >= 2
-                else log_interval(b_logs, c_logs, level, learned_prior(protocol))
+            cv.output_ratio, cv.output_ci_low, cv.output_ci_high = log_interval(
+                b_logs, c_logs, level, learned_prior(protocol)
             )
             est, low, high = cv.output_ratio, cv.output_ci_low, cv.output_ci_high
             what = "aggregate output tok/s"
@@ -791,7 +777,7 @@ def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confi
         )
         for r in candidates
     ]
-    checked = drift_checked(protocol, method)
+    checked = protocol.drift_check
     drift = baseline_drift(baseline.samples) if checked else None
     problem = None if interim or not checked else _drift_problem(baseline, drift, protocol)
     for v in verdicts:
@@ -853,15 +839,6 @@ def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confi
         baseline_drift=drift,
         method=method,
     )
-
-
-def drift_checked(protocol: MeasureProtocol, method: int = DECISION_METHOD) -> bool:
-    """Whether the drift check applies: on in the protocol, and not paired (method 6 on). A
-    paired cycle compares each round's configurations measured side by side, so a drift of
-    the machine between rounds cancels in every difference; the lone re-measure would only
-    bring in the load of its own window (projected under load: 10 of 20 paired cycles lost a
-    qualified 1.9x drafter to it)."""
-    return protocol.drift_check and not (protocol.paired and method >= 6)
 
 
 DRIFT_OPENED = "; the comparison is not trustworthy."

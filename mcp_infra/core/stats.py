@@ -391,71 +391,6 @@ def _draw_levels(rng: random.Random, cfg: _Resampled, prompts: Sequence[str]) ->
     return out
 
 
-def _common_starts(
-    base: Mapping[str, Mapping[int, list[float]]], cand: Mapping[str, Mapping[int, list[float]]]
-) -> list[int]:
-    """The starts both sides measured some prompt in, in order."""
-    ours = {st for per in base.values() for st in per}
-    return sorted(ours & {st for per in cand.values() for st in per})
-
-
-class Paired(NamedTuple):
-    """(variance, degrees of freedom) of the mean per-start difference in log tok/s, overall
-    and for one prompt, where the two sides were measured start by start together."""
-
-    mean: tuple[float, float]
-    prompt: tuple[float, float]
-    source: str = "this cycle"  # where the spread of the differences came from
-
-
-def paired_variances(
-    base: _Resampled, cand: _Resampled, prior: Spread | None = None
-) -> Paired | None:
-    """A paired design's variances over the starts both sides measured; None with fewer than
-    two such starts.
-
-    Why: with ``MeasureProtocol.paired`` each start of a candidate ran at the same time as the
-    baseline's start of the same number, requests alternating, so whatever else the machine did
-    then slowed both alike. The difference of the two per-start levels cancels it, and the
-    spread of those differences over the starts (S - 1 degrees of freedom) is the whole
-    uncertainty of their mean: a paired t interval. Load that comes and goes between starts
-    (a co-tenant's phases, another process's bursts) no longer widens the interval; the
-    per-process spread of either side still does. A prompt's own interval takes the spread of
-    its per-start differences around its own mean, pooled over the prompts (as
-    ``_Resampled.prompt_spread``). A learned spread (a paired plan learns it from earlier
-    paired cycles' differences, per side: ``state.spread``) is pooled with the differences'
-    own as ``pooled_variance`` pools it for one side."""
-    common = [st for st in base.starts if st in set(cand.starts)]
-    if len(common) < 2:
-        return None
-    medians: dict[str, dict[int, float]] = {}
-    for prompt, per in base.cells.items():
-        other = cand.cells.get(prompt, {})
-        medians[prompt] = {
-            st: _median_sorted(other[st][0]) - _median_sorted(per[st][0])
-            for st in common
-            if st in per and st in other
-        }
-    overall = []
-    for st in common:
-        values = [d[st] for d in medians.values() if st in d]
-        if values:
-            overall.append(math.fsum(values) / len(values))
-    squares, df = 0.0, 0
-    for per_start in medians.values():
-        values = list(per_start.values())
-        if len(values) >= 2:
-            mean = math.fsum(values) / len(values)
-            squares += math.fsum((v - mean) ** 2 for v in values)
-            df += len(values) - 1
-    if len(overall) < 2 or df == 0:
-        return None
-    n = len(overall)
-    difference = Spread(prior.sd * math.sqrt(2), prior.df) if prior is not None else None
-    var, dof, source = pooled_variance(overall, difference)
-    return Paired(mean=(var, dof), prompt=(squares / df / n, float(df)), source=source)
-
-
 def _prompt_variances(draws: Sequence[Sequence[float]], prompts: int) -> list[float]:
     """Per prompt: the bootstrap variance of its level over the resamples ``draws``."""
     return [_variance([d[i] for d in draws]) for i in range(prompts)]
@@ -716,19 +651,6 @@ def log_interval(
     return math.exp(est), math.exp(est - hw), math.exp(est + hw)
 
 
-def paired_log_interval(
-    baseline: Sequence[float], candidate: Sequence[float], level: float
-) -> tuple[float, float, float]:
-    """(estimate, low, high) of exp(mean(candidate - baseline)) from per-start log values paired
-    start by start (two or more each, in the same order): a paired t interval."""
-    if len(baseline) != len(candidate) or len(baseline) < 2:
-        raise ValueError("a paired interval needs two or more starts on each side, paired")
-    diffs = [c - b for b, c in zip(baseline, candidate, strict=True)]
-    est = math.fsum(diffs) / len(diffs)
-    hw = welch_half_width([(_variance(diffs) / len(diffs), float(len(diffs) - 1))], level)
-    return math.exp(est), math.exp(est - hw), math.exp(est + hw)
-
-
 def _side_variance(
     side: Sequence[float], prior: Spread | None, guarded: bool
 ) -> tuple[float, float]:
@@ -750,7 +672,6 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
     cell: tuple[str, int] | None = None,
     prior: Spread | None = None,
     pool_one_start: bool = True,
-    paired: bool = False,
 ) -> SpeedupSummary | None:
     """Summarise candidate vs baseline over the prompts both measured; None if there are none.
 
@@ -761,19 +682,11 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
     failure (a candidate cannot win by skipping slow prompts). ``pool_one_start``: a side
     measured in one start gives each prompt's interval the within-start variance pooled over
     its prompts (``one_start_pooled``); False is decision method 4, each prompt its own.
-    ``paired``: the two were measured round by round together (``MeasureProtocol.paired``):
-    with two or more starts common to both, only those count, and the intervals and the A/A
-    floor come from the per-start differences (``paired_variances``).
     """
     baseline = [s for s in baseline if in_cell(s, cell)]
     candidate = [s for s in candidate if in_cell(s, cell)]
     base_t = log_table(baseline)
     cand_t = log_table(candidate)
-    common = _common_starts(base_t, cand_t) if paired else []
-    if len(common) >= 2:
-        baseline = [s for s in baseline if s.start in common]
-        candidate = [s for s in candidate if s.start in common]
-        base_t, cand_t = log_table(baseline), log_table(candidate)
     prompts = sorted(set(base_t) & set(cand_t))
     if not prompts:
         return None
@@ -806,19 +719,12 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
     b_mean = [math.fsum(d) / len(d) for d in b_draws]
     c_mean = [math.fsum(d) / len(d) for d in c_draws]
     hw = welch_half_width(parts(_variance(b_mean), _variance(c_mean)), level)
-    pairs = paired_variances(base, cand, prior) if len(common) >= 2 else None
 
     boot = _variance(b_mean)
     source = "this cycle"
     if nb >= 2:
         source = pooled_variance(base.start_values(None), prior)[2]
-    if pairs is not None:
-        # Each round's difference is one observation: what the rounds shared cancels in it.
-        hw = welch_half_width([pairs.mean], level)
-        z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
-        floor_log = z * math.sqrt(pairs.mean[0])
-        source = f"paired by start over {len(common)} starts ({pairs.source})"
-    elif nb >= 2 and source.startswith("learned"):
+    if nb >= 2 and source.startswith("learned"):
         # Two equally sized sets of the baseline's starts differ by a normal difference of
         # variance twice the pooled variance of one set's mean.
         z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
@@ -842,9 +748,7 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
     for i, pid in enumerate(prompts):
         speedup = raw_c[pid] / raw_b[pid]
         lp = math.log(speedup)
-        phw = welch_half_width(
-            [pairs.prompt] if pairs is not None else parts(b_boot[i], c_boot[i], pid), level
-        )
+        phw = welch_half_width(parts(b_boot[i], c_boot[i], pid), level)
         per_prompt.append(
             PromptStat(
                 prompt_id=pid,
@@ -859,7 +763,7 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
     estimate = geometric_mean(speedups)
     log_est = math.log(estimate)
     reject_high = None
-    if prior is not None and pairs is None:  # the futility stop's end: history at full weight
+    if prior is not None:  # the futility stop's end: history at full weight
         unguarded = [
             base.variance(_variance(b_mean), guarded=False),
             cand.variance(_variance(c_mean), guarded=False),

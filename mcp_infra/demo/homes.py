@@ -99,10 +99,7 @@ def write_test_policy(
     # The demo waits for a quiet machine before each start (policy/demo.yaml); a test home does
     # not, unless its test asks (tests/e2e/test_machine_cycle.py): on a loaded CI machine every
     # start would otherwise wait its full bound, and what a test asserts is not the machine's.
-    # Nor does it measure a start again that other processes slowed (redo_busy_starts): the
-    # test suite's own processes would decide how many starts a test's cycle runs.
     data.get("service", {}).pop("quiet_cpu_fraction", None)
-    data.get("service", {}).pop("redo_busy_starts", None)
     home.user_policy.mkdir(parents=True, exist_ok=True)
     (home.user_policy / f"{TEST_POLICY}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 

@@ -59,9 +59,8 @@ from mcp_infra.contracts import (
     TargetProfile,
     Verdict,
 )
-from mcp_infra.core.admission import admit, together_fits
+from mcp_infra.core.admission import admit
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.core.selector import drift_checked
 from mcp_infra.core.stats import derive_seed
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.flows.measure import (
@@ -133,8 +132,7 @@ class SimServer:
     clock: SimClock = field(default_factory=SimClock)
     requests: int = 0
     # Other processes' load: the log slowdown over one start's window is |N(0, load_spread)|
-    # (load only slows). One start after another, each start draws its own; a paired start's
-    # configurations share one draw, as they share the window.
+    # (load only slows); each start draws its own.
     load_spread: float = 0.0
 
     def truth(self, name: str) -> ConfigTruth:
@@ -149,19 +147,6 @@ class SimServer:
     def __call__(self, spec: StartSpec, ready: Callable[[int], None]) -> StartResult:
         key = f"{spec.candidate}:{spec.phase}:{spec.start}"
         return self._start(spec, ready, self._load(key))
-
-    def together(
-        self, specs: Sequence[StartSpec], ready: Callable[[int, int], None]
-    ) -> list[StartResult | Exception]:
-        """A paired start (``rounds.together_start``): each configuration's own start spread,
-        one shared draw of the load; the clock pays every load and every request, as the real
-        paired start does (it loads one server after another and sends one batch at a time)."""
-        first = specs[0] if specs else None
-        shared = self._load(f"round:{first.phase}:{first.round_index}") if first else 1.0
-        out: list[StartResult | Exception] = []
-        for i, spec in enumerate(specs):
-            out.append(self._start(spec, partial(ready, i), shared))
-        return out
 
     def _start(self, spec: StartSpec, ready: Callable[[int], None], load: float) -> StartResult:
         truth = self.truth(spec.candidate)
@@ -308,7 +293,7 @@ def project(  # noqa: PLR0913  keyword-only: what the projected cycle meets, eac
     ``recipes``: the candidates' real recipes where known (their knobs and semantics decide the
     greedy passes and the quality suite); ``exclusive``: the memory mode the cycle's own
     admission chose (else it is decided here from the truths' peaks); ``load_spread``: other
-    processes' load (``SimServer.load_spread``). A paired protocol runs paired starts."""
+    processes' load (``SimServer.load_spread``)."""
     server = SimServer(profile, truths, seed, load_spread=load_spread)
     clock = server.clock
     live = _recipe(BASELINE_ID)
@@ -324,26 +309,12 @@ def project(  # noqa: PLR0913  keyword-only: what the projected cycle meets, eac
             == "exclusive"
             for c in candidates
         )
-    # Paired starts where the protocol asks and every configuration fits at once, as the
-    # cycle's own admission decides (core.admission.together_fits).
-    together = (
-        bool(plan.protocol.paired)
-        and together_fits(
-            {"baseline": profile.baseline.peak_gb}
-            | {c: truths[c].peak_gb if c in truths else None for c in candidates},
-            profile.baseline.peak_gb,
-            profile.memory_gb,
-            memory_budget_fraction,
-            exclusive=exclusive,
-        )[0]
-    )
     bench = Bench(
         plan=plan,
         journal=NullJournal(),
         run_start=server,
         clock=clock,
         now=clock.wall,
-        run_together=server.together if together else None,
     )
     # The live service's sanity measurement: short requests one at a time, once.
     live_spec = StartSpec(live, BASELINE_ID, _prompts(plan), _short_c1(plan))
@@ -352,7 +323,7 @@ def project(  # noqa: PLR0913  keyword-only: what the projected cycle meets, eac
     held_from = clock()
     baseline, runs = run_rounds(bench, live, candidates, deadline=cycle_minutes * 60)
     rounds = max((r.round for r in baseline.rounds), default=-1) + 1
-    if drift_checked(plan.protocol) and clock() <= cycle_minutes * 60:
+    if plan.protocol.drift_check and clock() <= cycle_minutes * 60:
         baseline = measure_drift(bench, live, baseline, rounds)
     unserved = clock() - held_from if exclusive else 0.0
     baseline, runs = annotate_cells(baseline, runs, plan.protocol)

@@ -78,7 +78,7 @@ def test_the_demo_policy_learns_its_spread_and_a_test_home_does_not(tmp_path: Pa
     write_test_policy(home)
     test = load_policy(TEST_POLICY, home.user_policy).protocol
     assert not test.learn_spread and test.futility_confidence is None
-    assert load_policy(TEST_POLICY, home.user_policy).recipe_memory is None
+    assert load_policy(TEST_POLICY, home.user_policy).recipe_memory is True
     write_test_policy(home, learn_spread=True)
     assert load_policy(TEST_POLICY, home.user_policy).protocol.learn_spread
 

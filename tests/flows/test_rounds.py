@@ -251,37 +251,6 @@ def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(
     assert learned_spread(home, plan.protocol, now) is None  # one quiet start: no spread
 
 
-def test_a_paired_plan_learns_from_earlier_paired_cycles_differences(
-    shipped_home: ShippedHome,
-) -> None:
-    """A paired plan's learned spread is the spread of earlier paired cycles' per-start
-    differences (per side: over the square root of 2), never the unpaired baseline levels,
-    which a co-tenant's phases spread (on 2026-12-03 a paired demo learned 0.31 from them and
-    its held-out interval ran 0.53x to 6.74x)."""
-    from mcp_infra.contracts import CandidateRun
-    from mcp_infra.core.stats import pooled_spread
-    from mcp_infra.state.spread import learned_spread, paired_differences, quiet_starts
-    from mcp_infra.state.store import write_model
-
-    home, files, plan, now = shipped_home
-    paired = plan.protocol.model_copy(update={"paired": True})
-    assert learned_spread(home, paired, now) is None  # only unpaired cycles in this home
-    write_model(files.plan, plan.model_copy(update={"protocol": paired}))
-    base = read_model(files.run(BASELINE_ID), CandidateRun)
-    sets = []
-    for candidate in plan.candidates[1:]:
-        run = read_model(files.run(candidate), CandidateRun)
-        diffs = paired_differences(base, run, quiet_starts(base, 0.25))
-        if len(diffs) >= 2:
-            sets.append(diffs)
-    sd, df = pooled_spread(sets)
-    learned = learned_spread(home, paired, now)
-    assert learned is not None and learned.source.startswith("paired differences of 1")
-    assert learned.df == df and learned.sd == pytest.approx(sd / math.sqrt(2))
-    unpaired = learned_spread(home, plan.protocol, now)  # an unpaired plan still learns levels
-    assert unpaired is not None and unpaired.source.startswith("quiet baseline starts")
-
-
 def _one_candidate(truth: ConfigTruth, *, learned: bool, seed: int) -> tuple[int, str]:
     """(the candidate's starts, why it stopped) under the single-user policy, one candidate."""
     policy = load_policy("single-user")
