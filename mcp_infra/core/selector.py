@@ -81,49 +81,10 @@ from mcp_infra.core.workload import output_tps_by_start
 # The most repeats a protocol may ask for (contracts.MeasureProtocol.repeats, le=50).
 MAX_REPEATS = 50
 
-METHOD_CHANGES = {
-    1: "each prompt's interval from its own starts; the held-out check also asked the A/A floor",
-    2: "prompt intervals pool the spread over prompts; the held-out check is a confirmation",
-    3: "a learned start-to-start spread (protocol.learned_spread) is pooled with the cycle's "
-    "where they agree; a futility stop (protocol.futility_confidence) rejects a candidate whose "
-    "interval at that confidence is wholly below the threshold; drift counts beyond the "
-    "start-to-start spread one re-measure carries",
-    4: "where a look may qualify, the learned spread counts as at most 4 degrees of freedom "
-    "in the pool (stats.PRIOR_MAX_DF) and the pooled figure is never below the cycle's own; "
-    "the futility stop keeps history at its full weight",
-    5: "a side measured in one start (each side of the held-out check) gives each prompt's "
-    "interval the within-start variance pooled over its prompts (stats.one_start_pooled)",
-    6: "no change for a plan measured one start at a time (the number also covered a "
-    "protocol since retired)",
-}
-"""What each decision method changed from the one before (the verifier names them)."""
-
-DECISION_METHOD = max(METHOD_CHANGES)
-"""The decision method recorded in each verdict: a new entry in ``METHOD_CHANGES`` whenever the
-same samples could get another verdict (``evidence verify`` recomputes a verdict only under the
-method that reached it)."""
-
-
-def replay_method(method: int, protocol: MeasureProtocol) -> int | None:
-    """The ``select(method=...)`` that reaches again what a verdict of decision ``method`` on a
-    plan with ``protocol`` reached, or None where this code cannot: methods 4 and on as
-    themselves (``select`` keeps each one's rules); method 3 as 4 without a learned spread
-    (method 4 changed only how one is pooled); method 2 as 4 where none of method 3's inputs is
-    in play (no learned spread, no futility stop, no drift check)."""
-    if 4 <= method <= DECISION_METHOD:
-        return method
-    if protocol.learned_spread is not None:
-        return None
-    if method == 3:
-        return 4
-    if method == 2 and protocol.futility_confidence is None and not protocol.drift_check:
-        return 4
-    return None
-
-
-def decides_alike(method: int, protocol: MeasureProtocol) -> bool:
-    """Whether this code can reach again a verdict of decision ``method`` (``replay_method``)."""
-    return replay_method(method, protocol) is not None
+DECISION_METHOD = 6
+"""The decision method recorded in each verdict (``Verdict.method``): raised whenever the same
+samples could get another verdict, so ``evidence verify`` recomputes a verdict only under the
+method that reached it (docs/statistics.md says what each number changed)."""
 
 
 def _x(value: float) -> str:
@@ -422,10 +383,8 @@ def judge(
     quality: dict[str, list[Sample]] | None = None,
     *,
     confirmation: bool = False,
-    method: int = DECISION_METHOD,
 ) -> CandidateVerdict:
-    """The verdict on one candidate: gates first, then the statistics (module docstring), by
-    decision ``method`` (``METHOD_CHANGES``; 4 and on)."""
+    """The verdict on one candidate: gates first, then the statistics (module docstring)."""
     may_promote = run.candidate_class is not None and auto_promote.get(run.candidate_class, False)
     verdict = CandidateVerdict(
         candidate=run.candidate,
@@ -456,7 +415,6 @@ def judge(
         level=level,
         cell=head,
         prior=learned_prior(protocol),
-        pool_one_start=method >= 5,
     )
     if summary is None:
         hard_failures.append(_nothing_to_compare(baseline))
@@ -591,7 +549,7 @@ def _futile_cell(
     return log_interval(b_logs, c_logs, protocol.futility_confidence, prior, guarded=False)[2]
 
 
-def judge_cells(  # noqa: PLR0913  the headline look's figures, passed on to each cell's
+def judge_cells(
     baseline: CandidateRun,
     run: CandidateRun,
     protocol: MeasureProtocol,
@@ -730,7 +688,7 @@ def _preference(run: CandidateRun) -> tuple[int, tuple[int, int], float, str]:
     return (lossy, run.knobs.cost_key(), memory, run.candidate)
 
 
-def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confirmation, method)
+def select(
     baseline: CandidateRun,
     runs: list[CandidateRun],
     thresholds: EffectiveThresholds,
@@ -740,7 +698,6 @@ def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confi
     *,
     interim: bool = False,
     confirmation: bool = False,
-    method: int = DECISION_METHOD,
 ) -> Verdict:
     """Judge every candidate and pick the one to promote, or keep the baseline.
 
@@ -758,11 +715,7 @@ def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confi
     between measurement rounds (early stopping), before the baseline's final re-measurement: the
     drift check is then left to the final call, and each qualified verdict says so.
     ``confirmation=True`` judges a selected winner again on held-out prompts (module docstring).
-    ``method``: the decision method to judge by (``replay_method``: a verifier reaches an older
-    bundle's verdict again); a cycle judges by ``DECISION_METHOD``.
     """
-    if not 4 <= method <= DECISION_METHOD:
-        raise ValueError(f"decision method {method} is not one this code judges by")
     candidates = [r for r in runs if r.candidate != baseline.candidate]
     verdicts = [
         judge(
@@ -773,7 +726,6 @@ def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confi
             auto_promote,
             quality,
             confirmation=confirmation,
-            method=method,
         )
         for r in candidates
     ]
@@ -800,7 +752,7 @@ def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confi
             selected=None,
             reason=_no_selection(verdicts),
             baseline_drift=drift,
-            method=method,
+            method=DECISION_METHOD,
         )
 
     best = max(v.speedup_estimate or 0.0 for v, _ in eligible)
@@ -837,7 +789,7 @@ def select(  # noqa: PLR0913  keyword-only: how this call judges (interim, confi
         selected=chosen.candidate,
         reason=reason,
         baseline_drift=drift,
-        method=method,
+        method=DECISION_METHOD,
     )
 
 

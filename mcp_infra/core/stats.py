@@ -192,41 +192,6 @@ def derive_seed(seed: int, key: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def bootstrap_interval(
-    baseline: Mapping[str, Sequence[float]],
-    candidate: Mapping[str, Sequence[float]],
-    *,
-    confidence: float,
-    resamples: int,
-    seed: int,
-) -> tuple[float, float]:
-    """Percentile interval of the geometric-mean speedup, resampling each prompt's repeats.
-
-    The method before issue 10, blind to server starts; the selector no longer uses it (see
-    ``speedup_summary``). Kept as a reference point for the one-start case.
-
-    Baseline and candidate repeats are resampled independently (they are independent runs);
-    prompts are fixed (the suite is chosen, not sampled). Prompts are visited in sorted order and
-    all draws come from one ``random.Random(seed)``, so the result is reproducible bit for bit.
-    """
-    prompts = sorted(set(baseline) & set(candidate))
-    if not prompts:
-        raise ValueError("no prompt measured on both sides")
-    rng = random.Random(seed)
-    estimates: list[float] = []
-    for _ in range(resamples):
-        logs = []
-        for pid in prompts:
-            b, c = baseline[pid], candidate[pid]
-            b_med = statistics.median(rng.choices(b, k=len(b)))
-            c_med = statistics.median(rng.choices(c, k=len(c)))
-            logs.append(math.log(c_med) - math.log(b_med))
-        estimates.append(math.exp(math.fsum(logs) / len(logs)))
-    estimates.sort()
-    alpha = 1.0 - confidence
-    return quantile(estimates, alpha / 2), quantile(estimates, 1 - alpha / 2)
-
-
 ASSUMED_START_NOISE = 0.05
 """Start-to-start spread (log sd per start) assumed when a configuration has a single start."""
 
@@ -671,7 +636,6 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
     level: float | None = None,
     cell: tuple[str, int] | None = None,
     prior: Spread | None = None,
-    pool_one_start: bool = True,
 ) -> SpeedupSummary | None:
     """Summarise candidate vs baseline over the prompts both measured; None if there are none.
 
@@ -679,9 +643,9 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
     look of early stopping (``look_level``); None: ``confidence``.
     ``cell`` restricts the samples to one workload cell. ``missing_prompts`` lists baseline
     prompts the candidate has no successful measurement of; the selector treats those as a
-    failure (a candidate cannot win by skipping slow prompts). ``pool_one_start``: a side
-    measured in one start gives each prompt's interval the within-start variance pooled over
-    its prompts (``one_start_pooled``); False is decision method 4, each prompt its own.
+    failure (a candidate cannot win by skipping slow prompts). A side measured in one start
+    gives each prompt's interval the within-start variance pooled over its prompts
+    (``one_start_pooled``).
     """
     baseline = [s for s in baseline if in_cell(s, cell)]
     candidate = [s for s in candidate if in_cell(s, cell)]
@@ -713,8 +677,7 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
 
     b_boot = _prompt_variances(b_draws, len(prompts))
     c_boot = _prompt_variances(c_draws, len(prompts))
-    if pool_one_start:
-        b_boot, c_boot = one_start_pooled(base, b_boot), one_start_pooled(cand, c_boot)
+    b_boot, c_boot = one_start_pooled(base, b_boot), one_start_pooled(cand, c_boot)
 
     b_mean = [math.fsum(d) / len(d) for d in b_draws]
     c_mean = [math.fsum(d) / len(d) for d in c_draws]

@@ -163,13 +163,17 @@ def cost_line(cost: dict[str, Any] | None) -> str:
     """What the plan was projected to cost before it ran, as the proposal said."""
     if not cost:
         return "projected cost: none was returned"
+    mode = cost.get("mode") or "concurrent"
     if cost.get("basis") == "this-home" and cost.get("minutes") is not None:
         source = (cost.get("source") or ["an earlier cycle"])[0]
         return (
             f"projected on this machine: about {cost['minutes'] * 60:.0f} s of cycle, "
-            f"{cost.get('rounds')} round(s), from the timings measured in {source}"
+            f"{cost.get('rounds')} round(s), {cost.get('unserved_s') or 0:.0f} s unserved "
+            f"({mode}), from the timings measured in {source}"
         )
-    return f"projected cost: {cost.get('basis')} ({cost.get('why') or 'no reason given'})"
+    down = "unserved time unknown" if mode == "exclusive" else "0 s unserved"
+    why = cost.get("why") or "no reason given"
+    return f"projected cost: {cost.get('basis')} ({why}; {down}, {mode})"
 
 
 async def drive(

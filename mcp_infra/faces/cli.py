@@ -420,8 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     sup.add_argument(
         "--watch",
         action="store_true",
-        help="keep running: run queued plans when the window allows and, if the "
-        "policy says so, re-check candidates that changed",
+        help="keep running: run queued plans when the window allows",
     )
     sup.add_argument(
         "--interval",

@@ -95,10 +95,9 @@ def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
     return baseline, list(others.values())
 
 
-def recompute(bundle: Path, method: int | None = None) -> Verdict | None:
-    """The verdict the selector reaches from the bundle's raw samples and frozen plan, by
-    decision ``method`` (None: this code's own, ``selector.DECISION_METHOD``)."""
-    from mcp_infra.core.selector import DECISION_METHOD, select
+def recompute(bundle: Path) -> Verdict | None:
+    """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
+    from mcp_infra.core.selector import select
 
     plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
     baseline, runs = load_runs(bundle)
@@ -112,7 +111,6 @@ def recompute(bundle: Path, method: int | None = None) -> Verdict | None:
         plan.thresholds,
         plan.protocol,
         plan.auto_promote,
-        method=method or DECISION_METHOD,
     )
 
 
@@ -436,15 +434,10 @@ def check_verdict_present(b: Bundle) -> str:
 
 
 def _recomputed(b: Bundle) -> Verdict:
-    """The verdict recomputed by the decision method that reached the recorded one, where this
-    code keeps it (``selector.replay_method``), else by this code's own."""
-    from mcp_infra.core.selector import replay_method
-
+    """The verdict this code's selector reaches on the bundle's raw samples."""
     key = "recomputed"
     if key not in b._cache:
-        recorded = b.verdict()
-        method = replay_method(recorded.method, b.plan().protocol) if recorded else None
-        b._cache[key] = recompute(b.path, method)
+        b._cache[key] = recompute(b.path)
     again = b._cache[key]
     if again is None:
         raise Failed("no baseline run to recompute the verdict from")
@@ -452,25 +445,20 @@ def _recomputed(b: Bundle) -> Verdict:
 
 
 def check_verdict_recomputed(b: Bundle) -> str:
-    from mcp_infra.core.selector import DECISION_METHOD, METHOD_CHANGES, decides_alike
+    from mcp_infra.core.selector import DECISION_METHOD
 
     recorded = b.verdict()
     if recorded is None:
         raise Skipped("no verdict.json")
-    if not decides_alike(recorded.method, b.plan().protocol):
+    if recorded.method != DECISION_METHOD:
         # Another method may reach another verdict on the same samples; the samples, the
         # hashes and the signature are still checked, and this says so by name.
-        changed = "; ".join(
-            f"method {m}: {METHOD_CHANGES[m]}"
-            for m in sorted(METHOD_CHANGES)
-            if min(recorded.method, DECISION_METHOD) < m <= max(recorded.method, DECISION_METHOD)
-        )
         raise Skipped(
             f"not recomputed: the verdict was reached by decision method {recorded.method} and "
-            f"this mcp-infra decides by method {DECISION_METHOD} ({changed or 'unknown'}); "
-            "verify with the mcp-infra that sealed it to recompute"
+            f"this mcp-infra decides by method {DECISION_METHOD} (docs/statistics.md says what "
+            "changed); verify with the mcp-infra that sealed it to recompute"
         )
-    again = _recomputed(b).model_copy(update={"method": recorded.method})
+    again = _recomputed(b)
     strip = {"candidates": {"__all__": {"gates"}}}
     if again.model_dump(mode="json", exclude=strip) != recorded.model_dump(
         mode="json", exclude=strip

@@ -19,7 +19,6 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.selector import select
 from mcp_infra.core.stats import (
-    bootstrap_interval,
     derive_seed,
     error_count,
     geometric_mean,
@@ -171,7 +170,8 @@ def test_bootstrap_is_reproducible(base, cand, seed):
     if not set(b) & set(c):
         return
     kw = {"confidence": 0.9, "resamples": 100, "seed": seed}
-    assert bootstrap_interval(b, c, **kw) == bootstrap_interval(b, c, **kw)
+    one, two = samples("baseline", base), samples("x:y", cand)
+    assert speedup_summary(one, two, **kw) == speedup_summary(one, two, **kw)
 
 
 # ------------------------------------------------------------------ direct tests
@@ -281,19 +281,19 @@ def test_zero_variance_gives_degenerate_interval():
 
 
 def test_interval_widens_with_noise_and_depends_on_seed():
-    base = {"p1": [100.0, 90.0, 110.0, 105.0, 95.0]}
-    cand = {"p1": [120.0, 80.0, 140.0, 100.0, 130.0]}
-    b, c = measured_tps(samples("baseline", base)), measured_tps(samples("x:y", cand))
-    low, high = bootstrap_interval(b, c, confidence=0.95, resamples=500, seed=1)
-    assert low < 120.0 / 100.0 < high
-    assert high - low > 0.2
-    others = {bootstrap_interval(b, c, confidence=0.95, resamples=500, seed=s) for s in range(5)}
+    base = samples("baseline", {"p1": [100.0, 90.0, 110.0, 105.0, 95.0]})
+    cand = samples("x:y", {"p1": [120.0, 80.0, 140.0, 100.0, 130.0]})
+    kw = {"confidence": 0.95, "resamples": 500}
+    one = speedup_summary(base, cand, seed=1, **kw)
+    assert one is not None and one.ci_low < 120.0 / 100.0 < one.ci_high
+    assert one.ci_high - one.ci_low > 0.2
+    others = {speedup_summary(base, cand, seed=s, **kw).ci_low for s in range(5)}  # type: ignore[union-attr]
     assert len(others) > 1  # the seed matters, and only the seed
 
 
-def test_bootstrap_interval_needs_common_prompts():
-    with pytest.raises(ValueError):
-        bootstrap_interval({"a": [1.0]}, {"b": [1.0]}, confidence=0.9, resamples=100, seed=0)
+def test_a_summary_needs_common_prompts():
+    base, cand = samples("baseline", {"a": [1.0]}), samples("x:y", {"b": [1.0]})
+    assert speedup_summary(base, cand, confidence=0.9, resamples=100, seed=0) is None
 
 
 def test_geometric_mean_and_quantile():

@@ -90,9 +90,32 @@ def test_the_demo_says_what_its_plan_was_projected_to_cost() -> None:
         basis="this-home", why="", minutes=2.5, rounds=3, source=["c-new", "c-old"]
     ).model_dump(mode="json")
     assert demo_run.cost_line(known) == (
-        "projected on this machine: about 150 s of cycle, 3 round(s), from the timings "
-        "measured in c-new"
+        "projected on this machine: about 150 s of cycle, 3 round(s), 0 s unserved "
+        "(concurrent), from the timings measured in c-new"
     )
+    down = PlanCost(basis="this-home", minutes=20.0, rounds=2, unserved_s=582, mode="exclusive")
+    assert "582 s unserved (exclusive)" in demo_run.cost_line(down.model_dump(mode="json"))
     unknown = PlanCost(basis="unknown", why="no sealed cycle yet").model_dump(mode="json")
-    assert demo_run.cost_line(unknown) == "projected cost: unknown (no sealed cycle yet)"
+    assert demo_run.cost_line(unknown) == (
+        "projected cost: unknown (no sealed cycle yet; 0 s unserved, concurrent)"
+    )
+    blind = PlanCost(basis="unknown", why="no sealed cycle yet", mode="exclusive")
+    assert "unserved time unknown, exclusive" in demo_run.cost_line(blind.model_dump(mode="json"))
     assert demo_run.cost_line(None) == "projected cost: none was returned"
+
+
+def test_every_plan_answer_names_the_time_the_service_is_down() -> None:
+    """The dry run and the plan answer say the projected unserved time, or that the service is
+    down for a time that cannot be projected yet (service.max_unserved_s, docs/cycle.md)."""
+    from mcp_infra.contracts.projection import PlanCost
+    from mcp_infra.faces.render import cost_line
+
+    known = PlanCost(basis="this-home", minutes=20.0, minutes_high=24.0, seeds=8, rounds=2)
+    assert "582 s unserved (exclusive)" in str(
+        cost_line(known.model_copy(update={"unserved_s": 582, "mode": "exclusive"}))
+    )
+    blind = PlanCost(basis="unknown", why="no sealed cycle yet", mode="exclusive")
+    assert "the service is down while candidates run (exclusive)" in str(cost_line(blind))
+    assert "0 s unserved (concurrent)" in str(
+        cost_line(blind.model_copy(update={"mode": "concurrent"}))
+    )
