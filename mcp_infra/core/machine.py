@@ -12,10 +12,8 @@ started and reaped (the measured one) and the front used, so short-lived process
 went inside the window count too. On a virtual machine the hypervisor's *steal* (CPU time the
 guest wanted and another guest got) takes CPU the same way, unseen by any process of the guest:
 every rule here reads the share *taken* from the measurement, other processes' and steal
-together (``taken_fraction``). Measured on this 2-CPU VM over 195 starts of five demo homes
-(2026-12-03): a start's level against its configuration's median fell by 0.19 in log tok/s on
-average at 20-30% steal and by 0.65 above 30%, while other processes' CPU stayed under 6%; the
-steal share correlated at -0.57 with the level, other processes' at none.
+together (``taken_fraction``): on a 2-CPU VM steal, not other processes, is what slowed starts
+(docs/cycle.md, "A busy machine").
 """
 
 from __future__ import annotations

@@ -61,18 +61,21 @@ from mcp_infra.core.gates import (
     smoke_gate,
     split_agreement,
 )
-from mcp_infra.core.stats import (
+from mcp_infra.core.intervals import (
     ASSUMED_START_NOISE,
-    SpeedupSummary,
     Spread,
-    baseline_drift,
-    derive_seed,
-    error_count,
     geometric_mean,
-    in_cell,
     log_interval,
     look_level,
     quantile,
+)
+from mcp_infra.core.stats import (
+    SpeedupSummary,
+    SummaryOptions,
+    baseline_drift,
+    derive_seed,
+    error_count,
+    in_cell,
     repeats_to_decide,
     speedup_summary,
 )
@@ -407,14 +410,7 @@ def judge(
     head = headline_cell(baseline, run, protocol)
     seed = derive_seed(protocol.seed, run.candidate)
     summary = speedup_summary(
-        baseline.samples,
-        run.samples,
-        confidence=protocol.confidence,
-        resamples=protocol.bootstrap_resamples,
-        seed=seed,
-        level=level,
-        cell=head,
-        prior=learned_prior(protocol),
+        baseline.samples, run.samples, SummaryOptions.of(protocol, seed, level), cell=head
     )
     if summary is None:
         hard_failures.append(_nothing_to_compare(baseline))
@@ -601,11 +597,7 @@ def judge_cells(
             else speedup_summary(
                 ok,
                 mine,
-                confidence=protocol.confidence,
-                resamples=protocol.bootstrap_resamples,
-                seed=derive_seed(seed, f"{key[0]}@{key[1]}"),
-                level=level,
-                prior=learned_prior(protocol),
+                SummaryOptions.of(protocol, derive_seed(seed, f"{key[0]}@{key[1]}"), level),
             )
         )
         if summary is None or summary.missing_prompts:

@@ -31,7 +31,7 @@ from mcp_infra.contracts import (
     Sample,
     WorkloadCell,
 )
-from mcp_infra.core.stats import geometric_mean
+from mcp_infra.core.intervals import geometric_mean
 
 TIMED_PHASES = ("measure", "drift", "heldout")
 

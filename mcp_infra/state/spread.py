@@ -2,7 +2,7 @@
 
 Why: with two fresh starts per configuration a cycle's own spread has two degrees of freedom,
 and the t quantile at an early look then decides nothing. Earlier cycles on the same machine
-measured the same kind of spread; pooled with the cycle's own (``stats.pooled_variance``, which
+measured the same kind of spread; pooled with the cycle's own (``intervals.pooled_variance``, which
 falls back to the cycle alone when the two disagree) a clear case decides after two rounds.
 Only starts the machine was quiet for count: a start that other processes slowed measures the
 load, not the machine, and a history of busy starts would widen every later cycle's intervals
@@ -20,8 +20,9 @@ from mcp_infra.contracts import (
     LearnedSpread,
     MeasureProtocol,
 )
+from mcp_infra.core.intervals import pooled_spread
 from mcp_infra.core.machine import BUSY_CPU_FRACTION, busy_starts
-from mcp_infra.core.stats import pooled_spread, start_levels
+from mcp_infra.core.stats import start_levels
 from mcp_infra.state import evidence
 from mcp_infra.state.store import CorruptFile, Home, read_optional
 

@@ -24,7 +24,7 @@ from mcp_infra.contracts import (
     TargetProfile,
     WorkloadCell,
 )
-from mcp_infra.core.stats import Spread, pooled_variance
+from mcp_infra.core.intervals import Spread, pooled_variance
 from mcp_infra.flows.projection import NullJournal, SimServer, project, simulated_plan
 from mcp_infra.flows.rounds import (
     Bench,
