@@ -38,7 +38,7 @@ LEAN_PROTOCOL: dict[str, object] = {
 
 # Thresholds that let a measured gain promote whatever its size (a promotion by policy, not
 # by this machine's speed): any estimate above 1.000x with an interval above 0.5x, and no
-# per-prompt floor. Identical measurements still never qualify (selector.judge: "No gain").
+# per-prompt floor. Identical measurements still never qualify (judging.judge: "No gain").
 PROMOTE_ANY_GAIN: dict[str, object] = {
     "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
     "worst_prompt_tolerance_pct": 100.0,

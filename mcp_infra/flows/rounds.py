@@ -42,8 +42,9 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
+from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.machine import RedoRule, busy_starts
-from mcp_infra.core.selector import failed_gates, select
+from mcp_infra.core.selector import select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.machine import Machine

@@ -18,7 +18,8 @@ from mcp_infra.contracts import (
     WorkloadCell,
 )
 from mcp_infra.core.intervals import ASSUMED_START_NOISE, look_level, t_quantile
-from mcp_infra.core.selector import cell_words, headline_cell, select
+from mcp_infra.core.judging import cell_words, headline_cell
+from mcp_infra.core.selector import select
 from mcp_infra.core.stats import SummaryOptions, speedup_summary
 from tests.helpers.selector_runs import ALL, BASELINE, PROTOCOL, THRESHOLDS, make_run, only
 

@@ -12,7 +12,8 @@ from mcp_infra.contracts import (
     Sample,
     Semantics,
 )
-from mcp_infra.core.selector import DECISION_METHOD, failed_gates, select
+from mcp_infra.core.gating import failed_gates
+from mcp_infra.core.selector import DECISION_METHOD, select
 from tests.helpers.selector_runs import (
     ALL,
     BASELINE,

@@ -30,9 +30,9 @@ from mcp_infra.contracts import (
     RuntimeEnvSpec,
     Sample,
 )
+from mcp_infra.core.gating import run_gates
 from mcp_infra.core.preflight import HostFacts, RuntimeFacts, env_hash, pin_problems, preflight
 from mcp_infra.core.sanitize import PlanRefused
-from mcp_infra.core.selector import run_gates
 from mcp_infra.core.templates import help_flags, template_flags, unknown_flags
 from mcp_infra.flows.api import freeze_plan
 from mcp_infra.procs.runtime import ServerStartError, build_argv, free_port, start_server
