@@ -1,5 +1,5 @@
 """What a cycle costs on a target, and whether it decides: the product's own round loop
-(``flows.projection.project``: ``start_plan``, ``run_rounds``, ``next_round``, early stopping,
+(``flows.simulation.project``: ``start_plan``, ``run_rounds``, ``next_round``, early stopping,
 failed gates, ``select``, the drift re-measure, the held-out check, the time budget) over
 simulated server starts. Only the server and the clock are simulated, from a target profile.
 
@@ -20,7 +20,7 @@ median <= 30 min.
 Takes: about 2 s per seed and row on a 2-core machine (40 seeds x 4 rows: 5 minutes);
 ``--smoke`` runs 2 seeds of one row.
 
-``--load-spread S`` adds other processes' load (``flows.projection.SimServer.load_spread``);
+``--load-spread S`` adds other processes' load (``flows.simulation.SimServer.load_spread``);
 ``--memory-gb`` prices the plan on a machine with that much memory (whether candidates fit
 beside the live backend).
 
@@ -46,14 +46,12 @@ import yaml
 from mcp_infra.contracts import ConfigTruth, TargetProfile
 from mcp_infra.flows.projection import (
     COST_RESAMPLES,
-    Projection,
-    history_spread,
     profile_from_bundle,
-    project,
     replay,
     sealed_bundles,
     simulated_plan,
 )
+from mcp_infra.flows.simulation import Projection, Setting, history_spread, project
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import Home
 
@@ -91,15 +89,7 @@ def row(
     protocol = plan.protocol.model_copy(update={"learned_spread": learned})
     plan = plan.model_copy(update={"protocol": protocol})
     runs: list[Projection] = [
-        project(
-            plan,
-            profile,
-            truths,
-            seed=seed,
-            cycle_minutes=policy.budgets.cycle_minutes,
-            memory_budget_fraction=policy.service.memory_budget_fraction,
-            load_spread=load_spread,
-        )
+        project(plan, profile, truths, Setting.of(policy, seed, load_spread=load_spread))
         for seed in range(seeds)
     ]
     return {

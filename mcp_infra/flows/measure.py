@@ -230,7 +230,7 @@ def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
 def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> list[Batch]:
     """Every request of one start, in order: greedy passes (a configuration's first start), the
     warm-up, each workload cell of this start in batches, then the quality tasks. Pure: the
-    cycle sends it (``measure_start``) and the cost model prices it (``flows.projection``)."""
+    cycle sends it (``measure_start``) and the cost model prices it (``flows.simulation``)."""
     protocol, prompts = spec.protocol, spec.prompts
     base = {"candidate": spec.candidate, "start": spec.start, "round": spec.round_index}
     classes = dict.fromkeys(c.request_class for c in protocol.workload)

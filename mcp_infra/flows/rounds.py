@@ -233,7 +233,7 @@ class Tally:
         ]
         self.rounds[-1] = self.rounds[-1].model_copy(update={"set_aside": reason})
 
-    def record(  # noqa: PLR0913  keyword-only: what one start's round record says
+    def record(
         self,
         start: int,
         slot: Slot,

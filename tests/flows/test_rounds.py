@@ -1,4 +1,4 @@
-"""The round loop (``flows.rounds``) over simulated starts (``flows.projection.SimServer``): the
+"""The round loop (``flows.rounds``) over simulated starts (``flows.simulation.SimServer``): the
 cycle's own early stopping, gates and budget, with only the server and the clock simulated, so
 these run in the fast tier. Also the pure pieces the loop and the cost model share."""
 
@@ -25,7 +25,7 @@ from mcp_infra.contracts import (
     WorkloadCell,
 )
 from mcp_infra.core.intervals import Spread, pooled_variance
-from mcp_infra.flows.projection import NullJournal, SimServer, project, simulated_plan
+from mcp_infra.flows.projection import simulated_plan
 from mcp_infra.flows.rounds import (
     Bench,
     drift_protocol,
@@ -33,6 +33,7 @@ from mcp_infra.flows.rounds import (
     needs_quality,
     run_rounds,
 )
+from mcp_infra.flows.simulation import NullJournal, Setting, SimServer, project
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import CycleFiles, Home, read_model
 from tests.helpers.paths import BENCHMARKS, SHIPPED
@@ -122,8 +123,8 @@ def test_the_projection_is_deterministic_and_a_null_plan_never_qualifies() -> No
     policy = load_policy("single-user")
     truths = {"sim:a": PROFILE.candidates["null-a"], "sim:b": PROFILE.candidates["null-b"]}
     plan = simulated_plan(policy, list(truths))
-    first = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
-    again = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
+    first = project(plan, PROFILE, truths, Setting(seed=1, cycle_minutes=120))
+    again = project(plan, PROFILE, truths, Setting(seed=1, cycle_minutes=120))
     assert first == again
     assert first.outcome != "promoted" and first.selected is None
     assert 0 < first.minutes <= 120 + 15  # the budget, and at most one last step past it
