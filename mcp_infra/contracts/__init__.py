@@ -89,7 +89,6 @@ from mcp_infra.contracts.policy import (
     Policy,
     ServicePolicy,
     Thresholds,
-    Watch,
     Window,
     WorkloadCell,
 )
@@ -244,7 +243,6 @@ __all__ = [
     "UsageStart",
     "Variant",
     "Verdict",
-    "Watch",
     "Window",
     "WorkloadCell",
     "text_problem",

@@ -31,7 +31,6 @@ class Thresholds(Part):
     worst_prompt_tolerance_pct: float = Field(
         10.0, ge=0, le=100, description="largest per-prompt slowdown a qualified candidate may show"
     )
-    tie_tolerance_pct: float = Field(2.0, ge=0, le=50)
     lossy_min_identical_fraction: float = Field(0.5, ge=0, le=1)
 
 
@@ -86,7 +85,6 @@ class MeasureProtocol(Part):
         "decode speed needs enough tokens to be measured, not the whole answer (greedy passes "
         "for the equality gate still ask the full budget)",
     )
-    seed: int = 20261129
     bootstrap_resamples: int = Field(2000, ge=100, le=100_000)
     confidence: float = Field(
         0.96,
@@ -167,12 +165,6 @@ class Window(Part):
         return value
 
 
-class Watch(Part):
-    """`mcp-infra supervise --watch`: how often to look."""
-
-    interval_s: float = Field(300, ge=1, le=86_400, description="seconds between looks")
-
-
 class Budgets(Part):
     cycle_minutes: float = Field(30, gt=0, le=24 * 60)
     download_gb: float = Field(50, ge=0)
@@ -242,7 +234,6 @@ class Policy(Contract):
     )
     window: Window = Field(default_factory=Window)
     budgets: Budgets = Field(default_factory=Budgets)
-    watch: Watch = Field(default_factory=Watch)
     service: ServicePolicy = Field(default_factory=ServicePolicy)
     recipe_memory: bool = Field(
         True,

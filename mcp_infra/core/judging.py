@@ -34,6 +34,7 @@ from mcp_infra.core.intervals import (
     quantile,
 )
 from mcp_infra.core.stats import (
+    SEED,
     SpeedupSummary,
     SummaryOptions,
     derive_seed,
@@ -292,7 +293,7 @@ def _look(
         protocol.confidence, verdict.starts_used, protocol.min_starts, protocol.max_starts
     )
     head = headline_cell(baseline, run, protocol)
-    seed = derive_seed(protocol.seed, run.candidate)
+    seed = derive_seed(SEED, run.candidate)
     summary = speedup_summary(
         baseline.samples, run.samples, SummaryOptions.of(protocol, seed, level), cell=head
     )

@@ -527,6 +527,5 @@ def combined_thresholds(
         max_peak_memory_gb=memory,
         max_error_rate=bounds.max_error_rate,
         worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
-        tie_tolerance_pct=bounds.tie_tolerance_pct,
         lossy_min_identical_fraction=bounds.lossy_min_identical_fraction,
     )

@@ -55,6 +55,10 @@ from mcp_infra.core.judging import judge
 from mcp_infra.core.judging import ratio_words as _x
 from mcp_infra.core.stats import baseline_drift
 
+TIE_TOLERANCE_PCT = 2.0
+"""Qualified candidates within this many percent of the fastest count as tied: a smaller gain is
+not worth a costlier or output-changing setup, so the lossless and the cheaper are preferred."""
+
 DECISION_METHOD = 6
 """The decision method recorded in each verdict (``Verdict.method``): raised whenever the same
 samples could get another verdict, so ``evidence verify`` recomputes a verdict only under the
@@ -83,12 +87,12 @@ def select(
     """Judge every candidate and pick the one to promote, or keep the baseline.
 
     Among qualified candidates whose class may auto-promote, the highest estimate wins; any
-    within ``tie_tolerance_pct`` of it counts as tied, and of tied ones the lossless before the
+    within ``TIE_TOLERANCE_PCT`` of it counts as tied, and of tied ones the lossless before the
     lossy, then the cheaper knobs, are preferred (a smaller gain is not worth a costlier or
     output-changing setup). Runs carrying the baseline's own id are not candidates and are
     skipped. ``quality`` maps a candidate id to its quality-suite samples (``phase ==
     "quality"``); None means no quality suite was run. Each candidate's bootstrap seed is
-    ``derive_seed(protocol.seed, candidate id)``, so a verdict does not depend on the order of
+    ``derive_seed(SEED, candidate id)``, so a verdict does not depend on the order of
     ``runs``.
 
     The drift check fails closed: with ``protocol.drift_check`` on, missing or failed drift
@@ -156,7 +160,7 @@ def _choose(
     """The fastest eligible candidate, ties broken by ``_preference``, and the selection's
     reason; every other eligible one says why it was not selected."""
     best = max(v.speedup_estimate or 0.0 for v, _ in eligible)
-    floor = best * (1 - thresholds.tie_tolerance_pct / 100)
+    floor = best * (1 - TIE_TOLERANCE_PCT / 100)
     tied = [(v, r) for v, r in eligible if (v.speedup_estimate or 0.0) >= floor]
     chosen, _ = min(tied, key=lambda vr: _preference(vr[1]))
     for v, _ in eligible:
@@ -164,7 +168,7 @@ def _choose(
             continue
         if any(v is t for t, _ in tied):
             v.reasons.append(
-                f"Not selected: within {thresholds.tie_tolerance_pct:g}% of the best estimate, "
+                f"Not selected: within {TIE_TOLERANCE_PCT:g}% of the best estimate, "
                 f"but {chosen.candidate} is preferred (lossless before lossy, then cheaper "
                 "knobs, lower memory, the id)."
             )

@@ -117,6 +117,11 @@ def error_count(samples: Iterable[Sample]) -> tuple[int, int]:
     return sum(1 for s in measure if s.error is not None), len(measure)
 
 
+SEED = 20261129
+"""The seed every shuffle and resample of a cycle derives from (``derive_seed``): the same samples
+always reach the same verdict, in the cycle and in ``evidence verify``."""
+
+
 def derive_seed(seed: int, key: str) -> int:
     """A stable per-candidate seed: sha256, not ``hash()``, which is salted per process."""
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()

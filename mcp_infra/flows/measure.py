@@ -55,7 +55,7 @@ from mcp_infra.contracts import (
     ServiceConfig,
     WorkloadCell,
 )
-from mcp_infra.core.stats import derive_seed
+from mcp_infra.core.stats import SEED, derive_seed
 from mcp_infra.core.suites import Suite, SuitePrompt
 from mcp_infra.core.workload import cell_figures, request_class_of
 from mcp_infra.procs import bench, usage
@@ -258,9 +258,7 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             order += 1
     for cell in cells_for_start(protocol, spec.start):
         chosen = {p.id: p for p in prompts.get(cell.request_class, [])}
-        seed = derive_seed(
-            protocol.seed, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}"
-        )
+        seed = derive_seed(SEED, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}")
         for batch in batches(list(chosen), cell.concurrency, protocol.repeats, seed):
             requests = [
                 Request(

@@ -44,7 +44,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.machine import RedoRule, busy_starts
-from mcp_infra.core.selector import select
+from mcp_infra.core.selector import TIE_TOLERANCE_PCT, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.machine import Machine
@@ -562,7 +562,7 @@ def _judge_round(
         if v.decision == Decision.QUALIFIED and v.auto_promote and not rejections_only:
             items[v.candidate].qualified_at = v.speedup_estimate
     best = max((i.qualified_at for i in items.values() if i.qualified_at), default=None)
-    for name in outrun(verdict, still, best, plan.thresholds.tie_tolerance_pct):
+    for name in outrun(verdict, still, best, TIE_TOLERANCE_PCT):
         still.remove(name)
         decided[name] = "outrun"
         items[name].stopped = (

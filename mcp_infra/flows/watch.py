@@ -3,8 +3,9 @@ lets them start and finish.
 
 Each look recovers and runs what is queued (``cycle.supervise``, which enforces the window and
 retries a failed cycle a bounded number of times with backoff). Between looks it sleeps
-``policy.watch.interval_s``, or until the window opens if that is sooner. It stops when a cycle
-needs an operator, when ``max_cycles`` or ``max_looks`` is reached, or on SIGINT/SIGTERM.
+``WATCH_INTERVAL_S`` (or ``--interval``), or until the window opens if that is sooner. It stops
+when a cycle needs an operator, when ``max_cycles`` or ``max_looks`` is reached, or on
+SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from datetime import UTC, datetime
 
 from mcp_infra.contracts import CycleSummary
 from mcp_infra.flows.cycle import supervise
-from mcp_infra.state.context import HomeContext, window_state
+from mcp_infra.state.context import window_state
 from mcp_infra.state.store import Home, LockHeld
 
 __all__ = ["watch"]
+
+WATCH_INTERVAL_S = 300.0
+"""Seconds between looks of `supervise --watch` (``--interval`` sets another)."""
 
 
 def watch(
@@ -66,8 +70,7 @@ def watch(
             state = window_state(home)
             if max_looks is not None and looks >= max_looks:
                 break
-            policy = HomeContext(home).policy
-            pause = interval_s if interval_s is not None else policy.watch.interval_s
+            pause = interval_s if interval_s is not None else WATCH_INTERVAL_S
             if home.queued() and not state.may_start and not ignore_window:
                 wait = state.wait_s(datetime.now(UTC))
                 log(f"watch: queued plans wait: {state.reason}")

@@ -189,7 +189,6 @@ def test_the_watcher_lets_queued_plans_wait_for_the_window(home: Home) -> None:
     write_manifest(home)
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
-    data["watch"] = {"interval_s": 60}
     data["window"] = {"mode": "never"}
     path.write_text(yaml.safe_dump(data))
     app.propose(
@@ -197,6 +196,6 @@ def test_the_watcher_lets_queued_plans_wait_for_the_window(home: Home) -> None:
     )
     slept: list[float] = []
     lines: list[str] = []
-    assert watch(home, max_looks=2, sleep=slept.append, log=lines.append) == []
+    assert watch(home, interval_s=60, max_looks=2, sleep=slept.append, log=lines.append) == []
     assert slept == [60] and len(home.queued()) == 1
     assert any("queued plans wait: the policy's window is 'never'" in line for line in lines)
