@@ -109,7 +109,7 @@ class MeasureProtocol(Part):
     learned_spread: LearnedSpread | None = Field(
         None,
         description="set when the plan is frozen, from this home's history: pooled with each "
-        "cycle's own start-to-start spread where the two agree (core.stats.pooled_variance)",
+        "cycle's own start-to-start spread where the two agree (core.intervals.pooled_variance)",
     )
     heldout_repeats: int | None = Field(
         None,

@@ -71,9 +71,8 @@ long cycles their power or their error rate."""
 PRIOR_MAX_DF = 4
 """History counts as at most this many degrees of freedom in the pool, however many it has: a
 machine that became noisier than its history cannot be seen by an F test on one or two starts,
-so history may narrow an early look only as much as four starts of this cycle would
-(decision_quality.py with the learned spread half the truth: 2.8% qualified at the threshold
-with history's full weight, 1.5% capped at 4; docs/statistics.md)."""
+so history may narrow an early look only as much as four starts of this cycle would (a history
+half as noisy as the machine then keeps the error rate within its bound: docs/statistics.md)."""
 
 SPREAD_CONSISTENCY = 0.99
 """A cycle's own spread that exceeds the learned one beyond this F quantile disagrees with

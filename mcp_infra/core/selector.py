@@ -28,9 +28,8 @@ A *confirmation* (``confirmation=True``: the winner's held-out check) uses the s
 the threshold alone as the bar. The A/A noise floor was cleared in selection, on the baseline's
 measured starts; the check runs one fresh start per side, so its interval already carries the
 assumed start-to-start spread on both sides, and clearing a floor computed from that same
-spread again would count it twice (with one start each, a true 1.3x gain then failed the demo's
-check). It can only remove a selected candidate, never add one, so the selection's error rate
-still bounds the cycle's.
+spread again would count it twice. It can only remove a selected candidate, never add one, so
+the selection's error rate still bounds the cycle's.
 """
 
 from __future__ import annotations

@@ -232,11 +232,11 @@ class _Resampled:
         own mean, pooled over the prompts (one-way analysis of variance).
 
         Why pooled: a prompt's own S values give S - 1 degrees of freedom, and with 2 or 3
-        starts the t quantile (4.3 to 12.7 at 95%) made every per-prompt interval so wide that
-        one slow request straddled the worst-prompt floor (demo runs: 0.56x to 5.9x around
-        1.8x). In log space the prompts of a configuration share one noise level, so pooling
-        gives the sum of their degrees of freedom; each prompt keeps its own estimate. Asked
-        only for a prompt with two starts or more, so the degrees of freedom are at least 1."""
+        starts the t quantile (4.3 to 12.7 at 95%) makes a per-prompt interval so wide that one
+        slow request straddles the worst-prompt floor. In log space the prompts of a
+        configuration share one noise level, so pooling gives the sum of their degrees of
+        freedom; each prompt keeps its own estimate. Asked only for a prompt with two starts or
+        more, so the degrees of freedom are at least 1."""
         squares = 0.0
         df = 0
         for prompt in self.cells:

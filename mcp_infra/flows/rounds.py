@@ -491,9 +491,8 @@ def busy_so_far(
 
     Why: before ``min_starts`` a side's interval is the learned spread, and that spread was
     learned from quiet starts only (``state.spread.quiet_starts``): it says nothing of how far a
-    start that other processes or the hypervisor slowed lands from the machine's level. Beside a
-    co-tenant one such start made an A/A candidate measure 0.565x and be rejected after its
-    first round; in a demo it rejected a drafter that way (docs/benchmarks.md). A candidate
+    start that other processes or the hypervisor slowed lands from the machine's level, and one
+    such start can reject a candidate after its first round (docs/benchmarks.md). A candidate
     held back is measured in the next round and judged there with the cycle's own spread
     beside history.
     Without a machine reading (the cost model) no start is busy."""

@@ -104,7 +104,7 @@ def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:
 def test_a_learned_spread_is_pooled_only_when_the_cycle_agrees_with_it() -> None:
     quiet = [0.0, 0.04]  # sd about 0.028
     var, df, source = pooled_variance(quiet, Spread(0.05, 8))
-    # History's 8 degrees of freedom count as 4 (stats.PRIOR_MAX_DF).
+    # History's 8 degrees of freedom count as 4 (intervals.PRIOR_MAX_DF).
     assert df == 5 and source.startswith("learned")
     assert var == pytest.approx((4 * 0.05**2 + 0.0008) / 5 / 2)
     louder = [0.0, 0.1]  # agrees with history (F test), but louder than the pool would say
