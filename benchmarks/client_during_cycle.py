@@ -223,9 +223,7 @@ def overhead(home: Home, pairs: int = 40) -> dict[str, Any]:
                 [{"role": "user", "content": f"story {i}"}],
                 max_tokens=64,
                 timeout=60,
-                candidate=name,
-                prompt_id="p",
-                repeat=i,
+                labels=bench.Labels(name, "p", i),
             )
             if sample.decode_tps:
                 tps[name].append(sample.decode_tps)

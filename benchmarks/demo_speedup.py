@@ -113,10 +113,7 @@ def main() -> int:
                     [m.model_dump() for m in p.messages],
                     max_tokens=args.max_tokens,
                     timeout=120,
-                    candidate=s.name,
-                    prompt_id=p.id,
-                    repeat=0,
-                    phase="warmup",
+                    labels=bench.Labels(s.name, p.id, phase="warmup"),
                 )
             for _ in range(args.rounds):
                 for p in prompts:
@@ -147,9 +144,7 @@ def main() -> int:
                         bench.with_nonce([m.model_dump() for m in p.messages], uuid.uuid4().hex),
                         max_tokens=args.max_tokens,
                         timeout=120,
-                        candidate=s.name,
-                        prompt_id=p.id,
-                        repeat=run,
+                        labels=bench.Labels(s.name, p.id, run),
                     )
                     if sample.decode_tps:
                         s.tps.append(sample.decode_tps)

@@ -33,7 +33,7 @@ from mcp_infra.core.preflight import all_candidates
 from mcp_infra.core.sanitize import PlanRefused, parse_plan, shown_name
 from mcp_infra.demo.homes import make_home
 from mcp_infra.demo.models import build_demo_models
-from mcp_infra.flows.api import freeze_plan
+from mcp_infra.flows.proposal import freeze_plan
 from mcp_infra.state.context import HomeContext
 
 PLAN_FIELDS = {"hypothesis", "candidates", "acceptance", "notes"}

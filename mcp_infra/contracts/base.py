@@ -21,6 +21,13 @@ YAML file): any shape until a contract validates it. The one reason the package 
 for data; other ``Any`` says its own reason where it stands."""
 
 
+def unset(value: object) -> bool:
+    """A field added after files were frozen is left out of a dump while unset (None or
+    False; pydantic's ``exclude_if``), so every file that does not use it dumps, and hashes,
+    exactly as before it existed."""
+    return value is None or value is False
+
+
 class Contract(BaseModel):
     """Base of every contract: unknown fields are an error, never silently kept."""
 

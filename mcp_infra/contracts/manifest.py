@@ -8,7 +8,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mcp_infra.contracts.base import ID_PATTERN, REPO_PATTERN, REVISION_PATTERN, Contract, Part
+from mcp_infra.contracts.base import (
+    ID_PATTERN,
+    REPO_PATTERN,
+    REVISION_PATTERN,
+    Contract,
+    Part,
+    unset,
+)
 
 
 class CandidateClass(StrEnum):
@@ -25,14 +32,10 @@ class Semantics(StrEnum):
     LOSSY = "lossy"
 
 
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
 TemplateName = Literal["mlx_lm_server", "mlx_vlm_server", "mlx_lm_distributed"]
 DISTRIBUTED_TEMPLATE = "mlx_lm_distributed"
-
-
-def _unset(value: object) -> bool:
-    """Split knobs are left out of a dump while unset, so every manifest, recipe and record
-    that does not split dumps, and hashes, exactly as before they existed."""
-    return value is None
 
 
 class Knobs(Part):
@@ -47,10 +50,31 @@ class Knobs(Part):
     quantized_kv_start: int | None = Field(None, ge=0, le=1_000_000)
     prefill_step_size: int | None = Field(None, ge=16, le=65_536)
     prompt_cache_size: int | None = Field(None, ge=0, le=1024)
+    prompt_cache_bytes: int | None = Field(
+        None,
+        exclude_if=unset,
+        ge=1 << 20,
+        le=1 << 44,
+        description="mlx_lm.server --prompt-cache-bytes: the prompt cache's size bound in bytes",
+    )
+    decode_concurrency: int | None = Field(
+        None,
+        exclude_if=unset,
+        ge=1,
+        le=1024,
+        description="mlx_lm.server --decode-concurrency: requests decoded in one batch",
+    )
+    prompt_concurrency: int | None = Field(
+        None,
+        exclude_if=unset,
+        ge=1,
+        le=1024,
+        description="mlx_lm.server --prompt-concurrency: prompts processed in one batch",
+    )
     max_kv_size: int | None = Field(None, ge=256, le=1_048_576)
     ranks: int | None = Field(
         None,
-        exclude_if=_unset,
+        exclude_if=unset,
         ge=2,
         le=16,
         description="split the model over this many ranks through mlx.launch (template "
@@ -58,12 +82,12 @@ class Knobs(Part):
     )
     backend: Literal["ring", "jaccl", "mpi"] | None = Field(
         None,
-        exclude_if=_unset,
+        exclude_if=unset,
         description="mlx.launch backend (ring: TCP; jaccl: RDMA over Thunderbolt 5; mpi)",
     )
     split: Literal["tensor", "pipeline"] | None = Field(
         None,
-        exclude_if=_unset,
+        exclude_if=unset,
         description="tensor parallel (mlx_lm.server's default) or --pipeline",
     )
 
@@ -84,13 +108,35 @@ class Knobs(Part):
 
 
 class ArtifactRef(Part):
-    """A model artifact: pinned on the hub (repo + 40-hex revision) or built by `mcp-infra demo`."""
+    """A model artifact, in one of four forms: pinned on the hub (repo + 40-hex revision), built
+    by `mcp-infra demo` (demo), a folder on this machine (path, with the sha256 of its files
+    once recorded), or the home's configured target (configured: whatever model config.yaml's
+    baseline serves, so one manifest serves any model)."""
 
     role: Literal["target", "draft"]
     repo: Annotated[str, Field(pattern=REPO_PATTERN)] | None = None
     revision: Annotated[str, Field(pattern=REVISION_PATTERN)] | None = None
     demo: Literal["target", "draft", "split-target"] | None = Field(
         None, description="name of a model that `mcp-infra demo` builds into the home directory"
+    )
+    path: str | None = Field(
+        None,
+        exclude_if=unset,
+        min_length=2,
+        max_length=1000,
+        description="an absolute model folder on this machine",
+    )
+    digest: Annotated[str, Field(pattern=SHA256_PATTERN)] | None = Field(
+        None,
+        exclude_if=unset,
+        description="path: sha256 over its files' sorted (path, size, sha256), as recorded; "
+        "checked again before each start",
+    )
+    configured: bool = Field(
+        False,
+        exclude_if=unset,
+        description="the home's configured target, whatever model it is (a draft: the target's "
+        "own folder, e.g. its multi-token-prediction head)",
     )
     size_gb: float | None = Field(None, ge=0, le=2048)
     license: str | None = Field(None, max_length=64)
@@ -99,14 +145,21 @@ class ArtifactRef(Part):
     @model_validator(mode="after")
     def _one_source(self) -> ArtifactRef:
         hub = self.repo is not None or self.revision is not None
-        if hub and self.demo is not None:
-            raise ValueError("an artifact is either pinned on the hub or a demo model, not both")
+        forms = [hub, self.demo is not None, self.path is not None, self.configured]
+        if sum(forms) != 1:
+            raise ValueError(
+                "an artifact is exactly one of: repo + revision (hub), demo, path, configured"
+            )
         if hub and (self.repo is None or self.revision is None):
             raise ValueError("a hub artifact needs both repo and a 40-hex revision")
-        if not hub and self.demo is None:
-            raise ValueError("an artifact needs repo + revision or demo")
         if self.repo is not None and ("--" in self.repo or ".." in self.repo):
             raise ValueError("a hub repo id may not contain '--' or '..'")
+        if self.path is not None and (
+            not self.path.startswith("/") or "\0" in self.path or ".." in self.path.split("/")
+        ):
+            raise ValueError("an artifact path must be absolute, without '..'")
+        if self.digest is not None and self.path is None:
+            raise ValueError("digest belongs to a path artifact")
         for name in self.files:
             if name.startswith("/") or ".." in name.split("/"):
                 raise ValueError("artifact file patterns must be relative, without '..'")
@@ -115,7 +168,6 @@ class ArtifactRef(Part):
 
 PACKAGE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$"
 EXACT_VERSION_PATTERN = r"^\d+(\.\d+){0,3}((a|b|rc)\d+)?(\.post\d+)?$"
-SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 
 class PinnedPackage(Part):

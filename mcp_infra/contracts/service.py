@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mcp_infra.contracts.base import ID_PATTERN, Contract, Part
+from mcp_infra.contracts.base import ID_PATTERN, Contract, Part, unset
 from mcp_infra.contracts.manifest import (
     SHA256_PATTERN,
     CandidateClass,
@@ -15,6 +15,7 @@ from mcp_infra.contracts.manifest import (
     Semantics,
     TemplateName,
 )
+from mcp_infra.contracts.models import ModelSource
 
 
 class RecipeRuntime(Part):
@@ -281,6 +282,19 @@ class ServiceConfig(Contract):
         "alike) on this many CPUs, the last ones this process may use (Linux; None: all). "
         "The demo sets 1: on a 2-CPU VM the tiny models' servers then ran without the "
         "2.5x-slower spells that unpinned ones had (procs.runtime.pin_to_cpus)",
+    )
+    model: ModelSource | None = Field(
+        None,
+        exclude_if=unset,
+        description="the model `mcp-infra init --model` configured: what was given, the folder "
+        "served and the sha256 of its files, checked before each start",
+    )
+    model_dirs: list[Annotated[str, Field(min_length=2, max_length=1000)]] = Field(
+        default_factory=list,
+        exclude_if=unset,
+        max_length=32,
+        description="folders where the catalog looks for drafters and build sources, besides "
+        "the Hugging Face hub cache (each a model folder or a folder of model folders)",
     )
 
 

@@ -1,6 +1,6 @@
 """Pure rules of the front: which requests it forwards and how their path is read, what a
 backend's answer headers may tell a client, who may read answers from a web page, and what to do
-about a live backend that died. No I/O: ``procs/front.py`` calls these with what it saw.
+about a live backend that died. No I/O: ``procs/proxy.py`` calls these with what it saw.
 
 Paths are read strictly, never repaired: one percent-decoding, then an exact match against the
 OpenAI-compatible paths the runtimes serve. A dot segment, a NUL or control byte, a backslash, a

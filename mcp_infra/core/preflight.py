@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 
 from pydantic import Field
 
@@ -18,6 +20,7 @@ from mcp_infra.contracts import (
     EXACT_VERSION_PATTERN,
     SHA256_PATTERN,
     ArtifactRef,
+    FolderFacts,
     Manifest,
     Part,
     Policy,
@@ -26,6 +29,13 @@ from mcp_infra.contracts import (
     Variant,
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.modelfacts import (
+    RUNTIME_KV_GROUP,
+    fit_problem,
+    kv_groups,
+    memory_need_gb,
+    tokenizer_differences,
+)
 from mcp_infra.core.templates import unknown_flags
 
 RUNTIME_PACKAGES = {
@@ -67,6 +77,16 @@ class HostFacts(Part):
     shared_site: str = Field("", description="the control plane's site-packages")
     runtimes: dict[str, RuntimeFacts] = Field(
         default_factory=dict, description="built runtime environments by content hash"
+    )
+    target: FolderFacts | None = Field(
+        None, description="the live model: the configured baseline's folder, as read now"
+    )
+    artifact_paths: dict[str, str] = Field(
+        default_factory=dict,
+        description="artifact key → the folder it resolves to here (symlinks resolved)",
+    )
+    folders: dict[str, FolderFacts] = Field(
+        default_factory=dict, description="folder → its facts, for the folders that exist"
     )
 
 
@@ -126,8 +146,19 @@ def all_candidates(manifests: dict[str, Manifest]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+CONFIGURED = "configured"
+
+
 def artifact_key(artifact: ArtifactRef) -> str:
-    return f"demo:{artifact.demo}" if artifact.demo else f"{artifact.repo}@{artifact.revision}"
+    """One string per artifact: ``demo:NAME``, ``path:/FOLDER``, ``configured`` or
+    ``REPO@REVISION``."""
+    if artifact.demo:
+        return f"demo:{artifact.demo}"
+    if artifact.path:
+        return f"path:{artifact.path}"
+    if artifact.configured:
+        return CONFIGURED
+    return f"{artifact.repo}@{artifact.revision}"
 
 
 def normalize_name(name: str) -> str:
@@ -181,71 +212,502 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def runtime_checks(
-    check: Callable[[str, bool, str, str], None],
     spec: RuntimeEnvSpec,
     template: TemplateName,
     variant: Variant,
     facts: HostFacts,
     cid: str,
-) -> dict[str, str]:
+) -> tuple[list[Check], dict[str, str]]:
     """The checks of a candidate's own runtime environment: pinned, for this Python, built,
-    untampered, and every flag its knobs pass listed by that runtime's ``--help``. Returns the
+    untampered, and every flag its knobs pass listed by that runtime's ``--help``; and the
     packages the environment serves with (its lock once built, else what it pins over what it
     would share), for the version checks."""
     pins = pin_problems(spec)
-    check(
-        "runtime_pinned",
-        not pins,
-        f"{len(spec.packages)} package(s) pinned to exact versions with sha256",
-        "not pinned: " + "; ".join(pins),
-    )
     have_python = ".".join(facts.python.split(".")[:2])
-    check(
-        "runtime_python",
-        have_python == spec.python,
-        f"Python {spec.python}, as the control plane's interpreter it is built from",
-        f"the environment needs Python {spec.python}; this machine builds it from the control "
-        f"plane's Python {have_python or 'unknown'}",
-    )
     digest = env_hash(spec, facts.python, facts.platform, facts.shared_site)
     built = facts.runtimes.get(digest)
     where = f"runtimes/{digest[:12]}"
-    check(
-        "runtime_built",
-        built is not None and built.built,
-        f"built in {where} ({env_label(spec)})",
-        f"not built yet ({where}): run `mcp-infra prepare {cid}`",
-    )
-    check(
-        "runtime_integrity",
-        built is None or not built.problems,
-        "its files and packages match the lock" if built else "nothing built yet to check",
-        "the environment differs from its lock: " + "; ".join(built.problems[:3] if built else []),
-    )
+    checks = [
+        _check(
+            "runtime_pinned",
+            not pins,
+            f"{len(spec.packages)} package(s) pinned to exact versions with sha256",
+            "not pinned: " + "; ".join(pins),
+        ),
+        _check(
+            "runtime_python",
+            have_python == spec.python,
+            f"Python {spec.python}, as the control plane's interpreter it is built from",
+            f"the environment needs Python {spec.python}; this machine builds it from the "
+            f"control plane's Python {have_python or 'unknown'}",
+        ),
+        _check(
+            "runtime_built",
+            built is not None and built.built,
+            f"built in {where} ({env_label(spec)})",
+            f"not built yet ({where}): run `mcp-infra prepare {cid}`",
+        ),
+        _check(
+            "runtime_integrity",
+            built is None or not built.problems,
+            "its files and packages match the lock" if built else "nothing built yet to check",
+            "the environment differs from its lock: "
+            + "; ".join(built.problems[:3] if built else []),
+        ),
+    ]
     if built is None or not built.built:
-        check(
-            "runtime_flags",
-            True,
-            "checked against the runtime's --help when the environment is built",
-            "",
+        checks.append(
+            _check(
+                "runtime_flags",
+                True,
+                "checked against the runtime's --help when the environment is built",
+                "",
+            )
         )
         pinned = {normalize_name(p.name): p.version for p in spec.packages}
-        return {**(facts.packages if spec.site == "shared" else {}), **pinned}
+        return checks, {**(facts.packages if spec.site == "shared" else {}), **pinned}
+    checks.append(_flags_check(template, variant, built))
+    return checks, dict(built.packages)
+
+
+def _flags_check(template: TemplateName, variant: Variant, built: RuntimeFacts) -> Check:
     accepted = built.accepted_flags.get(template)
     try:
         unknown = unknown_flags(template, variant.knobs, accepted or [])
     except ValueError as exc:
         unknown = [str(exc)]
-    check(
+    package = RUNTIME_PACKAGES[template]
+    return _check(
         "runtime_flags",
         accepted is not None and not unknown,
         f"every flag it passes is in the --help of {template} in this environment",
-        f"the environment has no {template} server to ask (no {RUNTIME_PACKAGES[template]} in it)"
+        f"the environment has no {template} server to ask (no {package} in it)"
         if accepted is None
-        else f"{RUNTIME_PACKAGES[template]} {built.packages.get(RUNTIME_PACKAGES[template], '?')} "
-        f"does not accept {', '.join(unknown)} (its --help at build time)",
+        else f"{package} {built.packages.get(package, '?')} does not accept "
+        f"{', '.join(unknown)} (its --help at build time)",
     )
-    return dict(built.packages)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks, one short function each, over one `Subject`; `CHECKS` is their table
+# ---------------------------------------------------------------------------------------------
+
+
+def _check(name: str, passed: bool, ok: str, bad: str) -> Check:
+    return Check(name=name, passed=passed, detail=ok if passed else bad)
+
+
+@dataclass
+class Subject:
+    """One candidate as every check sees it: its manifest and variant, the policy, this
+    machine's facts, and what follows from them (the artifacts it runs with, its hub pins)."""
+
+    manifest: Manifest
+    variant: Variant
+    policy: Policy
+    facts: HostFacts
+    require_artifacts: bool = False
+
+    @property
+    def cid(self) -> str:
+        return f"{self.manifest.id}:{self.variant.id}"
+
+    @cached_property
+    def artifacts(self) -> list[ArtifactRef]:
+        """Only what this variant runs with: the target, and the drafter if it drafts."""
+        used = [a for a in self.manifest.artifacts if a.role != "draft" or self.variant.knobs.draft]
+        return [self.manifest.target, *used]
+
+    @cached_property
+    def hub_refs(self) -> list[ArtifactRef]:
+        return [a for a in self.artifacts if a.repo]
+
+    @cached_property
+    def repos(self) -> list[str]:
+        return [a.repo for a in self.hub_refs if a.repo]
+
+    @property
+    def template(self) -> TemplateName:
+        return self.manifest.runtime.template
+
+    @cached_property
+    def environment(self) -> tuple[list[Check], dict[str, str]]:
+        """The checks of its own runtime environment, if it names one, and the packages it
+        serves with (the control plane's otherwise)."""
+        spec = self.manifest.environment_of(self.variant)
+        if spec is None:
+            return [], dict(self.facts.packages)
+        return runtime_checks(spec, self.template, self.variant, self.facts, self.cid)
+
+    def folder(self, artifact: ArtifactRef) -> FolderFacts | None:
+        """The facts of an artifact's folder, where it is on this machine."""
+        path = self.facts.artifact_paths.get(artifact_key(artifact))
+        return self.facts.folders.get(path) if path else None
+
+    @cached_property
+    def draft(self) -> ArtifactRef | None:
+        return self.manifest.draft_artifact() if self.variant.knobs.draft else None
+
+
+def trusted_namespace(s: Subject) -> list[Check]:
+    untrusted = sorted({r for r in s.repos if r.split("/")[0] not in s.policy.trusted_namespaces})
+    return [
+        _check(
+            "trusted_namespace",
+            not untrusted,
+            f"{', '.join(sorted({r.split('/')[0] for r in s.repos}))} trusted by policy "
+            f"{s.policy.name}"
+            if s.hub_refs
+            else "no hub artifacts (local demo models)",
+            f"not in policy {s.policy.name}'s trusted namespaces "
+            f"({', '.join(s.policy.trusted_namespaces) or 'none'}): {', '.join(untrusted)}",
+        )
+    ]
+
+
+def class_allowed(s: Subject) -> list[Check]:
+    klass = s.manifest.class_of(s.variant).value
+    return [
+        _check(
+            "class_allowed",
+            s.manifest.class_of(s.variant) in s.policy.allowed_classes,
+            f"class {klass} is allowed by policy {s.policy.name}",
+            f"class {klass} is not allowed by policy {s.policy.name}",
+        )
+    ]
+
+
+def template_allowed(s: Subject) -> list[Check]:
+    return [
+        _check(
+            "template_allowed",
+            s.template in s.policy.allowed_templates,
+            f"template {s.template} is allowed by policy {s.policy.name}",
+            f"template {s.template} is not allowed by policy {s.policy.name}",
+        )
+    ]
+
+
+def pinned(s: Subject) -> list[Check]:
+    unpinned = [
+        a.repo for a in s.hub_refs if not (a.revision and re.fullmatch(r"[0-9a-f]{40}", a.revision))
+    ]
+    return [
+        _check(
+            "pinned",
+            not unpinned,
+            ("pinned: " + ", ".join(f"{a.repo}@{(a.revision or '')[:12]}" for a in s.hub_refs))
+            if s.hub_refs
+            else "no hub artifacts (local demo models)",
+            f"not pinned to a 40-hex commit: {', '.join(str(r) for r in unpinned)}",
+        )
+    ]
+
+
+def remote_code(s: Subject) -> list[Check]:
+    return [
+        _check(
+            "remote_code",
+            not s.manifest.runtime.trust_remote_code,
+            "trust_remote_code is off",
+            "the manifest asks for trust_remote_code, which mcp-infra never enables",
+        )
+    ]
+
+
+def license_reviewed(s: Subject) -> list[Check]:
+    licenses = ", ".join(f"{a.role} {a.license}" for a in s.hub_refs if a.license)
+    return [
+        _check(
+            "license",
+            s.manifest.license_reviewed,
+            "license reviewed" + (f" ({licenses})" if licenses else ""),
+            "the manifest does not mark its licenses as reviewed (license_reviewed: true)",
+        )
+    ]
+
+
+def platform(s: Subject) -> list[Check]:
+    return [
+        _check(
+            "platform",
+            s.facts.platform in s.manifest.runtime.platforms,
+            f"{s.facts.platform} is supported",
+            f"this machine is {s.facts.platform}; the manifest runs only on "
+            f"{', '.join(s.manifest.runtime.platforms)}",
+        )
+    ]
+
+
+def runtime_environment(s: Subject) -> list[Check]:
+    return s.environment[0]
+
+
+def versions(s: Subject) -> list[Check]:
+    packages = s.environment[1]
+    needed = dict(s.manifest.runtime.min_versions)
+    needed.setdefault(RUNTIME_PACKAGES[s.template], "0")
+    needed.setdefault("mlx", "0")
+    checks = []
+    for package, minimum in sorted(needed.items()):
+        version = packages.get(package)
+        ok = version is not None and _version_tuple(version) >= _version_tuple(minimum)
+        shown = f">= {minimum}" if minimum != "0" else "installed"
+        checks.append(
+            _check(
+                f"version:{package}",
+                ok,
+                f"{package} {version} ({shown})",
+                f"{package} is not installed (the manifest needs {package} {shown})"
+                if version is None
+                else f"{package} {version} is older than the required {minimum}",
+            )
+        )
+    return checks
+
+
+def memory(s: Subject) -> list[Check]:
+    need = s.manifest.resources.memory_gb
+    return [
+        _check(
+            "memory",
+            s.facts.memory_gb >= need,
+            f"{s.facts.memory_gb:.1f} GB >= {need:g} GB required",
+            f"this machine has {s.facts.memory_gb:.1f} GB of memory; the manifest needs "
+            f"{need:g} GB",
+        )
+    ]
+
+
+def _download_gb(s: Subject) -> float:
+    have = set(s.facts.available_artifacts)
+    return sum(a.size_gb or 0 for a in s.hub_refs if artifact_key(a) not in have)
+
+
+def disk(s: Subject) -> list[Check]:
+    download_gb = _download_gb(s)
+    facts = s.facts
+    free = facts.cache_free_disk_gb if facts.cache_free_disk_gb is not None else facts.free_disk_gb
+    return [
+        _check(
+            "disk",
+            free >= download_gb,
+            f"{free:.1f} GB free >= {download_gb:.2f} GB to download"
+            if download_gb
+            else "nothing to download",
+            f"only {free:.1f} GB free where the hub cache lives; {download_gb:.2f} GB must be "
+            "downloaded",
+        )
+    ]
+
+
+def budgets(s: Subject) -> list[Check]:
+    disk_gb, budget = s.manifest.resources.disk_gb, s.policy.budgets
+    download_gb = _download_gb(s)
+    return [
+        _check(
+            "disk_budget",
+            disk_gb <= budget.disk_gb,
+            f"{disk_gb:g} GB of disk within the policy's {budget.disk_gb:g} GB budget",
+            f"the manifest needs {disk_gb:g} GB of disk; the policy's budget is "
+            f"{budget.disk_gb:g} GB",
+        ),
+        _check(
+            "download_budget",
+            download_gb <= budget.download_gb,
+            f"{download_gb:.2f} GB to download is within the {budget.download_gb:g} GB budget",
+            f"{download_gb:.2f} GB to download exceeds the policy's {budget.download_gb:g} "
+            "GB download budget",
+        ),
+    ]
+
+
+def _missing_hint(s: Subject, missing: list[str]) -> str:
+    hints = []
+    if any(k.startswith("demo:") and k != SPLIT_DEMO for k in missing):
+        hints.append("run `mcp-infra demo` to build the demo models")
+    if SPLIT_DEMO in missing:
+        hints.append(
+            "the splittable demo target is built by "
+            "mcp_infra.demo.models.build_split_target(<home>/models)"
+        )
+    if any(k.startswith("path:") or k == CONFIGURED for k in missing):
+        hints.append("the folder is gone: run `mcp-infra init --model` again")
+    if any(not k.startswith(("demo:", "path:")) and k != CONFIGURED for k in missing):
+        hints.append(f"run `mcp-infra prepare {s.cid}`")
+    return "; ".join(hints)
+
+
+def artifacts_present(s: Subject) -> list[Check]:
+    if not (s.require_artifacts or any(a.demo for a in s.artifacts)):
+        return []
+    have = set(s.facts.available_artifacts) | {
+        artifact_key(a) for a in s.artifacts if not a.repo and not a.demo and s.folder(a)
+    }
+    missing = [artifact_key(a) for a in s.artifacts if artifact_key(a) not in have]
+    return [
+        _check(
+            "artifacts",
+            not missing,
+            "all artifacts are present locally",
+            f"missing locally: {', '.join(missing)} ({_missing_hint(s, missing)})",
+        )
+    ]
+
+
+def integrity(s: Subject) -> list[Check]:
+    have = set(s.facts.available_artifacts)
+    keys = [artifact_key(a) for a in s.hub_refs]
+    tampered = {k: s.facts.artifact_problems[k] for k in keys if k in have}
+    tampered = {k: v for k, v in tampered.items() if k in s.facts.artifact_problems}
+    return [
+        _check(
+            "integrity",
+            not tampered,
+            "cached hub artifacts match their sha256 inventory (sizes and files; every byte is "
+            "re-hashed before use)"
+            if any(k in have for k in keys)
+            else "nothing prepared yet to check"
+            if s.hub_refs
+            else "local demo models",
+            "; ".join(f"{k}: {', '.join(v[:3])}" for k, v in tampered.items()),
+        )
+    ]
+
+
+# The checks against the live model: the facts of the configured target's folder
+# (``HostFacts.target``) beside the facts of the candidate's own folders.
+
+
+def same_target(s: Subject) -> list[Check]:
+    live = s.facts.target
+    path = s.facts.artifact_paths.get(artifact_key(s.manifest.target))
+    if live is None or s.manifest.target.configured:
+        said = "no live model configured to compare with" if live is None else ""
+        return [_check("same_target", True, said or "serves the configured target", "")]
+    digest = s.manifest.target.digest
+    same = path == live.path and not (digest and live.digest and digest != live.digest)
+    return [
+        _check(
+            "same_target",
+            same,
+            f"its target is the live model ({live.path})",
+            f"another model's candidate: its target is {path or artifact_key(s.manifest.target)}"
+            f"; this home serves {live.path}"
+            if path != live.path
+            else f"made for another state of {live.path} (files {digest and digest[:12]}…, now "
+            f"{live.digest and live.digest[:12]}…)",
+        )
+    ]
+
+
+def loadable(s: Subject) -> list[Check]:
+    checks = []
+    for artifact in (s.manifest.target, *([s.draft] if s.draft else [])):
+        folder = s.folder(artifact)
+        if folder is None or folder.shape is None:
+            continue
+        runtime = RUNTIME_PACKAGES[s.template]
+        model_type = folder.shape.model_type
+        checks.append(
+            _check(
+                f"loadable:{artifact.role}",
+                s.template in folder.loaders,
+                f"{runtime} {s.facts.packages.get(runtime, '?')} loads model_type {model_type}",
+                f"{runtime} {s.facts.packages.get(runtime, '?')} cannot load model_type "
+                f"{model_type!r} ({artifact.role} {folder.path}): it has no module for it",
+            )
+        )
+    return checks
+
+
+def drafter_tokenizer(s: Subject) -> list[Check]:
+    live = s.facts.target
+    if s.draft is None or s.draft.configured or live is None:
+        return []
+    folder = s.folder(s.draft)
+    if folder is None:
+        return [_check("drafter_tokenizer", True, "checked once the drafter's folder is here", "")]
+    if live.tokenizer is None or folder.tokenizer is None:
+        whose = "the target's" if live.tokenizer is None else "the drafter's"
+        return [_check("drafter_tokenizer", False, "", f"{whose} tokenizer files cannot be read")]
+    problems = tokenizer_differences(live.tokenizer, folder.tokenizer)
+    return [
+        _check(
+            "drafter_tokenizer",
+            not problems,
+            f"the drafter's tokenizer agrees with the target's ({live.tokenizer.vocab_size} "
+            "tokens, same special-token ids)",
+            "the drafter's tokenizer disagrees with the target's: " + "; ".join(problems),
+        )
+    ]
+
+
+def kv_group(s: Subject) -> list[Check]:
+    knobs = s.variant.knobs
+    if knobs.kv_bits is None:
+        return []
+    group = knobs.kv_group_size or RUNTIME_KV_GROUP
+    shape = s.facts.target.shape if s.facts.target else None
+    head_dim = shape.head_dim if shape else None
+    if not head_dim:
+        return [_check("kv_group", True, "the live model's head dimension is unknown", "")]
+    return [
+        _check(
+            "kv_group",
+            head_dim % group == 0,
+            f"KV group size {group} divides the head dimension {head_dim}",
+            f"KV group size {group} does not divide the live model's head dimension {head_dim}: "
+            "every request would fail in mx.quantize"
+            + (
+                f" (groups that divide it: {', '.join(map(str, kv_groups(head_dim)))})"
+                if kv_groups(head_dim)
+                else ""
+            ),
+        )
+    ]
+
+
+def model_memory(s: Subject) -> list[Check]:
+    weights = {f.path: f.weights_bytes for a in s.artifacts if (f := s.folder(a)) is not None}
+    if not sum(weights.values()):
+        return []
+    total = sum(weights.values())
+    fraction = s.policy.service.memory_budget_fraction
+    problem = fit_problem(total, s.facts.memory_gb, fraction)
+    return [
+        _check(
+            "model_memory",
+            problem is None,
+            f"its models need about {memory_need_gb(total):.1f} GiB of the "
+            f"{s.facts.memory_gb * fraction:.1f} GiB servers may use",
+            f"does not fit: {problem}",
+        )
+    ]
+
+
+CHECKS: tuple[Callable[[Subject], list[Check]], ...] = (
+    trusted_namespace,
+    class_allowed,
+    template_allowed,
+    pinned,
+    remote_code,
+    license_reviewed,
+    platform,
+    runtime_environment,
+    versions,
+    memory,
+    disk,
+    budgets,
+    artifacts_present,
+    integrity,
+    same_target,
+    loadable,
+    drafter_tokenizer,
+    kv_group,
+    model_memory,
+)
+"""Every preflight check in the order they are reported; each returns its named results."""
 
 
 def preflight(
@@ -257,168 +719,6 @@ def preflight(
     require_artifacts: bool = False,
 ) -> Preflight:
     """Every check for one candidate on this machine, each with its reason."""
-    checks: list[Check] = []
-
-    def check(name: str, passed: bool, ok: str, bad: str) -> None:
-        checks.append(Check(name=name, passed=passed, detail=ok if passed else bad))
-
-    cid = f"{manifest.id}:{variant.id}"
-    candidate_class = manifest.class_of(variant)
-    used = [a for a in manifest.artifacts if a.role != "draft" or variant.knobs.draft]
-    artifacts = [manifest.target, *used]  # only what this variant runs with
-    hub_refs = [a for a in artifacts if a.repo]
-    repos = [a.repo for a in hub_refs if a.repo]  # the same artifacts, their repo ids typed
-    untrusted = sorted({r for r in repos if r.split("/")[0] not in policy.trusted_namespaces})
-    check(
-        "trusted_namespace",
-        not untrusted,
-        (f"{', '.join(sorted({r.split('/')[0] for r in repos}))} trusted by policy {policy.name}")
-        if hub_refs
-        else "no hub artifacts (local demo models)",
-        f"not in policy {policy.name}'s trusted namespaces "
-        f"({', '.join(policy.trusted_namespaces) or 'none'}): {', '.join(untrusted)}",
-    )
-    check(
-        "class_allowed",
-        candidate_class in policy.allowed_classes,
-        f"class {candidate_class.value} is allowed by policy {policy.name}",
-        f"class {candidate_class.value} is not allowed by policy {policy.name}",
-    )
-    template = manifest.runtime.template
-    check(
-        "template_allowed",
-        template in policy.allowed_templates,
-        f"template {template} is allowed by policy {policy.name}",
-        f"template {template} is not allowed by policy {policy.name}",
-    )
-    unpinned = [
-        a.repo for a in hub_refs if not (a.revision and re.fullmatch(r"[0-9a-f]{40}", a.revision))
-    ]
-    check(
-        "pinned",
-        not unpinned,
-        ("pinned: " + ", ".join(f"{a.repo}@{(a.revision or '')[:12]}" for a in hub_refs))
-        if hub_refs
-        else "no hub artifacts (local demo models)",
-        f"not pinned to a 40-hex commit: {', '.join(str(r) for r in unpinned)}",
-    )
-    check(
-        "remote_code",
-        not manifest.runtime.trust_remote_code,
-        "trust_remote_code is off",
-        "the manifest asks for trust_remote_code, which mcp-infra never enables",
-    )
-    licenses = ", ".join(f"{a.role} {a.license}" for a in hub_refs if a.license)
-    check(
-        "license",
-        manifest.license_reviewed,
-        "license reviewed" + (f" ({licenses})" if licenses else ""),
-        "the manifest does not mark its licenses as reviewed (license_reviewed: true)",
-    )
-    check(
-        "platform",
-        facts.platform in manifest.runtime.platforms,
-        f"{facts.platform} is supported",
-        f"this machine is {facts.platform}; the manifest runs only on "
-        f"{', '.join(manifest.runtime.platforms)}",
-    )
-    spec = manifest.environment_of(variant)
-    packages = dict(facts.packages)
-    if spec is not None:
-        packages = runtime_checks(check, spec, template, variant, facts, cid)
-    needed = dict(manifest.runtime.min_versions)
-    needed.setdefault(RUNTIME_PACKAGES[template], "0")
-    needed.setdefault("mlx", "0")
-    for package, minimum in sorted(needed.items()):
-        version = packages.get(package)
-        ok = version is not None and _version_tuple(version) >= _version_tuple(minimum)
-        shown = f">= {minimum}" if minimum != "0" else "installed"
-        check(
-            f"version:{package}",
-            ok,
-            f"{package} {version} ({shown})",
-            f"{package} is not installed (the manifest needs {package} {shown})"
-            if version is None
-            else f"{package} {version} is older than the required {minimum}",
-        )
-    check(
-        "memory",
-        facts.memory_gb >= manifest.resources.memory_gb,
-        f"{facts.memory_gb:.1f} GB >= {manifest.resources.memory_gb:g} GB required",
-        f"this machine has {facts.memory_gb:.1f} GB of memory; the manifest needs "
-        f"{manifest.resources.memory_gb:g} GB",
-    )
-    have = set(facts.available_artifacts)
-    missing = [artifact_key(a) for a in artifacts if artifact_key(a) not in have]
-    download_gb = sum(a.size_gb or 0 for a in hub_refs if artifact_key(a) not in have)
-    free = facts.cache_free_disk_gb if facts.cache_free_disk_gb is not None else facts.free_disk_gb
-    check(
-        "disk",
-        free >= download_gb,
-        f"{free:.1f} GB free >= {download_gb:.2f} GB to download"
-        if download_gb
-        else "nothing to download",
-        f"only {free:.1f} GB free where the hub cache lives; {download_gb:.2f} GB must be "
-        "downloaded",
-    )
-    check(
-        "disk_budget",
-        manifest.resources.disk_gb <= policy.budgets.disk_gb,
-        f"{manifest.resources.disk_gb:g} GB of disk within the policy's "
-        f"{policy.budgets.disk_gb:g} GB budget",
-        f"the manifest needs {manifest.resources.disk_gb:g} GB of disk; the policy's budget "
-        f"is {policy.budgets.disk_gb:g} GB",
-    )
-    check(
-        "download_budget",
-        download_gb <= policy.budgets.download_gb,
-        f"{download_gb:.2f} GB to download is within the {policy.budgets.download_gb:g} GB budget",
-        f"{download_gb:.2f} GB to download exceeds the policy's {policy.budgets.download_gb:g} "
-        "GB download budget",
-    )
-    if require_artifacts or any(a.demo for a in artifacts):
-        hint = "; ".join(
-            (
-                ["run `mcp-infra demo` to build the demo models"]
-                if any(k.startswith("demo:") and k != SPLIT_DEMO for k in missing)
-                else []
-            )
-            + (
-                [
-                    "the splittable demo target is built by "
-                    "mcp_infra.demo.models.build_split_target(<home>/models)"
-                ]
-                if SPLIT_DEMO in missing
-                else []
-            )
-            + (
-                [f"run `mcp-infra prepare {cid}`"]
-                if any(not k.startswith("demo:") for k in missing)
-                else []
-            )
-        )
-        check(
-            "artifacts",
-            not missing,
-            "all artifacts are present locally",
-            f"missing locally: {', '.join(missing)} ({hint})",
-        )
-    tampered = {
-        k: facts.artifact_problems[k]
-        for k in (artifact_key(a) for a in hub_refs)
-        if k in have and k in facts.artifact_problems
-    }
-    check(
-        "integrity",
-        not tampered,
-        "cached hub artifacts match their sha256 inventory (sizes and files; every byte is "
-        "re-hashed before use)"
-        if any(artifact_key(a) in have for a in hub_refs)
-        else "nothing prepared yet to check"
-        if hub_refs
-        else "local demo models",
-        "; ".join(f"{k}: {', '.join(v[:3])}" for k, v in tampered.items()),
-    )
-    return Preflight(
-        candidate=f"{manifest.id}:{variant.id}", passed=all(c.passed for c in checks), checks=checks
-    )
+    subject = Subject(manifest, variant, policy, facts, require_artifacts)
+    checks = [result for check in CHECKS for result in check(subject)]
+    return Preflight(candidate=subject.cid, passed=all(c.passed for c in checks), checks=checks)

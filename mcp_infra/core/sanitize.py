@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ from mcp_infra.contracts import (
     JSONValue,
     LearnedSpread,
     Manifest,
+    MeasureProtocol,
     Plan,
     PlanChange,
     Policy,
@@ -33,7 +35,7 @@ from mcp_infra.contracts import (
     RefusedCandidate,
 )
 from mcp_infra.core.digest import canonical_json, sha256_bytes
-from mcp_infra.core.preflight import Preflight, find_candidate
+from mcp_infra.core.preflight import Preflight, all_candidates, find_candidate
 from mcp_infra.errors import McpInfraError
 
 MAX_PLAN_BYTES = 16_384
@@ -295,94 +297,38 @@ def _clamped(field: str, asked: float, bounds: Bounded, changes: list[PlanChange
     return value
 
 
-def sanitize(  # noqa: PLR0913  keyword-only inputs of one pure decision, each named at its call
-    plan: Plan,
-    *,
-    manifests: dict[str, Manifest],
-    policy: Policy,
-    preflights: dict[str, Preflight],
-    live_recipe: Recipe,
-    live_peak_memory_gb: float | None,
-    registry_hash: str,
-    policy_hash: str,
-    proposed_by: str,
-    now: datetime,
-    candidate_recipes: dict[str, Recipe] | None = None,
-    skip: dict[str, str] | None = None,
-    learned_spread: LearnedSpread | None = None,
-) -> FrozenPlan:
-    """Turn a validated plan into a frozen plan, or raise ``PlanRefused`` if nothing remains.
+@dataclass(frozen=True)
+class PlanContext:
+    """What a plan is judged against, read from the home once: the registry and each
+    candidate's preflight on this machine, the policy, the live recipe and its last measured
+    peak, the hashes a frozen plan records, what recipe memory refuses, and this home's learned
+    start-to-start spread."""
 
-    ``skip`` maps candidate ids to a reason they must not run again (recipe memory).
-    ``learned_spread``: this home's start-to-start spread, frozen into the protocol where the
-    policy asks to learn it.
-    """
-    changes: list[PlanChange] = []
-    refused: list[RefusedCandidate] = []
-    kept: list[str] = []
-    for index, candidate in enumerate(plan.candidates):
-        shown = _display_id(candidate, index)
-        if candidate == BASELINE_ID:
-            changes.append(
-                PlanChange(
-                    field="candidates",
-                    action="removed",
-                    value=BASELINE_ID,
-                    reason="the baseline is always measured first",
-                )
-            )
-            continue
-        if candidate in kept:
-            changes.append(
-                PlanChange(
-                    field="candidates",
-                    action="removed",
-                    value=candidate,
-                    reason="duplicate candidate dropped",
-                )
-            )
-            continue
-        found = find_candidate(manifests, candidate)
-        if found is None:
-            ids = [f"{m.id}:{v.id}" for m in manifests.values() for v in m.variants]
-            why = "not a candidate of the registry" + nearest_text(candidate, ids)
-            refused.append(RefusedCandidate(id=shown, reason=why))
-            continue
-        check = preflights.get(candidate)
-        if check is None or not check.passed:
-            why = "; ".join(check.failures()) if check else "no preflight result"
-            refused.append(RefusedCandidate(id=candidate, reason=f"preflight failed: {why}"))
-            continue
-        if skip and candidate in skip:
-            refused.append(RefusedCandidate(id=candidate, reason=skip[candidate]))
-            changes.append(
-                PlanChange(
-                    field="candidates", action="removed", value=candidate, reason=skip[candidate]
-                )
-            )
-            continue
-        recipe = (candidate_recipes or {}).get(candidate)
-        if recipe is not None and recipe.key() == live_recipe.key():
-            changes.append(
-                PlanChange(
-                    field="candidates",
-                    action="removed",
-                    value=candidate,
-                    reason="identical to the recipe already serving",
-                )
-            )
-            continue
-        kept.append(candidate)
+    manifests: dict[str, Manifest]
+    policy: Policy
+    preflights: dict[str, Preflight]
+    live_recipe: Recipe
+    registry_hash: str
+    policy_hash: str
+    live_peak_memory_gb: float | None = None
+    candidate_recipes: Mapping[str, Recipe] = field(default_factory=dict)
+    skip: Mapping[str, str] = field(default_factory=dict)  # candidate id -> why not again
+    learned_spread: LearnedSpread | None = None
+
+    def manifest_of(self, candidate: str) -> Manifest:
+        """The manifest of a candidate the screen kept (so one the registry has)."""
+        found = find_candidate(self.manifests, candidate)
+        assert found is not None, f"{candidate} was screened, so it is in the registry"
+        return found[0]
+
+
+def sanitize(plan: Plan, context: PlanContext, *, proposed_by: str, now: datetime) -> FrozenPlan:
+    """Turn a validated plan into a frozen plan, or raise ``PlanRefused`` if nothing remains:
+    the candidates screened, the baseline put first, the thresholds combined strictest-of, the
+    protocol frozen (with the learned spread where the policy asks to learn it), then sealed."""
+    changes, refused, kept = screen_candidates(plan.candidates, context)
     if not kept:
-        problems = [f"{r.id}: {r.reason}" for r in refused]
-        problems += [
-            f"{c.value}: {c.reason}"
-            for c in changes
-            if c.action == "removed" and all(r.id != c.value for r in refused)
-        ]
-        raise PlanRefused(
-            "plan refused: no runnable candidate remains: " + "; ".join(problems), problems, refused
-        )
+        raise _nothing_runnable(changes, refused)
     changes.insert(
         0,
         PlanChange(
@@ -392,15 +338,14 @@ def sanitize(  # noqa: PLR0913  keyword-only inputs of one pure decision, each n
             reason="the live recipe is measured first as the baseline",
         ),
     )
-
+    policy = context.policy
     thresholds = combined_thresholds(
         plan,
         policy,
-        [find_candidate(manifests, c)[0] for c in kept],  # type: ignore[index]
-        live_peak_memory_gb,
+        [context.manifest_of(c) for c in kept],
+        context.live_peak_memory_gb,
         changes,
     )
-    auto = {cls: bool(policy.auto_promote.get(cls, False)) for cls in policy.auto_promote}
     frozen = FrozenPlan(
         plan_id="",
         created_at=now,
@@ -408,18 +353,85 @@ def sanitize(  # noqa: PLR0913  keyword-only inputs of one pure decision, each n
         proposed=plan,
         candidates=[BASELINE_ID, *kept],
         thresholds=thresholds,
-        protocol=(
-            policy.protocol.model_copy(update={"learned_spread": learned_spread})
-            if policy.protocol.learn_spread and learned_spread is not None
-            else policy.protocol
-        ),
-        auto_promote=auto,
+        protocol=frozen_protocol(policy, context.learned_spread),
+        auto_promote={
+            cls: bool(policy.auto_promote.get(cls, False)) for cls in policy.auto_promote
+        },
         changes=changes,
         refused=refused,
-        registry_hash=registry_hash,
-        policy_hash=policy_hash,
+        registry_hash=context.registry_hash,
+        policy_hash=context.policy_hash,
     )
     return seal_plan(frozen)
+
+
+def screen_candidates(
+    candidates: list[str], context: PlanContext
+) -> tuple[list[PlanChange], list[RefusedCandidate], list[str]]:
+    """Each proposed candidate kept, removed (with why) or refused (with why), in order."""
+    changes: list[PlanChange] = []
+    refused: list[RefusedCandidate] = []
+    kept: list[str] = []
+    for index, candidate in enumerate(candidates):
+        change, refusal = screen(candidate, index, kept, context)
+        changes += [change] if change else []
+        refused += [refusal] if refusal else []
+        if change is None and refusal is None:
+            kept.append(candidate)
+    return changes, refused, kept
+
+
+def screen(
+    candidate: str, index: int, kept: list[str], context: PlanContext
+) -> tuple[PlanChange | None, RefusedCandidate | None]:
+    """One proposed candidate's screen, checks in order: the baseline and duplicates are removed,
+    an unknown id or a failed preflight is refused, recipe memory's skip is both, and a recipe
+    identical to the live one is removed. (None, None): it is kept."""
+    if candidate == BASELINE_ID:
+        return _removed(BASELINE_ID, "the baseline is always measured first"), None
+    if candidate in kept:
+        return _removed(candidate, "duplicate candidate dropped"), None
+    if find_candidate(context.manifests, candidate) is None:
+        why = "not a candidate of the registry" + nearest_text(
+            candidate, all_candidates(context.manifests)
+        )
+        return None, RefusedCandidate(id=_display_id(candidate, index), reason=why)
+    check = context.preflights.get(candidate)
+    if check is None or not check.passed:
+        why = "; ".join(check.failures()) if check else "no preflight result"
+        return None, RefusedCandidate(id=candidate, reason=f"preflight failed: {why}")
+    if candidate in context.skip:
+        why = context.skip[candidate]
+        return _removed(candidate, why), RefusedCandidate(id=candidate, reason=why)
+    recipe = context.candidate_recipes.get(candidate)
+    if recipe is not None and recipe.key() == context.live_recipe.key():
+        return _removed(candidate, "identical to the recipe already serving"), None
+    return None, None
+
+
+def _removed(candidate: str, reason: str) -> PlanChange:
+    return PlanChange(field="candidates", action="removed", value=candidate, reason=reason)
+
+
+def _nothing_runnable(changes: list[PlanChange], refused: list[RefusedCandidate]) -> PlanRefused:
+    """The refusal of a plan none of whose candidates can run, every reason named once."""
+    problems = [f"{r.id}: {r.reason}" for r in refused]
+    problems += [
+        f"{c.value}: {c.reason}"
+        for c in changes
+        if c.action == "removed" and all(r.id != c.value for r in refused)
+    ]
+    return PlanRefused(
+        "plan refused: no runnable candidate remains: " + "; ".join(problems), problems, refused
+    )
+
+
+def frozen_protocol(policy: Policy, learned: LearnedSpread | None) -> MeasureProtocol:
+    """The policy's protocol as the plan freezes it: with this home's learned spread where the
+    policy asks to learn it and one is known."""
+    if policy.protocol.learn_spread and learned is not None:
+        return policy.protocol.model_copy(update={"learned_spread": learned})
+    return policy.protocol
 
 
 def seal_plan(frozen: FrozenPlan) -> FrozenPlan:
@@ -441,87 +453,21 @@ def combined_thresholds(
     live_peak: float | None,
     changes: list[PlanChange],
 ) -> EffectiveThresholds:
+    """The thresholds a plan is judged by, strictest-of: the policy's defaults, what the plan
+    asks (clamped to the policy's range, and only ever tightening), then each manifest's own
+    bar. Every move is appended to ``changes`` with its reason."""
     bounds = policy.thresholds
+    asked = plan.acceptance
     speed = bounds.min_speedup_pct.default
     memory = bounds.max_peak_memory_gb.default
-    asked = plan.acceptance
     if asked and asked.min_speedup_pct is not None:
-        value = _clamped("min_speedup_pct", asked.min_speedup_pct, bounds.min_speedup_pct, changes)
-        if value >= speed:
-            if value > speed:
-                changes.append(
-                    PlanChange(
-                        field="acceptance.min_speedup_pct",
-                        action="tightened",
-                        value=value,
-                        reason="the plan asks for a stricter speedup",
-                    )
-                )
-            speed = value
-        else:
-            changes.append(
-                PlanChange(
-                    field="acceptance.min_speedup_pct",
-                    action="kept",
-                    value=speed,
-                    reason=f"a plan can only tighten the policy's minimum speedup of {speed}%",
-                )
-            )
+        speed = asked_speedup(asked.min_speedup_pct, bounds.min_speedup_pct, changes)
     if asked and asked.max_peak_memory_gb is not None:
-        value = _clamped(
-            "max_peak_memory_gb", asked.max_peak_memory_gb, bounds.max_peak_memory_gb, changes
+        memory = asked_memory(
+            asked.max_peak_memory_gb, bounds.max_peak_memory_gb, live_peak, changes
         )
-        if live_peak is not None and value < live_peak:
-            changes.append(
-                PlanChange(
-                    field="acceptance.max_peak_memory_gb",
-                    action="refused",
-                    value=value,
-                    reason=f"a cap below the running baseline's "
-                    f"measured peak ({live_peak:.2f} GB) would disqualify it",
-                )
-            )
-        elif value <= memory:
-            if value < memory:
-                changes.append(
-                    PlanChange(
-                        field="acceptance.max_peak_memory_gb",
-                        action="tightened",
-                        value=value,
-                        reason="the plan asks for a stricter memory cap",
-                    )
-                )
-            memory = value
-        else:
-            changes.append(
-                PlanChange(
-                    field="acceptance.max_peak_memory_gb",
-                    action="kept",
-                    value=memory,
-                    reason=f"a plan can only tighten the policy's memory cap of {memory} GB",
-                )
-            )
     for manifest in manifests:
-        if manifest.min_speedup_pct is not None and manifest.min_speedup_pct > speed:
-            speed = manifest.min_speedup_pct
-            changes.append(
-                PlanChange(
-                    field="thresholds.min_speedup_pct",
-                    action="tightened",
-                    value=speed,
-                    reason=f"manifest {manifest.id} requires it",
-                )
-            )
-        if manifest.max_peak_memory_gb is not None and manifest.max_peak_memory_gb < memory:
-            memory = manifest.max_peak_memory_gb
-            changes.append(
-                PlanChange(
-                    field="thresholds.max_peak_memory_gb",
-                    action="tightened",
-                    value=memory,
-                    reason=f"manifest {manifest.id} caps it",
-                )
-            )
+        speed, memory = manifest_bars(manifest, speed, memory, changes)
     return EffectiveThresholds(
         min_speedup_pct=speed,
         max_peak_memory_gb=memory,
@@ -529,3 +475,66 @@ def combined_thresholds(
         worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
         lossy_min_identical_fraction=bounds.lossy_min_identical_fraction,
     )
+
+
+def asked_speedup(asked: float, bounds: Bounded, changes: list[PlanChange]) -> float:
+    """The minimum speedup a plan asks for, kept only where it is stricter than the policy's."""
+    speed = bounds.default
+    name = "acceptance.min_speedup_pct"
+    value = _clamped("min_speedup_pct", asked, bounds, changes)
+    if value < speed:
+        why = f"a plan can only tighten the policy's minimum speedup of {speed}%"
+        changes.append(PlanChange(field=name, action="kept", value=speed, reason=why))
+        return speed
+    if value > speed:
+        why = "the plan asks for a stricter speedup"
+        changes.append(PlanChange(field=name, action="tightened", value=value, reason=why))
+    return value
+
+
+def asked_memory(
+    asked: float, bounds: Bounded, live_peak: float | None, changes: list[PlanChange]
+) -> float:
+    """The memory cap a plan asks for, kept only where it is stricter than the policy's and
+    does not disqualify the running baseline (its measured peak)."""
+    memory = bounds.default
+    name = "acceptance.max_peak_memory_gb"
+    value = _clamped("max_peak_memory_gb", asked, bounds, changes)
+    if live_peak is not None and value < live_peak:
+        why = (
+            f"a cap below the running baseline's measured peak ({live_peak:.2f} GB) would "
+            "disqualify it"
+        )
+        changes.append(PlanChange(field=name, action="refused", value=value, reason=why))
+        return memory
+    if value > memory:
+        why = f"a plan can only tighten the policy's memory cap of {memory} GB"
+        changes.append(PlanChange(field=name, action="kept", value=memory, reason=why))
+        return memory
+    if value < memory:
+        why = "the plan asks for a stricter memory cap"
+        changes.append(PlanChange(field=name, action="tightened", value=value, reason=why))
+    return value
+
+
+def manifest_bars(
+    manifest: Manifest, speed: float, memory: float, changes: list[PlanChange]
+) -> tuple[float, float]:
+    """A manifest's own minimum speedup and memory cap, where stricter than what stands."""
+    if manifest.min_speedup_pct is not None and manifest.min_speedup_pct > speed:
+        speed = manifest.min_speedup_pct
+        why = f"manifest {manifest.id} requires it"
+        changes.append(
+            PlanChange(
+                field="thresholds.min_speedup_pct", action="tightened", value=speed, reason=why
+            )
+        )
+    if manifest.max_peak_memory_gb is not None and manifest.max_peak_memory_gb < memory:
+        memory = manifest.max_peak_memory_gb
+        why = f"manifest {manifest.id} caps it"
+        changes.append(
+            PlanChange(
+                field="thresholds.max_peak_memory_gb", action="tightened", value=memory, reason=why
+            )
+        )
+    return speed, memory

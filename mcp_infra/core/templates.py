@@ -47,6 +47,9 @@ def mlx_lm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> lis
     argv += _kv_quantization(knobs)
     argv += _opt("--prefill-step-size", knobs.prefill_step_size)
     argv += _opt("--prompt-cache-size", knobs.prompt_cache_size)
+    argv += _opt("--prompt-cache-bytes", knobs.prompt_cache_bytes)
+    argv += _opt("--decode-concurrency", knobs.decode_concurrency)
+    argv += _opt("--prompt-concurrency", knobs.prompt_concurrency)
     if knobs.draft_kind or knobs.draft_block_size or knobs.max_kv_size:
         raise ValueError("mlx_lm_server supports no draft_kind, draft_block_size or max_kv_size")
     return argv
@@ -71,8 +74,11 @@ def mlx_vlm_server_argv(recipe: Recipe, host: str, port: int, python: str) -> li
     argv += _kv_quantization(knobs)
     argv += _opt("--max-kv-size", knobs.max_kv_size)
     argv += _opt("--prefill-step-size", knobs.prefill_step_size)
-    if knobs.num_draft_tokens or knobs.prompt_cache_size is not None:
-        raise ValueError("mlx_vlm_server supports no num_draft_tokens or prompt_cache_size")
+    lm_only = (knobs.prompt_cache_bytes, knobs.decode_concurrency, knobs.prompt_concurrency)
+    if knobs.num_draft_tokens or knobs.prompt_cache_size is not None or any(lm_only):
+        raise ValueError(
+            "mlx_vlm_server supports no num_draft_tokens, prompt cache or concurrency knobs"
+        )
     return argv
 
 
@@ -92,6 +98,15 @@ _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 def help_flags(text: str) -> list[str]:
     """Every long option an argparse ``--help`` text lists (usage and option lines alike)."""
     return sorted(set(_FLAG.findall(text)) - {"--help"})
+
+
+_CHOICES = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)[ =]\{([^{}\s]+)\}")
+
+
+def help_choices(text: str) -> dict[str, list[str]]:
+    """The values an argparse ``--help`` lists for each option with choices
+    (``--q-mode {affine,mxfp4}`` → ``{"--q-mode": ["affine", "mxfp4"]}``)."""
+    return {flag: values.split(",") for flag, values in _CHOICES.findall(text)}
 
 
 def flags_of(argv: list[str]) -> list[str]:

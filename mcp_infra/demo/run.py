@@ -261,7 +261,7 @@ def stop_supervisor(home: Home, timeout: float = 300.0) -> str:
 
 def _interrupted(home: Home, keep_serving: bool, log: Any) -> None:
     """Ctrl-C: stop the cycle cleanly, check the service was restored, and say so."""
-    from mcp_infra.flows.api import status
+    from mcp_infra.flows.status import status
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -297,7 +297,7 @@ def run_demo(
     root: str | None, *, as_json: bool = False, keep_serving: bool = False, fresh: bool = False
 ) -> int:
     from mcp_infra.faces.render import verdict_table
-    from mcp_infra.flows.api import EvidenceView
+    from mcp_infra.flows.views import EvidenceView
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for name in ("httpx", "httpx2", "mcp"):  # the demo prints its own account of each request

@@ -177,11 +177,9 @@ def _timed(
         bench.with_nonce(prompt.chat_messages(), uuid.uuid4().hex[:12]),
         max_tokens=request.max_tokens,
         timeout=protocol.request_timeout_s,
-        prompt_id=prompt.id,
-        candidate=tags["candidate"],
-        repeat=tags["repeat"],
-        order=tags["order"],
-        phase=tags["phase"],
+        labels=bench.Labels(
+            tags["candidate"], prompt.id, tags["repeat"], tags["order"], tags["phase"]
+        ),
     )
     done = time.monotonic()
     if sample.e2e_s is not None:  # the client's own timer started after the server lookup

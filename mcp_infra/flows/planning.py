@@ -8,7 +8,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mcp_infra.contracts import BASELINE_ID, CandidateRun, CycleSummary, Outcome, Plan, Verdict
+from mcp_infra.contracts import (
+    BASELINE_ID,
+    CandidateRun,
+    CycleSummary,
+    Outcome,
+    Plan,
+    Policy,
+    Verdict,
+)
 from mcp_infra.core.extraction import Extraction
 from mcp_infra.core.preflight import preflight
 from mcp_infra.core.units import fmt_pct
@@ -121,17 +129,28 @@ class PlanningContext(Brief):
 def build_context(home: Home) -> PlanningContext:
     """Everything a planner should know, read from the home directory (no service is touched)."""
     ctx = HomeContext(home)
-    config, policy, manifests, facts, live = (
-        ctx.config,
-        ctx.policy,
-        ctx.manifests,
-        ctx.facts,
-        ctx.live,
-    )
+    config, live = ctx.config, ctx.live
     summaries = evidence_mod.list_cycles(home)
     verdicts = {s.cycle_id: _verdict(home, s.cycle_id) for s in summaries[:50]}
+    runnable, unavailable = candidate_briefs(ctx, _history(summaries[:50], verdicts))
+    return PlanningContext(
+        live_recipe=live.candidate_id,
+        endpoint=f"http://{config.host}:{config.port}/v1",
+        runnable=runnable,
+        unavailable=unavailable,
+        baseline=_baseline_figures(home, summaries, live.candidate_id),
+        past_cycles=[_past_cycle(s, verdicts.get(s.cycle_id)) for s in summaries[:PAST_CYCLES]],
+        policy=policy_bounds(ctx.policy),
+        plan_schema=plan_schema(),
+    )
+
+
+def _history(
+    summaries: list[CycleSummary], verdicts: dict[str, Verdict | None]
+) -> dict[str, list[str]]:
+    """Per candidate, one line per sealed cycle that judged it, oldest first."""
     history: dict[str, list[str]] = {}
-    for summary in reversed(summaries[:50]):
+    for summary in reversed(summaries):
         verdict = verdicts.get(summary.cycle_id)
         for item in verdict.candidates if verdict else []:
             reason = whole(item.reasons[0], 240) if item.reasons else ""
@@ -141,17 +160,26 @@ def build_context(home: Home) -> PlanningContext:
             history.setdefault(item.candidate, []).append(
                 f"{summary.cycle_id}: {item.decision.value}{speed} — {reason}"
             )
+    return history
+
+
+def candidate_briefs(
+    ctx: HomeContext, history: dict[str, list[str]]
+) -> tuple[list[CandidateBrief], list[UnavailableBrief]]:
+    """The registry split into what a plan may name (with its history) and what it may not,
+    with why: preflight fails, it is the live recipe, or recipe memory refuses it."""
+    home, policy, live = ctx.home, ctx.policy, ctx.live
     recipes = {
         f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
-        for m in manifests.values()
+        for m in ctx.manifests.values()
         for v in m.variants
     }
     skip = memory.skips(home, recipes, policy, ctx.policy_hash)
     runnable, unavailable = [], []
-    for manifest in manifests.values():
+    for manifest in ctx.manifests.values():
         for variant in manifest.variants:
             cid = f"{manifest.id}:{variant.id}"
-            check = preflight(manifest, variant, policy, facts, require_artifacts=True)
+            check = preflight(manifest, variant, policy, ctx.facts, require_artifacts=True)
             if not check.passed:
                 unavailable.append(UnavailableBrief(id=cid, reasons=check.failures()[:3]))
                 continue
@@ -174,48 +202,41 @@ def build_context(home: Home) -> PlanningContext:
                     history=history.get(cid, [])[-4:],
                 )
             )
-    past = []
-    for summary in summaries[:PAST_CYCLES]:
-        verdict = verdicts.get(summary.cycle_id)
-        past.append(
-            PastCycle(
-                cycle_id=summary.cycle_id,
-                outcome=summary.outcome.value,
-                selected=summary.selected,
-                speedup_pct=summary.speedup_pct,
-                reason=whole(summary.reason, 300),
-                interrupted=summary.interrupted,
-                candidates=[
-                    f"{c.candidate}: {c.decision.value}"
-                    + (f" ({whole(c.reasons[0], 200)})" if c.reasons else "")
-                    for c in (verdict.candidates if verdict else [])
-                ],
-            )
-        )
-    window = policy.window
-    window_text = (
-        f"{window.start}-{window.end} {window.timezone}" if window.mode == "window" else window.mode
+    return runnable, unavailable
+
+
+def _past_cycle(summary: CycleSummary, verdict: Verdict | None) -> PastCycle:
+    return PastCycle(
+        cycle_id=summary.cycle_id,
+        outcome=summary.outcome.value,
+        selected=summary.selected,
+        speedup_pct=summary.speedup_pct,
+        reason=whole(summary.reason, 300),
+        interrupted=summary.interrupted,
+        candidates=[
+            f"{c.candidate}: {c.decision.value}"
+            + (f" ({whole(c.reasons[0], 200)})" if c.reasons else "")
+            for c in (verdict.candidates if verdict else [])
+        ],
     )
+
+
+def policy_bounds(policy: Policy) -> PolicyBounds:
+    """The policy's ranges and rules a plan is held to, as a planner reads them."""
+    window = policy.window
     bounds = policy.thresholds
-    return PlanningContext(
-        live_recipe=live.candidate_id,
-        endpoint=f"http://{config.host}:{config.port}/v1",
-        runnable=runnable,
-        unavailable=unavailable,
-        baseline=_baseline_figures(home, summaries, live.candidate_id),
-        past_cycles=past,
-        policy=PolicyBounds(
-            name=policy.name,
-            min_speedup_pct=ThresholdBounds(**bounds.min_speedup_pct.model_dump()),
-            max_peak_memory_gb=ThresholdBounds(**bounds.max_peak_memory_gb.model_dump()),
-            worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
-            auto_promote={k.value: v for k, v in policy.auto_promote.items()},
-            window=window_text,
-            suite=policy.protocol.suite,
-            repeats=policy.protocol.repeats,
-            max_tokens=policy.protocol.max_tokens,
-        ),
-        plan_schema=plan_schema(),
+    return PolicyBounds(
+        name=policy.name,
+        min_speedup_pct=ThresholdBounds(**bounds.min_speedup_pct.model_dump()),
+        max_peak_memory_gb=ThresholdBounds(**bounds.max_peak_memory_gb.model_dump()),
+        worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
+        auto_promote={k.value: v for k, v in policy.auto_promote.items()},
+        window=f"{window.start}-{window.end} {window.timezone}"
+        if window.mode == "window"
+        else window.mode,
+        suite=policy.protocol.suite,
+        repeats=policy.protocol.repeats,
+        max_tokens=policy.protocol.max_tokens,
     )
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import httpx2 as httpx
 
@@ -58,34 +59,64 @@ def served_model(base_url: str, timeout: float = 5.0) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def stream_chat(  # noqa: PLR0913  keyword-only: the labels the Sample is stamped with
+class Labels(NamedTuple):
+    """What a timed ``Sample`` is stamped with: whose it is, which prompt, repeat and order."""
+
+    candidate: str
+    prompt_id: str
+    repeat: int = 0
+    order: int = 0
+    phase: str = "measure"
+
+
+@dataclass
+class _Streamed:
+    """What an event stream said, as it came: the text, when its first and last pieces
+    arrived, the usage and the finish reason."""
+
+    parts: list[str] = field(default_factory=list)
+    first: float | None = None
+    last: float | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish: str | None = None
+
+    def read(self, lines: Iterator[str]) -> None:
+        for line in lines:
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                return
+            chunk = json.loads(payload)
+            if chunk.get("usage"):
+                self.usage = chunk["usage"]
+            for choice in chunk.get("choices", []):
+                delta = choice.get("delta") or {}
+                piece = (delta.get("content") or "") + (delta.get("reasoning") or "")
+                if piece:
+                    now = time.perf_counter()
+                    self.first = self.first if self.first is not None else now
+                    self.last = now
+                    self.parts.append(piece)
+                if choice.get("finish_reason"):
+                    self.finish = choice["finish_reason"]
+
+
+def stream_chat(
     base_url: str,
     messages: Sequence[dict[str, Any]],
     *,
     max_tokens: int,
     timeout: float,
-    candidate: str,
-    prompt_id: str,
-    repeat: int,
-    order: int = 0,
-    phase: str = "measure",
+    labels: Labels,
     model: str | None = None,
 ) -> Sample:
     """Send one streamed chat request and time it: TTFT, decode tok/s, end-to-end tok/s.
 
     ``model`` defaults to what the server reports loaded (``served_model``), if anything."""
     body = _chat_body(messages, max_tokens, True, model or served_model(base_url))
-    fields: dict[str, Any] = {
-        "candidate": candidate,
-        "prompt_id": prompt_id,
-        "repeat": repeat,
-        "order": order,
-        "phase": phase,
-    }
-    text_parts: list[str] = []
-    first = last = None
-    usage: dict[str, Any] = {}
-    finish = None
+    fields: dict[str, Any] = labels._asdict()
+    seen = _Streamed()
     start = time.perf_counter()
     try:
         with httpx.stream(
@@ -97,37 +128,20 @@ def stream_chat(  # noqa: PLR0913  keyword-only: the labels the Sample is stampe
             if response.status_code != 200:
                 response.read()
                 return Sample(**fields, error=f"HTTP {response.status_code}: {response.text[:200]}")
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                chunk = json.loads(payload)
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                for choice in chunk.get("choices", []):
-                    delta = choice.get("delta") or {}
-                    piece = (delta.get("content") or "") + (delta.get("reasoning") or "")
-                    if piece:
-                        now = time.perf_counter()
-                        first = first if first is not None else now
-                        last = now
-                        text_parts.append(piece)
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
+            seen.read(response.iter_lines())
     except (httpx.HTTPError, json.JSONDecodeError, OSError) as exc:
-        return Sample(**fields, text="".join(text_parts), error=_short_error(exc))
+        return Sample(**fields, text="".join(seen.parts), error=_short_error(exc))
     end = time.perf_counter()
-    completion = usage.get("completion_tokens")
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    completion = seen.usage.get("completion_tokens")
+    cached = (seen.usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    first = seen.first
     if first is None or not completion:
-        return Sample(**fields, error="no tokens streamed", finish_reason=finish)
-    decode_s = (last or first) - first
+        return Sample(**fields, error="no tokens streamed", finish_reason=seen.finish)
+    decode_s = (seen.last or first) - first
     decode_tps = (completion - 1) / decode_s if completion > 1 and decode_s > 0 else None
     return Sample(
         **fields,
-        prompt_tokens=usage.get("prompt_tokens"),
+        prompt_tokens=seen.usage.get("prompt_tokens"),
         completion_tokens=completion,
         cached_tokens=cached,
         ttft_s=first - start,
@@ -135,8 +149,8 @@ def stream_chat(  # noqa: PLR0913  keyword-only: the labels the Sample is stampe
         decode_tps=decode_tps,
         e2e_s=end - start,
         e2e_tps=completion / (end - start) if end > start else None,
-        finish_reason=finish,
-        text="".join(text_parts),
+        finish_reason=seen.finish,
+        text="".join(seen.parts),
     )
 
 

@@ -5,10 +5,9 @@ Why the start time is compared with a second of slack: on Linux ``psutil`` adds 
 start (clock ticks since boot, which never change) to the boot time in ``/proc/stat``, an integer
 the kernel derives anew from the wall clock at every read. A clock adjustment that carries the
 wall-clock offset across a whole second moves that integer by one, and with it every process's
-start time. CI saw exactly that: with a 0.05 s tolerance, two tests' healthy servers read as dead
-mid-start ("exited before it was ready", empty log). A pid reused within a second of the recorded
-start is no practical risk (the kernel hands pids out in sequence). macOS records the start as a
-fixed wall-clock time, so there the slack is never used.
+start time, so a tighter tolerance reads a healthy server as dead mid-start. A pid reused within
+a second of the recorded start is no practical risk (the kernel hands pids out in sequence).
+macOS records the start as a fixed wall-clock time, so there the slack is never used.
 """
 
 from __future__ import annotations

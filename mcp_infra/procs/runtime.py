@@ -167,7 +167,7 @@ def server_env(hf_cache: Path | None, *, own_runtime: bool = False) -> dict[str,
     return env
 
 
-def start_server(  # noqa: PLR0913  keyword-only launch options, one per way a server starts
+def start_server(
     recipe: Recipe,
     *,
     port: int,
@@ -175,7 +175,6 @@ def start_server(  # noqa: PLR0913  keyword-only launch options, one per way a s
     log_path: Path,
     cycle_id: str | None = None,
     hf_cache: Path | None = None,
-    python: str | None = None,
     argv: list[str] | None = None,
     hosts: list[ClusterHost] | None = None,
 ) -> tuple[ProcessRecord, subprocess.Popen[bytes]]:
@@ -194,7 +193,7 @@ def start_server(  # noqa: PLR0913  keyword-only launch options, one per way a s
         if not hosts:
             raise ValueError("a split recipe needs the configured hosts")
         launch = plan_launch(recipe, hosts, log_path)
-    command = argv or build_argv(recipe, port, python=python, launch=launch)
+    command = argv or build_argv(recipe, port, launch=launch)
     with open_append(log_path) as log:
         proc = subprocess.Popen(  # argv list, never a shell
             command,
@@ -226,15 +225,12 @@ def pin_to_cpus(pid: int, count: int | None) -> list[int] | None:
     """Keep process ``pid``'s threads on the last ``count`` CPUs this process may use; the
     CPUs, or None where none were set (no count, a platform without CPU affinity: macOS).
 
-    Why: on this project's 2-CPU VM an unpinned ``mlx_lm.server`` with the demo's tiny models
-    ran in spells at about 40% of its speed, several seconds each, while a reference loop on
-    either CPU (compute or memory bound) ran at full speed and no load counter moved; the
-    likely cause is the server's threads split over the two CPUs, every token's hand-off a
-    cross-CPU wake-up, which a VM makes dear. Pinned to one
-    CPU, 96 requests of 64 tokens varied by sd 0.05-0.07 in log tok/s against 0.36-0.49 unpinned
-    in the same half hour, and ran faster (2026-12-04, docs/benchmarks.md). Called right after
-    the start, before the server has made its worker threads, which inherit the main thread's
-    CPUs; the threads already there are set one by one."""
+    Why: a server whose threads are split over CPUs hands every token from one CPU to another,
+    a wake-up a VM makes dear; on a small VM an unpinned server runs in slow spells that no load
+    counter shows, and pinned its timings vary several times less (the figures are in
+    docs/benchmarks.md). Called right after the start, before the server has made its worker
+    threads, which inherit the main thread's CPUs; the threads already there are set one by
+    one."""
     if count is None or not hasattr(os, "sched_setaffinity"):
         return None
     chosen = sorted(os.sched_getaffinity(0))[-count:]

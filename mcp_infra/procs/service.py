@@ -1,12 +1,12 @@
 """The live service behind the front, and candidate servers, with their records.
 
-The stable port belongs to the front (``procs/front.py``); every backend (the live recipe, each
-candidate, a promoted winner) runs on a free port of its own. Records live in ``state/``:
-``front.json`` for the front, ``service.json`` for the live backend, ``candidates/<port>.json``
-for every other backend (candidates, a winner not yet adopted, an old backend being drained).
-A record is written right after a process starts and removed after it stops, so
-a supervisor killed at any point leaves enough on disk to find and stop what it started — and
-nothing else: a process on a port without our record is refused, never killed.
+The stable port belongs to the front (``procs/proxy.py``, steered through ``procs/front.py``);
+every backend (the live recipe, each candidate, a promoted winner) runs on a free port of its own.
+Records live in ``state/``: ``front.json`` for the front, ``service.json`` for the live backend,
+``candidates/<port>.json`` for every other backend (candidates, a winner not yet adopted, an old
+backend being drained). A record is written right after a process starts and removed after it
+stops, so a supervisor killed at any point leaves enough on disk to find and stop what it
+started — and nothing else: a process on a port without our record is refused, never killed.
 
 Every change of what serves (``adopt``, ``hold_live``, ``start_service``, ``ensure_serving``, the
 front's restart of a dead backend: ``heal_live_backend``) holds the service lock
@@ -59,6 +59,7 @@ from mcp_infra.procs.runtime import (
     with_ranks,
 )
 from mcp_infra.state.context import active_recipe, load_config, service_record
+from mcp_infra.state.modelfolder import ModelFolderError, verify_recipe_folders
 from mcp_infra.state.store import Home, file_safe, read_optional, write_model
 
 __all__ = ["ServiceBusy", "backend_url"]  # re-exported: callers import them from here
@@ -176,6 +177,10 @@ def start_backend(
     """Start a server on a free port, recorded under state/candidates/ until it is adopted. A
     port someone else took meanwhile means another port, never a verdict on the recipe."""
     require_log_room(log)
+    try:  # a local model folder must still hold the files recorded for it
+        verify_recipe_folders(home, recipe)
+    except ModelFolderError as exc:
+        raise ServerStartError(f"{recipe.candidate_id} not started: {exc}") from exc
     last: Exception | None = None
     config = read_optional(home.config, ServiceConfig)  # a home being set up may have none yet
     for _ in range(tries):

@@ -44,6 +44,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.preflight import manifest_hash
 from mcp_infra.errors import McpInfraError
+from mcp_infra.state.modelfolder import FILES_PREFIX
 from mcp_infra.state.runtimes import (
     BuildResult,
     as_recipe_runtime,
@@ -397,7 +398,7 @@ def _free_bytes(cache: Path) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offline, hub client)
+def prepare(
     manifest: Manifest,
     candidate: str,
     draft: bool,
@@ -406,8 +407,6 @@ def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offl
     cache: Path | None = None,
     offline: bool | None = None,
     progress: bool = True,
-    api: Any = None,  # as in plan_artifact
-    free_bytes: int | None = None,
 ) -> PrepareResult:
     """Download (or find, offline) a candidate's pinned artifacts, then inventory them.
 
@@ -423,7 +422,7 @@ def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offl
     unreachable = None
     for artifact in artifacts:
         try:
-            plans.append(plan_artifact(artifact, cache, offline=offline, api=api))
+            plans.append(plan_artifact(artifact, cache, offline=offline))
         except HubError:
             raise
         except Exception as exc:  # no hub: network, DNS, proxy, HTTP errors of any client
@@ -435,9 +434,7 @@ def prepare(  # noqa: PLR0913  keyword-only options of one download (cache, offl
             break
     if offline:
         _require_cached(plans, candidate, cache, unreachable)
-    problems = check_budget(
-        plans, manifest, policy, _free_bytes(cache) if free_bytes is None else free_bytes
-    )
+    problems = check_budget(plans, manifest, policy, _free_bytes(cache))
     if problems:
         raise BudgetExceeded(f"{candidate}: not downloading: " + "; ".join(problems))
     cache.mkdir(parents=True, exist_ok=True)
@@ -702,7 +699,9 @@ def resolve_recipe(
         ):
             if artifact is None or path is None:
                 continue
-            if artifact.repo and Path(path).is_dir():
+            if artifact.digest:  # a local folder: its recorded files, checked at each start
+                hashes[role] = FILES_PREFIX + artifact.digest
+            elif artifact.repo and Path(path).is_dir():
                 hashes[role] = "inventory:" + ensure_untampered(Path(path))
             else:
                 hashes[role] = fingerprint(Path(path))
@@ -720,9 +719,18 @@ def resolve_recipe(
     )
 
 
+CONFIGURED_UNKNOWN = "(the configured target: this home configures none)"
+
+
 def artifact_path(artifact: ArtifactRef, models_dir: Path, hf_cache: Path | None) -> str:
+    """The folder an artifact is served from. A "configured" artifact is written in when the
+    home's manifests are loaded (``owncatalog.bind_configured``); unbound, it names none."""
     if artifact.demo:
         return str(models_dir / artifact.demo)
+    if artifact.path:
+        return artifact.path
+    if artifact.configured:
+        return CONFIGURED_UNKNOWN
     assert artifact.repo and artifact.revision
     found = find_snapshot(artifact.repo, artifact.revision, hub_caches(hf_cache))
     # not prepared yet: where `mcp-infra prepare` will put it (the shared Hugging Face cache)

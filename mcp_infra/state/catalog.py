@@ -46,19 +46,35 @@ def load_manifest(path: Path) -> Manifest:
 def load_registry(directory: Path | None = None, extra: Path | None = None) -> dict[str, Manifest]:
     """All manifests by id: the shipped registry plus the home's own ``registry/`` folder.
 
-    A broken file raises (a registry is trusted configuration, not agent input), and a home
-    manifest may add candidates but never shadow a shipped one.
-    """
+    A broken file raises (for callers that must have every manifest), and a home manifest may
+    add candidates but never shadow a shipped one. ``read_registry`` reports them instead."""
+    manifests, problems = read_registry(directory, extra)
+    if problems:
+        raise RegistryError(problems[0])
+    return manifests
+
+
+def read_registry(
+    directory: Path | None = None, extra: Path | None = None
+) -> tuple[dict[str, Manifest], list[str]]:
+    """The manifests that load, and one line per file that does not: a broken or shadowing
+    file is reported beside the others, never hides them."""
     manifests: dict[str, Manifest] = {}
+    problems: list[str] = []
     for folder in (directory or registry_dir(), extra):
         if folder is None or not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.yaml")):
-            manifest = load_manifest(path)
+            try:
+                manifest = load_manifest(path)
+            except RegistryError as exc:
+                problems.append(str(exc))
+                continue
             if manifest.id in manifests:
-                raise RegistryError(f"{path}: manifest id {manifest.id!r} is already defined")
+                problems.append(f"{path}: manifest id {manifest.id!r} is already defined")
+                continue
             manifests[manifest.id] = manifest
-    return manifests
+    return manifests, problems
 
 
 def policy_dir() -> Path:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 
 from mcp_infra.contracts import (
+    GeneratedCatalog,
     Manifest,
     NeedsOperatorRecord,
     Policy,
@@ -24,8 +25,14 @@ from mcp_infra.contracts import (
 from mcp_infra.core.preflight import HostFacts, Preflight, find_candidate, preflight, registry_hash
 from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.core.schedule import WindowState, check
-from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.catalog import load_policy, read_registry
 from mcp_infra.state.hostfacts import host_facts
+from mcp_infra.state.owncatalog import (
+    bind_configured,
+    configured_target,
+    ensure_catalog,
+    model_facts,
+)
 from mcp_infra.state.runtimes import runtime_facts
 from mcp_infra.state.store import Home, read_model, read_optional, utcnow, write_model
 
@@ -80,8 +87,33 @@ class HomeContext:
         return policy_hash(self.policy)
 
     @cached_property
+    def catalog(self) -> GeneratedCatalog | None:
+        """The catalog generated for the model of `init --model` (None: no such model)."""
+        return ensure_catalog(self.home, self.config) if self.configured else None
+
+    @cached_property
+    def _registry(self) -> tuple[dict[str, Manifest], list[str]]:
+        manifests, problems = read_registry(extra=self.home.user_registry)
+        for manifest in self.catalog.manifests if self.catalog else []:
+            if manifest.id in manifests:
+                problems.append(f"generated {manifest.id}: a registry file defines it; kept")
+            else:
+                manifests[manifest.id] = manifest
+        if self.configured:
+            path, digest = configured_target(self.config)
+            manifests = {k: bind_configured(m, path, digest) for k, m in manifests.items()}
+        return manifests, problems
+
+    @cached_property
     def manifests(self) -> dict[str, Manifest]:
-        return load_registry(extra=self.home.user_registry)
+        """Every manifest that loads: shipped, the home's own and the generated catalog's,
+        "the configured target" written in as this home's."""
+        return self._registry[0]
+
+    @property
+    def registry_problems(self) -> list[str]:
+        """One line per manifest file that does not load (reported, never hiding the rest)."""
+        return self._registry[1]
 
     @cached_property
     def registry_hash(self) -> str:
@@ -90,7 +122,8 @@ class HomeContext:
     @cached_property
     def facts(self) -> HostFacts:
         facts = host_facts(self.home.root, self.home.models, self.home.hf_cache)
-        return facts.model_copy(update={"runtimes": runtime_facts(self.home.runtimes)})
+        models = model_facts(self.home, self.config if self.configured else None, self.manifests)
+        return facts.model_copy(update={"runtimes": runtime_facts(self.home.runtimes), **models})
 
     @cached_property
     def live(self) -> Recipe:

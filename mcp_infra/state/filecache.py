@@ -41,12 +41,22 @@ def load_yaml(path: Path) -> JSONValue:
     with _lock:
         hit = _yaml.get(key)
     if hit is None or hit[0] != stamp:
-        data = yaml.load(path.read_bytes(), Loader=_Loader)  # noqa: S506 - a safe loader
+        data = _safe_load(path.read_bytes())
         if _identity(path) == stamp:  # not rewritten while it was read
             with _lock:
                 _yaml[key] = (stamp, data)
         return copy.deepcopy(data)
     return copy.deepcopy(hit[1])
+
+
+def _safe_load(text: bytes) -> JSONValue:
+    """``yaml.safe_load``, with libyaml's safe loader where PyYAML was built with it."""
+    loader = _Loader(text)
+    try:
+        data: JSONValue = loader.get_single_data()
+        return data
+    finally:
+        loader.dispose()
 
 
 def _path_stamp() -> tuple[int, ...]:

@@ -24,15 +24,19 @@ read from the bundle on the fly, with its environment from its own ``environment
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from mcp_infra.contracts import (
     CandidateRun,
+    CandidateVerdict,
     CycleMemory,
     CycleSummary,
     Decision,
     EnvironmentFingerprint,
+    Event,
     FrozenPlan,
     JSONValue,
     Policy,
@@ -118,98 +122,146 @@ def record(home: Home, cycle_id: str) -> CycleMemory | None:
     return memo
 
 
+Recipes = dict[str, dict[str, JSONValue]]
+"""Each candidate's resolved recipe as its cycle journaled it (PREPARE): candidate id → fields."""
+
+
 def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMemory | None:
-    """A cycle's outcomes read from its sealed evidence bundle."""
-    bundle = home.evidence / cycle_id
+    """A cycle's outcomes read from its sealed evidence bundle: a person's approval remembers
+    the one approved candidate, a cycle every candidate its verdict judged."""
+    files = CycleFiles(home.evidence / cycle_id)
     try:
-        summary = read_model(CycleFiles(bundle).summary, CycleSummary)
-        verdict = read_optional(CycleFiles(bundle).verdict, Verdict)
-        plan = read_optional(CycleFiles(bundle).plan, FrozenPlan)
-        fingerprint = read_optional(CycleFiles(bundle).environment, EnvironmentFingerprint)
+        summary = read_model(files.summary, CycleSummary)
+        verdict = read_optional(files.verdict, Verdict)
+        plan = read_optional(files.plan, FrozenPlan)
+        fingerprint = read_optional(files.environment, EnvironmentFingerprint)
     except (FileNotFoundError, CorruptFile):
         return None
     env = environment() if env_now or fingerprint is None else environment_from(fingerprint)
-    events, _ = read_journal_file(CycleFiles(bundle).journal)
-    recipes: dict[str, dict[str, JSONValue]] = {}
-    approval_of = None
-    for event in events:
-        if event.state.value == "PREPARE" and isinstance(event.fields.get("recipes"), dict):
-            recipes.update(event.fields["recipes"])
-        if event.state.value == "QUEUED" and event.fields.get("approval_of"):
-            approval_of = event.fields
-    sealed_at = summary.ended_at
-    started: dict[str, bool] = {}
-    for run_file in sorted((CycleFiles(bundle).runs).glob("*.json")):
-        try:
-            run = read_model(run_file, CandidateRun)
-        except CorruptFile:
-            continue
-        if run.purpose == "selection":  # held-out and live runs are not the candidate's start
-            started[run.candidate] = run.started
-    outcomes: list[RememberedOutcome] = []
-    identities: dict[str, str] = {}
-    policy_hash = plan.policy_hash if plan else None
-    cap = plan.thresholds.max_peak_memory_gb if plan else None
-
-    def outcome(candidate: str, recipe: dict[str, JSONValue], **decided: Any) -> RememberedOutcome:
-        """One remembered outcome: what all of this cycle's share (cycle, manifest, environment,
-        policy) and what its decision says."""
-        return RememberedOutcome(
-            candidate=candidate,
-            cycle_id=cycle_id,
-            sealed_at=sealed_at,
-            manifest_hash=recipe.get("manifest_hash"),
-            environment_key=environment_key(env, recipe, identities),
-            policy_hash=policy_hash,
-            **decided,
-        )
-
-    if approval_of is not None:  # an approval: only the approved candidate, promoted or not
-        candidate = str(approval_of.get("candidate"))
-        recipe = recipes.get(candidate) or approval_of.get("recipe") or {}
-        outcomes.append(
-            outcome(
-                candidate,
-                recipe,
-                decision=Decision.QUALIFIED,
-                selected=summary.selected == candidate,
-                reasons=[
-                    f"approved by a person from cycle {approval_of.get('approval_of')}: "
-                    f"{summary.outcome.value} — {summary.reason}"[:500]
-                ],
-            )
-        )
-    elif verdict is not None:  # every judged candidate (an approval above remembers one recipe)
-        for item in verdict.candidates:
-            recipe = recipes.get(item.candidate, {})
-            outcomes.append(
-                outcome(
-                    item.candidate,
-                    recipe,
-                    decision=item.decision,
-                    reasons=item.reasons[:8],
-                    gates=[
-                        RememberedGate(gate=g.gate, passed=g.passed, detail=g.detail[:300])
-                        for g in item.gates
-                    ],
-                    started=started.get(item.candidate, True),
-                    speedup_estimate=item.speedup_estimate,
-                    ci_low=item.ci_low,
-                    ci_high=item.ci_high,
-                    baseline_tps=item.baseline_tps,
-                    candidate_tps=item.candidate_tps,
-                    peak_memory_gb=item.peak_memory_gb,
-                    max_peak_memory_gb=cap,
-                    selected=verdict.selected == item.candidate
-                    and summary.selected == item.candidate,
-                )
-            )
+    recipes, approval_of = _journaled(read_journal_file(files.journal)[0])
+    shared = _Shared(cycle_id, summary.ended_at, env, plan.policy_hash if plan else None, {})
+    if approval_of is not None:
+        outcomes = [_approved(shared, summary, recipes, approval_of)]
+    elif verdict is not None:
+        cap = plan.thresholds.max_peak_memory_gb if plan else None
+        started = _selection_started(files)
+        outcomes = [
+            _judged(shared, summary, verdict, item, recipes.get(item.candidate, {}), cap, started)
+            for item in verdict.candidates
+        ]
+    else:
+        outcomes = []
     return CycleMemory(
         cycle_id=cycle_id,
         outcome=summary.outcome,
         recorded_at=utcnow(),
         environment=env,
         outcomes=outcomes,
+    )
+
+
+def _journaled(
+    events: list[Event],
+) -> tuple[dict[str, dict[str, JSONValue]], dict[str, Any] | None]:
+    """From a bundle's journal: each candidate's resolved recipe (PREPARE), and the approval
+    this cycle carries out, if it is one (its QUEUED line)."""
+    recipes: Recipes = {}
+    approval_of = None
+    for event in events:
+        if event.state.value == "PREPARE" and isinstance(event.fields.get("recipes"), dict):
+            recipes.update(event.fields["recipes"])
+        if event.state.value == "QUEUED" and event.fields.get("approval_of"):
+            approval_of = event.fields
+    return recipes, approval_of
+
+
+def _selection_started(files: CycleFiles) -> dict[str, bool]:
+    """Whether each candidate's selection run started (held-out and live runs are not the
+    candidate's start)."""
+    started: dict[str, bool] = {}
+    for run_file in sorted(files.runs.glob("*.json")):
+        try:
+            run = read_model(run_file, CandidateRun)
+        except CorruptFile:
+            continue
+        if run.purpose == "selection":
+            started[run.candidate] = run.started
+    return started
+
+
+@dataclass
+class _Shared:
+    """What all of one cycle's remembered outcomes share: the cycle, when it was sealed, its
+    environment and policy."""
+
+    cycle_id: str
+    sealed_at: datetime
+    env: dict[str, str]
+    policy_hash: str | None
+    identities: dict[str, str]  # model-file identities read so far
+
+    def outcome(
+        self, candidate: str, recipe: dict[str, JSONValue], **decided: Any
+    ) -> RememberedOutcome:
+        return RememberedOutcome(
+            candidate=candidate,
+            cycle_id=self.cycle_id,
+            sealed_at=self.sealed_at,
+            manifest_hash=recipe.get("manifest_hash"),
+            environment_key=environment_key(self.env, recipe, self.identities),
+            policy_hash=self.policy_hash,
+            **decided,
+        )
+
+
+def _approved(
+    shared: _Shared,
+    summary: CycleSummary,
+    recipes: Recipes,
+    approval_of: dict[str, Any],
+) -> RememberedOutcome:
+    """An approval: only the approved candidate, promoted or not."""
+    candidate = str(approval_of.get("candidate"))
+    recipe = recipes.get(candidate) or approval_of.get("recipe") or {}
+    return shared.outcome(
+        candidate,
+        recipe,
+        decision=Decision.QUALIFIED,
+        selected=summary.selected == candidate,
+        reasons=[
+            f"approved by a person from cycle {approval_of.get('approval_of')}: "
+            f"{summary.outcome.value} — {summary.reason}"[:500]
+        ],
+    )
+
+
+def _judged(
+    shared: _Shared,
+    summary: CycleSummary,
+    verdict: Verdict,
+    item: CandidateVerdict,
+    recipe: dict[str, JSONValue],
+    cap: float | None,
+    started: dict[str, bool],
+) -> RememberedOutcome:
+    """One candidate the cycle's verdict judged, with its gates and figures."""
+    return shared.outcome(
+        item.candidate,
+        recipe,
+        decision=item.decision,
+        reasons=item.reasons[:8],
+        gates=[
+            RememberedGate(gate=g.gate, passed=g.passed, detail=g.detail[:300]) for g in item.gates
+        ],
+        started=started.get(item.candidate, True),
+        speedup_estimate=item.speedup_estimate,
+        ci_low=item.ci_low,
+        ci_high=item.ci_high,
+        baseline_tps=item.baseline_tps,
+        candidate_tps=item.candidate_tps,
+        peak_memory_gb=item.peak_memory_gb,
+        max_peak_memory_gb=cap,
+        selected=verdict.selected == item.candidate and summary.selected == item.candidate,
     )
 
 

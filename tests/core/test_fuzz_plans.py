@@ -24,7 +24,14 @@ from mcp_infra.core.preflight import (
     preflight,
     registry_hash,
 )
-from mcp_infra.core.sanitize import PlanRefused, parse_plan, policy_hash, sanitize, shown_name
+from mcp_infra.core.sanitize import (
+    PlanContext,
+    PlanRefused,
+    parse_plan,
+    policy_hash,
+    sanitize,
+    shown_name,
+)
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy, load_registry
 
@@ -138,19 +145,18 @@ inputs = st.one_of(
 
 
 def freeze(raw: object) -> FrozenPlan:
-    return sanitize(
-        parse_plan(raw),
+    context = PlanContext(
         manifests=MANIFESTS,
         policy=POLICY,
         preflights=CHECKS,
         live_recipe=LIVE,
-        live_peak_memory_gb=0.3,
         registry_hash=registry_hash(MANIFESTS),
         policy_hash=policy_hash(POLICY),
-        proposed_by="fuzz",
-        now=datetime(2026, 11, 29, tzinfo=UTC),
+        live_peak_memory_gb=0.3,
         candidate_recipes=RECIPES,
     )
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    return sanitize(parse_plan(raw), context, proposed_by="fuzz", now=now)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

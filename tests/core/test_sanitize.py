@@ -11,6 +11,7 @@ import pytest
 from mcp_infra.contracts import BASELINE_ID, Plan, Recipe
 from mcp_infra.core.preflight import HostFacts, find_candidate, preflight, registry_hash
 from mcp_infra.core.sanitize import (
+    PlanContext,
     PlanRefused,
     parse_plan,
     plan_content_hash,
@@ -56,20 +57,18 @@ def freeze(
         from pathlib import Path
 
         recipes[cid] = resolve_recipe(manifest, variant, Path("/m"))
-    return sanitize(
-        plan,
+    context = PlanContext(
         manifests=MANIFESTS,
         policy=POLICY,
         preflights=_checks(facts),
         live_recipe=live,
-        live_peak_memory_gb=live_peak,
         registry_hash=registry_hash(MANIFESTS),
         policy_hash=policy_hash(POLICY),
-        proposed_by="test",
-        now=NOW,
+        live_peak_memory_gb=live_peak,
         candidate_recipes=recipes,
-        skip=skip,
+        skip=skip or {},
     )
+    return sanitize(plan, context, proposed_by="test", now=NOW)
 
 
 def test_baseline_first_duplicates_dropped_and_every_change_explained() -> None:

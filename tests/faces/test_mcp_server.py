@@ -381,7 +381,7 @@ async def test_propose_waits_for_the_maintenance_window(home: Home, anyio_backen
 
 
 async def test_autonomous_mode_keeps_one_watcher(home: Home, anyio_backend: str) -> None:
-    from mcp_infra.flows.api import watcher_pid
+    from mcp_infra.flows.proposal import watcher_pid
     from tests.helpers.mcp_clients import supervisors
 
     for _ in range(2):  # a second server finds the first one's watcher and starts none

@@ -112,7 +112,7 @@ async def test_every_summary_has_the_confirmations_and_the_command(
 
 def test_held_out_and_online_from_a_promoting_journal() -> None:
     """The shipped bundle promoted: both lines come from its journal as recorded."""
-    from mcp_infra.flows.api import confirmations
+    from mcp_infra.flows.views import confirmations
 
     bundle = SHIPPED[0]
     heldout, online = confirmations(bundle)

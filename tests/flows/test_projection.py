@@ -40,6 +40,7 @@ from mcp_infra.demo.homes import write_test_policy
 from mcp_infra.flows import api as app
 from mcp_infra.flows import projection as pj
 from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.status import cost_sidecar, projection_progress
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.catalog import load_policy
@@ -220,7 +221,7 @@ def test_status_sets_the_projection_against_the_elapsed_time(bare_home: Home) ->
         configurations=[BASELINE_ID, "demo-tiny:draft-k4"],
         source=[SHIPPED.name],
     )
-    write_model(app.cost_sidecar(bare_home, "p-1"), cost)
+    write_model(cost_sidecar(bare_home, "p-1"), cost)
     maintenance = Event(
         ts=datetime.now(UTC),
         cycle_id="c-1",
@@ -228,16 +229,16 @@ def test_status_sets_the_projection_against_the_elapsed_time(bare_home: Home) ->
         message="none expected",
         fields={"configurations": [BASELINE_ID, "demo-tiny:draft-k4"], "mode": "concurrent"},
     )
-    got = app.projection_progress(bare_home, "p-1", [maintenance], 120.0)
+    got = projection_progress(bare_home, "p-1", [maintenance], 120.0)
     assert got["projected"] == cost
     assert got["projection"] == (
         "projected 4.0 min (up to 5.0 over 3 seeds), 3 round(s); 2.0 min elapsed "
         "(50% of the projection)"
     )
     fewer = maintenance.model_copy(update={"fields": {"configurations": [BASELINE_ID]}})
-    said = app.projection_progress(bare_home, "p-1", [fewer], 60.0)["projection"]
+    said = projection_progress(bare_home, "p-1", [fewer], 60.0)["projection"]
     assert "the cycle measures baseline" in said
-    assert app.projection_progress(bare_home, "p-2", [], 1.0) == {
+    assert projection_progress(bare_home, "p-2", [], 1.0) == {
         "projection": "no projection was made when this plan was proposed"
     }
 
@@ -283,7 +284,7 @@ def test_an_exclusive_plan_over_the_unserved_limit_is_held_for_the_window(home: 
     assert view.cost is not None and view.cost.unserved_s and view.cost.unserved_s > 5
     assert view.cost.held and "maintenance window 02:00-04:00 UTC" in view.cost.held
     assert "held for the maintenance window" in view.message and len(home.queued()) == 1
-    kept = read_model(app.cost_sidecar(home, str(view.plan_id)), PlanCost)
+    kept = read_model(cost_sidecar(home, str(view.plan_id)), PlanCost)
     assert kept == view.cost  # what `status` sets against the elapsed time
     set_service(home, {"mode": "never"}, memory_budget_fraction=0.001, max_unserved_s=5)
     refused = app.propose(home, PLAN, proposed_by="test", start_supervisor=False)

@@ -7,7 +7,7 @@ this: the timing samples (`timing`: a fixed decode rate the caller picks, e.g. 1
 this CPU) and, where the caller asks for them, the greedy token ids (`greedy_ids`). Nothing
 measured by these helpers is a figure about any machine; never read them as one.
 
-Everything else is the product's own code: the plan is frozen by `app.freeze_plan`, the verdict
+Everything else is the product's own code: the plan is frozen by `proposal.freeze_plan`, the verdict
 comes from `selector.select`, the journal is written by `cycle.Journal` in the order a real cycle
 writes it (QUEUED, PREFLIGHT, PREPARE, BASELINE, MAINTENANCE, EXPERIMENT per candidate, SELECT,
 SEALED), and `cycle.conclude` seals the bundle (and records recipe memory). Greedy outputs may also
@@ -31,8 +31,7 @@ from mcp_infra.core.preflight import find_candidate
 from mcp_infra.core.sanitize import parse_plan
 from mcp_infra.core.selector import select
 from mcp_infra.core.workload import request_class_of
-from mcp_infra.flows import api as app
-from mcp_infra.flows import cycle
+from mcp_infra.flows import cycle, proposal
 from mcp_infra.procs import bench
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry, load_suite
@@ -44,7 +43,7 @@ from tests.helpers.paths import REPO
 
 def freeze(home: Home, candidates: list[str]) -> FrozenPlan:
     plan = parse_plan({"hypothesis": "test", "candidates": candidates})
-    return app.freeze_plan(HomeContext(home), plan, "test")
+    return proposal.freeze_plan(HomeContext(home), plan, "test")
 
 
 def prompts(plan: FrozenPlan) -> list[str]:

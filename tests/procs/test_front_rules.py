@@ -1,7 +1,7 @@
 """The front's pure rules (paths, headers, CORS, token, bodies, self-healing), its status file,
 and a fuzzer for its HTTP handling. Fast tier: no server process is started.
 
-The fuzzer runs the real front (``procs.front.Front``, the code the front process runs) on an
+The fuzzer runs the real front (``procs.proxy.Front``, the code the front process runs) on an
 event loop in a thread of this test, in front of a tiny backend made from the standard library's
 ``http.server``. That backend is a test double, and only here: the fast tier may not start an
 mlx server, and what is checked is what the front lets through to a backend (paths, headers,
@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from mcp_infra.contracts import FrontConfig, FrontRoute, FrontStatus, HealState
 from mcp_infra.core import frontrules as rules
 from mcp_infra.demo.frontkit import get, post, raw, status_of
-from mcp_infra.procs.front import Front, route_path, status_path
+from mcp_infra.procs.front import route_path, status_path
+from mcp_infra.procs.proxy import Front
 from mcp_infra.procs.runtime import free_port
 from mcp_infra.state.store import Home, write_model
 
@@ -216,7 +217,7 @@ def test_status_is_written_only_when_it_changed(tmp_path: Path) -> None:
         front._dirty = True  # a probe that found nothing new marks the status dirty too
         front.write_status()
     assert (path.stat().st_mtime_ns, path.read_bytes()) == first
-    front._add(served=1)
+    front.count(served=1)
     front.write_status()
     assert FrontStatus.model_validate_json(path.read_text()).total.served == 1
 

@@ -190,9 +190,7 @@ def test_real_mlx_server_starts_answers_and_stops(
             messages,
             max_tokens=16,
             timeout=60,
-            candidate="baseline",
-            prompt_id="p",
-            repeat=0,
+            labels=bench.Labels("baseline", "p"),
         )
         assert sample.error is None and sample.completion_tokens == 16
         assert sample.decode_tps and sample.decode_tps > 0 and sample.ttft_s is not None
@@ -236,9 +234,7 @@ def test_stream_chat_reports_an_unreachable_server_as_an_error() -> None:
         [{"role": "user", "content": "x"}],
         max_tokens=4,
         timeout=2,
-        candidate="c",
-        prompt_id="p",
-        repeat=0,
+        labels=bench.Labels("c", "p"),
     )
     assert sample.error and sample.decode_tps is None
 

@@ -34,7 +34,7 @@ from mcp_infra.core.gating import run_gates
 from mcp_infra.core.preflight import HostFacts, RuntimeFacts, env_hash, pin_problems, preflight
 from mcp_infra.core.sanitize import PlanRefused
 from mcp_infra.core.templates import help_flags, template_flags, unknown_flags
-from mcp_infra.flows.api import freeze_plan
+from mcp_infra.flows.proposal import freeze_plan
 from mcp_infra.procs.runtime import ServerStartError, build_argv, free_port, start_server
 from mcp_infra.state import memory, recomputed, runtimes
 from mcp_infra.state.artifacts import resolve_recipe
@@ -437,7 +437,7 @@ def test_the_registry_shows_installed_pinned_and_size_per_runtime_candidate(
     bare_home: Home,
 ) -> None:
     from mcp_infra.faces.render import runtime_line
-    from mcp_infra.flows.api import runtime_view
+    from mcp_infra.flows.views import runtime_view
     from mcp_infra.state.hostfacts import installed_version
 
     shipped = load_registry()["demo-runtime"]

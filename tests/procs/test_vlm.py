@@ -183,9 +183,7 @@ def test_a_real_mlx_vlm_server_through_the_template_measured_by_bench(
                 messages,
                 max_tokens=16,
                 timeout=60,
-                candidate=recipe.candidate_id,
-                prompt_id="sea",
-                repeat=r,
+                labels=bench.Labels(recipe.candidate_id, "sea", r),
             )
             for r in range(2)
         ]

@@ -20,7 +20,7 @@ from huggingface_hub import try_to_load_from_cache
 from mcp_infra.contracts import ArtifactRef
 from mcp_infra.core.preflight import find_candidate, preflight
 from mcp_infra.faces import cli
-from mcp_infra.flows.api import prepare_candidate
+from mcp_infra.flows.proposal import prepare_candidate
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy, load_registry
