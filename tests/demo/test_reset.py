@@ -8,11 +8,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mcp_infra.contracts import CycleSummary, FrozenPlan
 from mcp_infra.demo import run as demo_run
 from mcp_infra.state import evidence
-from mcp_infra.state.catalog import load_policy
+from mcp_infra.state.catalog import load_policy, policy_dir
 from mcp_infra.state.spread import learned_spread
 from mcp_infra.state.store import Home, read_model, write_model
 from tests.helpers.paths import SHIPPED, shipped_key
@@ -119,3 +120,16 @@ def test_every_plan_answer_names_the_time_the_service_is_down() -> None:
     assert "0 s unserved (concurrent)" in str(
         cost_line(blind.model_copy(update={"mode": "concurrent"}))
     )
+
+
+def test_the_demo_follows_its_cycle_past_the_policys_budget(tmp_path: Path) -> None:
+    """The demo follows its cycle for the demo policy's whole budget and a margin: stopping
+    sooner would stop the service under a cycle still running on a loaded machine."""
+    home = Home(tmp_path / "demo").ensure()
+    budget = load_policy("demo").budgets.cycle_minutes * 60
+    assert demo_run.follow_timeout_s(home) == budget + demo_run.FOLLOW_MARGIN_S
+    data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
+    data["budgets"]["cycle_minutes"] = 45
+    home.user_policy.mkdir(parents=True, exist_ok=True)
+    (home.user_policy / "demo.yaml").write_text(yaml.safe_dump(data))
+    assert demo_run.follow_timeout_s(home) == 45 * 60 + demo_run.FOLLOW_MARGIN_S
