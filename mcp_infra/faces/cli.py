@@ -442,13 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
     sup.add_argument(
         "--watch",
         action="store_true",
-        help="keep running: run queued plans when the window allows and, if the "
-        "policy says so, re-check candidates that changed",
+        help="keep running: run queued plans when the window allows",
     )
     sup.add_argument(
         "--interval",
         type=float,
-        help="--watch: seconds between looks (default: the policy's watch.interval_s)",
+        help="--watch: seconds between looks (default: 300)",
     )
     sup.add_argument("--max-cycles", type=int, help="--watch: stop after this many cycles")
     sup.add_argument("--json", action="store_true", help="the sealed cycles' summaries as JSON")

@@ -341,7 +341,15 @@ def cost_line(cost: PlanCost | None) -> str | None:
     if cost is None:
         return None
     if cost.basis != "this-home" or cost.minutes is None:
-        return f"projected cost {cost.basis}: {cost.why}."
+        down = (
+            "the service is down while candidates run (exclusive), for how long cannot be "
+            "projected yet"
+            if cost.mode == "exclusive"
+            else "0 s unserved (concurrent)"
+        )
+        return f"projected cost {cost.basis}: {cost.why}; {down}." + (
+            f" HELD: {cost.held}." if cost.held else ""
+        )
     text = (
         f"projected on this machine {cost.minutes:.1f} min (up to {cost.minutes_high:.1f}, "
         f"{cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} requests, "

@@ -115,8 +115,8 @@ def sources(bundle: Path, verification: Any) -> dict[str, Any]:
 
 def heldout_again(bundle: Path) -> Any:
     """The held-out check as the cycle that sealed the bundle reached it (flows.rounds.
-    heldout_check's last step, by the bundle's decision method)."""
-    from mcp_infra.core.selector import replay_method, select
+    heldout_check's last step)."""
+    from mcp_infra.core.selector import select
     from mcp_infra.flows.rounds import as_measured, heldout_protocol
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
@@ -134,7 +134,6 @@ def heldout_again(bundle: Path) -> Any:
         heldout_protocol(plan.protocol),
         plan.auto_promote,
         confirmation=True,
-        method=replay_method(verdict.method, plan.protocol) or 0,
     )
     return again.model_dump(mode="json")
 
