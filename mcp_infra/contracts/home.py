@@ -82,8 +82,6 @@ class CycleMemory(Contract):
     outcomes: list[RememberedOutcome] = Field(default_factory=list)
 
 
-
-
 class ArtifactInventory(Contract):
     """The sha256 of every file of a prepared hub snapshot, checked before each use."""
 

@@ -24,12 +24,12 @@ from mcp_infra.contracts import (
 from mcp_infra.state import sealing, signing
 from mcp_infra.state.bundle import Bundle, Failed, Skipped, fail_on
 from mcp_infra.state.recomputed import (
+    check_builds,
     check_candidates_accounted,
     check_gates_recomputed,
     check_journal_agrees,
     check_plan_hash,
     check_plan_inputs,
-    check_builds,
     check_runtime_locks,
     check_sample_arithmetic,
     check_samples_covered,
