@@ -130,6 +130,9 @@ def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
     lines = [
         f"{len(view.candidates)} candidate(s){where}; live recipe: {view.live_recipe or 'none'}."
     ]
+    # what is missing from the list comes first: a long list is cut at its end
+    lines += [f"not offered for this model: {n.subject}: {n.reason}" for n in view.not_offered]
+    lines += [f"NOT LOADED: {problem}" for problem in view.problems]
     by_manifest: dict[str, list[app.CandidateView]] = {}
     for c in view.candidates:
         by_manifest.setdefault(c.id.split(":", 1)[0], []).append(c)
@@ -169,8 +172,6 @@ def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
                 lines.append(f"    skipped in plans: {c.skip}")
             if c.preflight_passed and (said := cost_line(c.cost)):
                 lines.append(f"    alone in a plan: {said}")
-    lines += [f"not offered for this model: {n.subject}: {n.reason}" for n in view.not_offered]
-    lines += [f"NOT LOADED: {problem}" for problem in view.problems]
     if page < pages:
         lines.append(f"More: registry with page={page + 1}.")
     return bounded(lines)
