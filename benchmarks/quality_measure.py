@@ -60,7 +60,6 @@ THRESHOLDS = EffectiveThresholds(
     max_peak_memory_gb=16.0,
     max_error_rate=0.0,
     worst_prompt_tolerance_pct=10.0,
-    tie_tolerance_pct=2.0,
     quality_budget=QualityBudgets(),
 )
 DRAWS = Resampling(level=0.96, resamples=2000, seed=20261129)

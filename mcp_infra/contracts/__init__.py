@@ -56,12 +56,10 @@ from mcp_infra.contracts.home import (
     LockedPackage,
     NeedsOperatorRecord,
     ProcessUsage,
-    RecheckAttempt,
     RememberedGate,
     RememberedOutcome,
     RuntimeLock,
     UsageStart,
-    WatchState,
 )
 from mcp_infra.contracts.journal import (
     CycleState,
@@ -117,7 +115,6 @@ from mcp_infra.contracts.policy import (
     QualityBudgets,
     ServicePolicy,
     Thresholds,
-    Watch,
     Window,
     WorkloadCell,
 )
@@ -274,7 +271,6 @@ __all__ = [
     "REPO_PATTERN",
     "REVISION_PATTERN",
     "RankRecord",
-    "RecheckAttempt",
     "Recipe",
     "RecipeRuntime",
     "RefusedCandidate",
@@ -305,8 +301,6 @@ __all__ = [
     "UsageStart",
     "Variant",
     "Verdict",
-    "Watch",
-    "WatchState",
     "Watchdog",
     "Window",
     "WorkloadCell",

@@ -99,7 +99,6 @@ class EffectiveThresholds(Part):
     max_peak_memory_gb: float
     max_error_rate: float
     worst_prompt_tolerance_pct: float
-    tie_tolerance_pct: float
     quality_budget: QualityBudgets | None = Field(
         None, exclude_if=unset, description="the policy's quality budgets (core.budget)"
     )

@@ -41,7 +41,6 @@ PLAIN = EffectiveThresholds(
     max_peak_memory_gb=16.0,
     max_error_rate=0.0,
     worst_prompt_tolerance_pct=10.0,
-    tie_tolerance_pct=2.0,
     quality_budget=QualityBudgets(),
 )
 
@@ -225,7 +224,7 @@ def test_a_policy_naming_the_old_fraction_hashes_as_it_did() -> None:
 
 def test_auto_promoting_a_lossy_class_needs_a_budget_of_its_own() -> None:
     data = yaml.safe_load((REPO / "policy" / "default.yaml").read_text())
-    data["auto_promote"]["quantization"] = True
+    data.setdefault("auto_promote", {})["quantization"] = True
     with pytest.raises(ValueError, match="auto_promote is on for quantization"):
         Policy.model_validate(data)
     data["thresholds"]["quality_budget"] = {

@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 
 from mcp_infra.contracts import EvidenceManifest, Verdict
+from mcp_infra.core.selector import DECISION_METHOD
 from mcp_infra.faces import cli
-from mcp_infra.state import evidence
-from mcp_infra.state.store import read_model, sha256_file, write_model
+from mcp_infra.state import evidence, signing
+from mcp_infra.state.store import Home, read_model, sha256_file, write_model
 from tests.helpers.paths import SHIPPED
+from tests.helpers.synthetic_bundle import freeze, seal_one
 
 
 def test_there_is_a_shipped_bundle() -> None:
@@ -29,8 +31,9 @@ def test_there_is_a_shipped_bundle() -> None:
 
 
 def key_of(bundle: Path) -> Path:
-    """The public key shipped beside a bundle in evidence/."""
-    return SHIPPED[0].parent / f"{bundle.name}.pub"
+    """The public key beside a bundle (a sealed one's copy), else the one shipped in evidence/."""
+    beside = bundle.parent / f"{bundle.name}.pub"
+    return beside if beside.is_file() else SHIPPED[0].parent / f"{bundle.name}.pub"
 
 
 @pytest.mark.parametrize("bundle", SHIPPED, ids=[p.name for p in SHIPPED])
@@ -61,6 +64,21 @@ def bundle(tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.fixture
+def recomputable(bundle: Path, request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """A bundle whose verdict this mcp-infra recomputes: the shipped copy where the current
+    decision method sealed it, else a SYNTHETIC one sealed in a test home
+    (tests/helpers/synthetic_bundle.py), copied out with its public key beside it."""
+    if read_model(bundle / "verdict.json", Verdict).method == DECISION_METHOD:
+        return bundle
+    home: Home = request.getfixturevalue("home")
+    sealed = seal_one(home, freeze(home, ["demo-tiny:draft-k2"]))
+    copy = tmp_path / "sealed" / sealed.cycle_id
+    shutil.copytree(home.evidence / sealed.cycle_id, copy)
+    shutil.copy2(signing.public_key_path(home), copy.parent / f"{copy.name}.pub")
+    return copy
+
+
 def rehash(bundle: Path, *names: str) -> None:
     """What a careful forger does: make the manifest's hashes match the changed files."""
     manifest = read_model(bundle / "MANIFEST.json", EvidenceManifest)
@@ -78,8 +96,9 @@ def verify_cli(bundle: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_a_changed_verdict_with_matching_hashes_is_caught_by_recomputing_it(
-    bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    recomputable: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    bundle = recomputable
     verdict = read_model(bundle / "verdict.json", Verdict)
     first = verdict.candidates[0]
     forged_first = first.model_copy(update={"speedup_estimate": (first.speedup_estimate or 1) * 2})
@@ -97,9 +116,10 @@ def test_a_changed_verdict_with_matching_hashes_is_caught_by_recomputing_it(
 
 
 def test_a_changed_raw_sample_with_matching_hashes_changes_the_recomputed_verdict(
-    bundle: Path,
+    recomputable: Path,
 ) -> None:
     """The other direction: the samples are changed (and rehashed), the verdict is left alone."""
+    bundle = recomputable
     path = bundle / "runs" / "baseline.json"
     data = json.loads(path.read_text())
     for sample in data["samples"]:
