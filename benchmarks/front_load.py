@@ -9,7 +9,8 @@ round (the order alternates between rounds); at 1 client, --pairs requests one a
 each side, interleaved. A request's latency runs from sending it to `data: [DONE]`. For each
 side: requests served, answered 503 with `Retry-After`, and failed (reset, refused, unanswered
 within 120 s, or another answer), and p50 and p99 of the served requests' latency; the front's
-added latency is its percentile less the backend's. While the front's rounds run its keeper and
+added latency is its percentile less the backend's (at 1 client also the median of the
+pairs' differences). While the front's rounds run its keeper and
 proxy are sampled every 0.2 s for their peak resident memory (together); the proxy's soft
 open-files limit is read at the end. Past `max_per_backend` (16) and `max_queue` (512) the front
 answers 503 with `Retry-After`; the backend alone (mlx_lm.server: a thread per connection,
@@ -28,7 +29,9 @@ pairs) and 10 clients (one round), under a minute.
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +56,29 @@ def _pct(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
 
 
+def _why(r: frontkit.StreamResult) -> str | None:
+    """What went wrong with one request (None: served, or told 503 with Retry-After)."""
+    if r.status == 200 and r.done and not r.error_event:
+        return None
+    if r.status == 503 and r.retry_after:
+        return None
+    if r.error:
+        return r.error.split(":")[0]  # the exception's class: ReadTimeout, RemoteProtocolError
+    return "error event" if r.error_event else f"HTTP {r.status}" if r.status != 200 else "cut"
+
+
 def side(results: list[frontkit.StreamResult]) -> dict[str, Any]:
-    """Counts and latency percentiles (nearest rank) of one side's requests."""
-    served = [r.seconds for r in results if r.status == 200 and r.done and not r.error_event]
+    """Counts, what the failures were, and latency percentiles (nearest rank) of one side."""
+    ok = [r for r in results if r.status == 200 and r.done_s is not None and not r.error_event]
+    served = [r.done_s for r in ok if r.done_s is not None]
     told = sum(r.status == 503 and bool(r.retry_after) for r in results)
+    why = Counter(w for r in results if (w := _why(r)) is not None)
     return {
         "requests": len(results),
         "served": len(served),
         "told_503": told,
         "failed": len(results) - len(served) - told,
+        "failures": dict(why.most_common(3)),
         "p50_s": _pct(served, 0.50),
         "p99_s": _pct(served, 0.99),
     }
@@ -90,6 +107,11 @@ def level(home: Home, clients: int, rounds: int, pairs: int) -> dict[str, Any]:
                     base, clients, max_tokens=TOKENS, timeout=TIMEOUT_S
                 )
     f, d = side(seen["front"]), side(seen["direct"])
+    pairs_ms = None
+    if clients == 1:  # one after another: each front request has its direct twin
+        both = zip(seen["front"], seen["direct"], strict=True)
+        diffs = [a.done_s - b.done_s for a, b in both if a.done_s and b.done_s]
+        pairs_ms = round(statistics.median(diffs) * 1000, 1) if diffs else None
     return {
         "clients": clients,
         "rounds": batches,
@@ -98,6 +120,7 @@ def level(home: Home, clients: int, rounds: int, pairs: int) -> dict[str, Any]:
         "direct": d,
         "added_p50_ms": _added_ms(f["p50_s"], d["p50_s"]),
         "added_p99_ms": _added_ms(f["p99_s"], d["p99_s"]),
+        "added_pairwise_p50_ms": pairs_ms,
         # sampled over both sides' rounds: the front idles while the backend is asked directly
         "front_peak_rss_mb": round(peak.peak_bytes / 2**20, 1),
     }
@@ -159,6 +182,13 @@ def main() -> int:
     print(_common.table([_row(r) for r in rows], COLUMNS))
     fd_limit = limit.fd_limit if limit else None
     print(f"the proxy's open-files limit (soft): {fd_limit}")
+    for r in rows:
+        if r["added_pairwise_p50_ms"] is not None:
+            pairs = r["added_pairwise_p50_ms"]
+            print(f"1 client: the median of the pairs' differences: {pairs} ms")
+        for name in ("front", "direct"):
+            if r[name]["failures"]:
+                print(f"{r['clients']} clients, {name}: failed {r[name]['failures']}")
     ok = all(r["front"]["failed"] == 0 for r in rows)
     _common.emit({"smoke": args.smoke, "levels": rows, "fd_limit": fd_limit, "ok": ok}, args.json)
     return 0 if ok else 1

@@ -34,6 +34,7 @@ class StreamResult:
     error: str | None = None  # transport failure: reset, refused, closed without an answer
     seconds: float = 0.0
     ttft_s: float | None = None
+    done_s: float | None = None  # when `data: [DONE]` came (the server may close later)
     retry_after: str | None = None
 
 
@@ -58,6 +59,7 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict, timeout: float) 
                     result.ttft_s = time.monotonic() - start
                 if line.strip() == "data: [DONE]":
                     result.done = True
+                    result.done_s = time.monotonic() - start
                 elif line.startswith("data: {") and '"error"' in line[:20]:
                     result.error_event = str(json.loads(line[6:]).get("error"))[:200]
     except httpx.HTTPError as exc:

@@ -6,17 +6,15 @@ twice, and the journal, the audit log and the sealed evidence stay whole.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
 from collections import Counter
 from typing import Any
 
-import anyio
 import pytest
-from mcp.types import Implementation
 
 from mcp_infra.contracts import FrozenPlan
+from mcp_infra.demo.agents import agent_plans, http_face, propose_at_once
 from mcp_infra.demo.faults import (
     queue_plan,
     release,
@@ -26,48 +24,14 @@ from mcp_infra.demo.faults import (
     wait_paused,
 )
 from mcp_infra.demo.homes import ONE_START, write_test_policy
-from mcp_infra.faces.http_transport import client, read_token
 from mcp_infra.flows import api as app
 from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.store import Home, flock_held, read_model
-from tests.helpers.mcp_clients import HttpServer, audit, supervisors
+from tests.helpers.mcp_clients import audit, supervisors
 
 AGENTS = 10
 PAUSE = "EXPERIMENT:measuring"
-
-
-def _plan(agent: int) -> dict[str, Any]:
-    """Nine runnable plans (two drafters in turn) and one naming no candidate of the registry."""
-    if agent == AGENTS - 1:
-        return {"hypothesis": "a drafter that does not exist", "candidates": ["demo-tiny:k99"]}
-    drafter = "demo-tiny:draft-k2" if agent % 2 else "demo-tiny:draft-k4"
-    return {"hypothesis": f"agent {agent}: a drafter speeds up decoding", "candidates": [drafter]}
-
-
-async def _propose_at_once(url: str, token: str) -> list[dict[str, Any]]:
-    """``AGENTS`` sessions, each opened first; then every one calls `propose_plan` at once."""
-    answers: list[dict[str, Any]] = [{} for _ in range(AGENTS)]
-    async with contextlib.AsyncExitStack() as stack:
-        sessions = [
-            await stack.enter_async_context(
-                client(url, token, client_info=Implementation(name=f"agent-{i}", version="1"))
-            )
-            for i in range(AGENTS)
-        ]
-        go = anyio.Event()
-
-        async def agent(i: int) -> None:
-            await go.wait()
-            result = await sessions[i].call_tool("propose_plan", {"plan": _plan(i)})
-            answers[i] = {"is_error": result.is_error, **(result.structured_content or {})}
-
-        async with anyio.create_task_group() as group:
-            for i in range(AGENTS):
-                group.start_soon(agent, i)
-            await anyio.sleep(0.2)
-            go.set()
-    return answers
 
 
 def _queued_ids(home: Home) -> list[str]:
@@ -97,10 +61,10 @@ async def test_ten_agents_propose_at_once_while_a_cycle_runs(
     start_live(home)
     running = queue_plan(home)
     proc = supervisor(home, pause_at=PAUSE)
-    server = HttpServer(home)
     try:
         wait_paused(home, PAUSE, proc, 300)
-        answers = await _propose_at_once(server.url, read_token(home.root / "http-token"))
+        with http_face(home) as face:
+            answers = await propose_at_once(face, agent_plans(AGENTS))
         accepted = [a for a in answers if a.get("accepted")]
         refused = [a for a in answers if not a.get("accepted")]
         assert len(accepted) == AGENTS - 1, answers
@@ -122,7 +86,6 @@ async def test_ten_agents_propose_at_once_while_a_cycle_runs(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=300) == 128 + signal.SIGTERM
     finally:
-        server.stop()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
