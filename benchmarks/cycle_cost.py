@@ -1,5 +1,5 @@
 """What a cycle costs on a target, and whether it decides: the product's own round loop
-(``flows.projection.project``: ``start_plan``, ``run_rounds``, ``next_round``, early stopping,
+(``flows.simulation.project``: ``start_plan``, ``run_rounds``, ``next_round``, early stopping,
 failed gates, ``select``, the drift re-measure, the held-out check, the time budget) over
 simulated server starts. Only the server and the clock are simulated, from a target profile.
 
@@ -20,10 +20,9 @@ median <= 30 min.
 Takes: about 2 s per seed and row on a 2-core machine (40 seeds x 4 rows: 5 minutes);
 ``--smoke`` runs 2 seeds of one row.
 
-``--load-spread S`` adds other processes' load (``flows.projection.SimServer.load_spread``);
-``--paired`` adds each row with ``protocol.paired`` (paired starts where every configuration fits
-in memory at once, ``--memory-gb`` for a larger machine; else rounds one start after another,
-judged by round).
+``--load-spread S`` adds other processes' load (``flows.simulation.SimServer.load_spread``);
+``--memory-gb`` prices the plan on a machine with that much memory (whether candidates fit
+beside the live backend).
 
 Prints one row per (policy, plan): median and p90 minutes, decided %, qualified %, unserved
 minutes (the stable port held while candidates run alone). ``--json``: last line
@@ -31,7 +30,7 @@ minutes (the stable port held while candidates run alone). ``--json``: last line
 qualified_pct, unserved_minutes, ...}]}``.
 
     python benchmarks/cycle_cost.py --profile qwen27b-m5pro --seeds 40 [--json]
-        [--load-spread 0.2] [--paired] [--memory-gb 128]
+        [--load-spread 0.2] [--memory-gb 128]
     python benchmarks/cycle_cost.py --profile this-home --bundle evidence/<cycle id> [--json]
 """
 
@@ -47,14 +46,12 @@ import yaml
 from mcp_infra.contracts import ConfigTruth, TargetProfile
 from mcp_infra.flows.projection import (
     COST_RESAMPLES,
-    Projection,
-    history_spread,
     profile_from_bundle,
-    project,
     replay,
     sealed_bundles,
     simulated_plan,
 )
+from mcp_infra.flows.simulation import Projection, Setting, history_spread, project
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import Home
 
@@ -82,7 +79,6 @@ def row(
     history_df: int = 0,
     spread_error: float = 1.0,
     *,
-    paired: bool = False,
     load_spread: float = 0.0,
 ) -> dict:
     policy = load_policy(policy_name)
@@ -90,20 +86,10 @@ def row(
     truths = {f"sim:{n}": profile.candidates[n] for n in names}
     plan = simulated_plan(policy, list(truths))
     learned = history_spread(plan, profile, history_df, spread_error)
-    protocol = plan.protocol.model_copy(
-        update={"learned_spread": learned, "paired": paired or plan.protocol.paired}
-    )
+    protocol = plan.protocol.model_copy(update={"learned_spread": learned})
     plan = plan.model_copy(update={"protocol": protocol})
     runs: list[Projection] = [
-        project(
-            plan,
-            profile,
-            truths,
-            seed=seed,
-            cycle_minutes=policy.budgets.cycle_minutes,
-            memory_budget_fraction=policy.service.memory_budget_fraction,
-            load_spread=load_spread,
-        )
+        project(plan, profile, truths, Setting.of(policy, seed, load_spread=load_spread))
         for seed in range(seeds)
     ]
     return {
@@ -113,7 +99,6 @@ def row(
         "truth": _truth_words(truths, profile.baseline),
         "history_df": history_df,
         "spread_error": spread_error,
-        "paired": bool(protocol.paired),
         "load_spread": load_spread,
         "memory_gb": profile.memory_gb,
         **summary(runs),
@@ -209,11 +194,6 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="other processes' load: the log slowdown over one start is |N(0, this)|",
     )
-    ap.add_argument(
-        "--paired",
-        action="store_true",
-        help="each row once more with protocol.paired (paired starts where memory fits)",
-    )
     ap.add_argument("--memory-gb", type=float, help="the target's memory (the profile's else)")
     ap.add_argument("--bundle", help="this-home: a sealed bundle folder")
     ap.add_argument("--home", help="this-home: a home whose newest sealed bundle is used")
@@ -226,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     policies, plans, seeds = args.policies.split(","), args.plans.split(","), args.seeds
     if args.smoke:
         policies, plans, seeds = policies[:1], plans[:1], 2
-    modes = (False, True) if args.paired else (False,)
     rows = [
         row(
             profile,
@@ -235,12 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             seeds,
             args.history_df,
             args.spread_error,
-            paired=mode,
             load_spread=args.load_spread,
         )
         for p in policies
         for plan in plans
-        for mode in modes
     ]
     head = ("policy", "plan", "truth", "median min", "p90 min", "decided", "qualified", "unserved")
     print(
@@ -250,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     print(" | ".join(head))
     for r in rows:
         print(
-            f"{r['policy']}{' paired' if r['paired'] else ''} | {r['plan']} | {r['truth']} | "
+            f"{r['policy']} | {r['plan']} | {r['truth']} | "
             f"{r['median_minutes']} | "
             f"{r['p90_minutes']} | {r['decided_pct']}% | {r['qualified_pct']}% | "
             f"{r['unserved_minutes']} min  (rounds {r['median_rounds']}, "

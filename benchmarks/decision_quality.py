@@ -138,7 +138,6 @@ def _decide(
         max_peak_memory_gb=1e6,
         max_error_rate=0.0,
         worst_prompt_tolerance_pct=10.0,
-        tie_tolerance_pct=2.0,
         lossy_min_identical_fraction=0.5,
     )
     verdict = select(
@@ -167,7 +166,6 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
     common = {
         "repeats": setup.repeats,
         "bootstrap_resamples": setup.resamples,
-        "seed": seed,
         "drift_check": False,
         "learned_spread": setup.learned(),
         "futility_confidence": setup.futility,

@@ -56,12 +56,10 @@ from mcp_infra.contracts.home import (
     LockedPackage,
     NeedsOperatorRecord,
     ProcessUsage,
-    RecheckAttempt,
     RememberedGate,
     RememberedOutcome,
     RuntimeLock,
     UsageStart,
-    WatchState,
 )
 from mcp_infra.contracts.journal import (
     CycleState,
@@ -114,7 +112,6 @@ from mcp_infra.contracts.policy import (
     Policy,
     ServicePolicy,
     Thresholds,
-    Watch,
     Window,
     WorkloadCell,
 )
@@ -261,7 +258,6 @@ __all__ = [
     "REPO_PATTERN",
     "REVISION_PATTERN",
     "RankRecord",
-    "RecheckAttempt",
     "Recipe",
     "RecipeRuntime",
     "RefusedCandidate",
@@ -291,8 +287,6 @@ __all__ = [
     "UsageStart",
     "Variant",
     "Verdict",
-    "Watch",
-    "WatchState",
     "Watchdog",
     "Window",
     "WorkloadCell",

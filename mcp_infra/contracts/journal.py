@@ -35,7 +35,6 @@ class JournalStep(StrEnum):
     JUDGED = "judged"  # EXPERIMENT: the selector's look after a round
     QUIET = "quiet"  # EXPERIMENT: a start waits for a quiet machine (fields: waiting, figures)
     SET_ASIDE = "set-aside"  # EXPERIMENT: a start other processes slowed is measured again
-    PAIRED = "paired"  # MAINTENANCE: whether the rounds run as paired starts (and why)
     DRIFT = "drift"  # SELECT: the baseline re-measured for drift
     WORKLOAD = "workload"  # SELECT: a decisive workload cell kept the baseline
     HELDOUT = "heldout"  # SELECT: the winner's held-out confirmation begins

@@ -92,7 +92,6 @@ class EffectiveThresholds(Part):
     max_peak_memory_gb: float
     max_error_rate: float
     worst_prompt_tolerance_pct: float
-    tie_tolerance_pct: float
     lossy_min_identical_fraction: float
 
 

@@ -120,7 +120,7 @@ class RoundRecord(Part):
     set_aside: str | None = Field(
         None,
         description="why this start's timed samples were set aside (phase busy) and the start "
-        "measured again (service.redo_busy_starts); None: kept",
+        "measured again (the held-out check's busy rule: flows.rounds.heldout_machine); None: kept",
     )
 
 

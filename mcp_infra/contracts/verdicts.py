@@ -102,7 +102,7 @@ class CandidateVerdict(Part):
     noise_floor_assumed: bool = Field(
         False,
         description="the baseline had one start: the floor comes from an assumed "
-        "start-to-start spread (stats.ASSUMED_START_NOISE)",
+        "start-to-start spread (intervals.ASSUMED_START_NOISE)",
     )
     interval_level: float | None = Field(
         None,

@@ -55,7 +55,7 @@ from mcp_infra.contracts import (
     ServiceConfig,
     WorkloadCell,
 )
-from mcp_infra.core.stats import derive_seed
+from mcp_infra.core.stats import SEED, derive_seed
 from mcp_infra.core.suites import Suite, SuitePrompt
 from mcp_infra.core.workload import cell_figures, request_class_of
 from mcp_infra.procs import bench, usage
@@ -79,7 +79,7 @@ from mcp_infra.state.store import Home, read_optional, utcnow, write_model
 def batches(
     prompt_ids: Sequence[str], concurrency: int, repeats: int, seed: int
 ) -> list[list[tuple[int, str]]]:
-    """Batches of (repeat, prompt id) sent together. Each repeat visits every prompt in a seeded
+    """Batches of (repeat, prompt id) sent at once. Each repeat visits every prompt in a seeded
     shuffled order; at concurrency n the order is dealt into batches of exactly n in flight at
     once, a short last batch filled by cycling the prompts again (one long prompt at
     concurrency 4 is 4 copies of it, each with its own nonce)."""
@@ -147,7 +147,6 @@ class StartSpec(NamedTuple):
     phase: str = "measure"
     greedy_times: int = 0
     quality_suite: str | None = None
-    cells_of: int | None = None  # a start measured again measures the cells of the one it replaces
 
 
 @dataclass
@@ -209,7 +208,7 @@ class Request(NamedTuple):
 
 
 class Batch(NamedTuple):
-    """Requests sent together (more than one only at concurrency > 1). ``greedy``: token ids
+    """Requests sent at once (more than one only at concurrency > 1). ``greedy``: token ids
     for the equality gate; ``timed``: streamed and timed (warm-up included, by its phase);
     ``quality``: the quality suite's tasks at their own budgets."""
 
@@ -229,7 +228,7 @@ def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
 def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> list[Batch]:
     """Every request of one start, in order: greedy passes (a configuration's first start), the
     warm-up, each workload cell of this start in batches, then the quality tasks. Pure: the
-    cycle sends it (``measure_start``) and the cost model prices it (``flows.projection``)."""
+    cycle sends it (``measure_start``) and the cost model prices it (``flows.simulation``)."""
     protocol, prompts = spec.protocol, spec.prompts
     base = {"candidate": spec.candidate, "start": spec.start, "round": spec.round_index}
     classes = dict.fromkeys(c.request_class for c in protocol.workload)
@@ -255,11 +254,9 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             tags |= {"request_class": cls, "concurrency": 1}
             out.append(Batch("timed", [Request(prompt, timed_tokens(prompt, protocol), tags)]))
             order += 1
-    for cell in cells_for_start(protocol, spec.start if spec.cells_of is None else spec.cells_of):
+    for cell in cells_for_start(protocol, spec.start):
         chosen = {p.id: p for p in prompts.get(cell.request_class, [])}
-        seed = derive_seed(
-            protocol.seed, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}"
-        )
+        seed = derive_seed(SEED, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}")
         for batch in batches(list(chosen), cell.concurrency, protocol.repeats, seed):
             requests = [
                 Request(
@@ -356,35 +353,6 @@ def measure_start(
     return sender.result
 
 
-def together_order(senders: Sequence[_Sender], index: int) -> list[_Sender]:
-    """Who is sent the ``index``-th timed batch first: the order turns by one each batch (B C1
-    C2, C1 C2 B, C2 B C1, ...), so no configuration always follows another."""
-    shift = index % len(senders) if senders else 0
-    return [*senders[shift:], *senders[:shift]]
-
-
-def measure_together(senders: Sequence[_Sender]) -> list[StartResult]:
-    """A paired start (``MeasureProtocol.paired``): every configuration's greedy passes, one
-    after another; then their timed batches alternating, batch by batch, so whatever else the
-    machine does lands on all of them alike; then their quality tasks. A server that dies is
-    sent nothing more; the others go on."""
-    for sender in senders:
-        for batch in sender.plan:
-            if batch.kind == "greedy":
-                sender.send(batch)
-    timed = [[b for b in s.plan if b.kind == "timed"] for s in senders]
-    for index in range(max((len(t) for t in timed), default=0)):
-        for sender in together_order(senders, index):
-            batches_of = timed[senders.index(sender)]
-            if index < len(batches_of):
-                sender.send(batches_of[index])
-    for sender in senders:
-        for batch in sender.plan:
-            if batch.kind == "quality":
-                sender.send(batch)
-    return [s.result for s in senders]
-
-
 def _send_timed(
     base_url: str, batch: Batch, protocol: MeasureProtocol, pool: ThreadPoolExecutor | None
 ) -> list[Sample]:
@@ -439,57 +407,6 @@ def server_starter(
             stop_candidate(home, record)
         result.port = record.port
         return result
-
-    return run
-
-
-TogetherStarter = Callable[
-    [Sequence[StartSpec], Callable[[int, int], None]], list["StartResult | Exception"]
-]
-"""Measure one paired start (``rounds.Bench.run_together``): a server per spec, all alive at once,
-requests alternating; the second argument is called with (spec index, port) as each is ready.
-Per spec the result, or the exception its server did not start with."""
-
-
-def together_starter(home: Home, config: ServiceConfig, cycle_id: str) -> TogetherStarter:
-    """How a paired cycle measures one round: a fresh scratch server per configuration, each
-    on a port of its own, measured together (``measure_together``), then all stopped."""
-
-    def run(
-        specs: Sequence[StartSpec], ready: Callable[[int, int], None]
-    ) -> list[StartResult | Exception]:
-        started: dict[int, ProcessRecord] = {}
-        out: list[StartResult | Exception] = []
-        try:
-            for index, spec in enumerate(specs):
-                try:
-                    record = _start(home, config, spec.recipe, cycle_id, spec.protocol)
-                except SERVER_START_ERRORS as exc:
-                    out.append(exc)
-                    continue
-                started[index] = record
-                keep_launch(home, cycle_id, spec, record)
-                ready(index, record.port)
-                out.append(StartResult())
-            senders = [
-                _Sender(f"http://{config.host}:{started[i].port}", specs[i], started[i])
-                for i in sorted(started)
-            ]
-            for sender in senders:
-                sender.__enter__()
-            try:
-                results = measure_together(senders)
-            finally:
-                for sender in senders:
-                    sender.__exit__(None, None, None)
-            for i, result in zip(sorted(started), results, strict=True):
-                result.port = started[i].port
-                out[i] = result
-        finally:
-            for record in started.values():
-                usage.snapshot(home.cycle_dir(cycle_id), record)
-                stop_candidate(home, record)
-        return out
 
     return run
 

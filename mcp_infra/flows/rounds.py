@@ -42,13 +42,14 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
+from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.machine import RedoRule, busy_starts
-from mcp_infra.core.selector import failed_gates, select
+from mcp_infra.core.selector import TIE_TOLERANCE_PCT, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.journal import JournalWriter
-from mcp_infra.flows.machine import Machine
-from mcp_infra.flows.measure import StartResult, StartSpec, TogetherStarter, prompts_by_class
+from mcp_infra.flows.loadwatch import Machine
+from mcp_infra.flows.measure import StartResult, StartSpec, prompts_by_class
 from mcp_infra.state.catalog import load_suite
 
 # A round is added only if the time left exceeds this many times the last round's duration, so
@@ -83,13 +84,6 @@ class Bench:
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     live_traffic: LiveTraffic | None = None
     machine: Machine | None = None
-    run_together: TogetherStarter | None = None  # paired rounds (None: one start at a time)
-
-    @property
-    def together(self) -> bool:
-        """Whether rounds run as paired starts: the protocol asks and a way to is given (the
-        cycle gives none where the configurations' memory does not fit at once)."""
-        return bool(self.plan.protocol.paired) and self.run_together is not None
 
 
 class Slot(NamedTuple):
@@ -230,7 +224,7 @@ class Tally:
         ]
         self.rounds[-1] = self.rounds[-1].model_copy(update={"set_aside": reason})
 
-    def record(  # noqa: PLR0913  keyword-only: what one start's round record says
+    def record(
         self,
         start: int,
         slot: Slot,
@@ -294,7 +288,6 @@ def start_spec(
     prompts: dict[str, list[SuitePrompt]],
     slot: Slot,
     kind: Pass,
-    replaces: int | None = None,
 ) -> StartSpec:
     """What ``item``'s next start measures: greedy passes and the quality suite in its first."""
     first = item.starts == 0
@@ -310,62 +303,7 @@ def start_spec(
         if first
         else 0,
         quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
-        cells_of=replaces,
     )
-
-
-def together_start(
-    bench: Bench,
-    items: Sequence[Tally],
-    prompts: dict[str, list[SuitePrompt]],
-    round_index: int,
-    kind: Pass = SELECTION,
-) -> list[StartResult | None]:
-    """One paired start (``MeasureProtocol.paired``): every item's fresh server alive at once,
-    their requests alternating (``measure.measure_together``); each item's round records the
-    same window and the same reading of the machine. Per item its result, or None where its
-    server did not start. A start is not set aside and measured again here: what other
-    processes did in the window landed on every configuration of the round alike."""
-    assert bench.run_together is not None, "paired starts need Bench.run_together"
-    plan, journal = bench.plan, bench.journal
-    slots = [Slot(round_index, i, len(items)) for i in range(len(items))]
-    wheres = [_entered(journal, item, slot, kind) for item, slot in zip(items, slots, strict=True)]
-    specs = [
-        start_spec(plan, item, prompts, slot, kind) for item, slot in zip(items, slots, strict=True)
-    ]
-    opened = bench.machine.open(journal, wheres[0]) if bench.machine and items else None
-    began = bench.now()
-    live0 = bench.live_traffic() if bench.live_traffic else None
-
-    def ready(index: int, port: int) -> None:
-        journal(
-            CycleState.EXPERIMENT,
-            f"{items[index].name} is ready on port {port}; measuring with the round's others",
-            step=JournalStep.MEASURING,
-            port=port,
-            **wheres[index],
-        )
-
-    results = bench.run_together(specs, ready)
-    load = bench.machine.close(opened) if bench.machine and opened else None
-    ended = bench.now()
-    live1 = bench.live_traffic() if bench.live_traffic and live0 is not None else None
-    live = live1 - live0 if live0 is not None and live1 is not None else None
-    out: list[StartResult | None] = []
-    for item, slot, result in zip(items, slots, results, strict=True):
-        start = item.starts
-        error: str | None
-        if isinstance(result, Exception):
-            item.start_error = (
-                f"server did not start (round {round_index + 1}, start {start + 1}): {result}"
-            )
-            error, port, kept = item.start_error, None, None
-        else:
-            item.keep(result)
-            error, port, kept = result.died, result.port, result
-        item.record(start, slot, began, ended, port=port, live=live, error=error, machine=load)
-        out.append(kept)
-    return out
 
 
 def one_start(
@@ -376,12 +314,11 @@ def one_start(
     kind: Pass = SELECTION,
     *,
     redone: int = 0,
-    replaces: int | None = None,
 ) -> StartResult | None:
     """Start ``item`` fresh, measure it, stop it; record the round. None if it did not start.
     A start that other processes slowed is set aside and measured again where the machine's
-    rule says so (``Machine.set_aside``): ``redone`` counts the redos so far, ``replaces`` is
-    the start being measured again (its workload cells are measured)."""
+    rule says so (``Machine.set_aside``, the held-out check's): ``redone`` counts the redos so
+    far."""
     plan, journal = bench.plan, bench.journal
     start = item.starts
     where = _entered(journal, item, slot, kind)
@@ -411,7 +348,7 @@ def one_start(
             **where,
         )
 
-    spec = start_spec(plan, item, prompts, slot, kind, replaces)
+    spec = start_spec(plan, item, prompts, slot, kind)
     try:
         result = bench.run_start(spec, ready)
     except bench.start_errors as exc:
@@ -437,15 +374,7 @@ def one_start(
         reason=reason,
         **where,
     )
-    return one_start(
-        bench,
-        item,
-        prompts,
-        slot,
-        kind,
-        redone=redone + 1,
-        replaces=start if replaces is None else replaces,
-    )
+    return one_start(bench, item, prompts, slot, kind, redone=redone + 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,14 +460,10 @@ def _round_starts(
     round_index: int,
     quality: bool,
 ) -> Iterator[tuple[str, StartResult | None]]:
-    """A round's starts in ``order``, each (name, result) as it is measured: one paired start
-    of them all (``Bench.together``), else one start after another."""
-    tallies = [base if name == BASELINE_ID else items[name] for name in order]
-    if bench.together:
-        results = together_start(bench, tallies, prompts, round_index, Pass(quality=quality))
-        yield from zip(order, results, strict=True)
-        return
-    for position, (name, item) in enumerate(zip(order, tallies, strict=True)):
+    """A round's starts in ``order``, one after another, each (name, result) as it is
+    measured."""
+    for position, name in enumerate(order):
+        item = base if name == BASELINE_ID else items[name]
         slot = Slot(round_index, position, len(order))
         yield name, one_start(bench, item, prompts, slot, Pass(quality=quality))
 
@@ -557,9 +482,8 @@ def busy_so_far(
 
     Why: before ``min_starts`` a side's interval is the learned spread, and that spread was
     learned from quiet starts only (``state.spread.quiet_starts``): it says nothing of how far a
-    start that other processes or the hypervisor slowed lands from the machine's level. Beside a
-    co-tenant one such start made an A/A candidate measure 0.565x and be rejected after its
-    first round; in a demo it rejected a drafter that way (docs/benchmarks.md). A candidate
+    start that other processes or the hypervisor slowed lands from the machine's level, and one
+    such start can reject a candidate after its first round (docs/benchmarks.md). A candidate
     held back is measured in the next round and judged there with the cycle's own spread
     beside history.
     Without a machine reading (the cost model) no start is busy."""
@@ -628,7 +552,7 @@ def _judge_round(
         if v.decision == Decision.QUALIFIED and v.auto_promote and not rejections_only:
             items[v.candidate].qualified_at = v.speedup_estimate
     best = max((i.qualified_at for i in items.values() if i.qualified_at), default=None)
-    for name in outrun(verdict, still, best, plan.thresholds.tie_tolerance_pct):
+    for name in outrun(verdict, still, best, TIE_TOLERANCE_PCT):
         still.remove(name)
         decided[name] = "outrun"
         items[name].stopped = (
@@ -748,16 +672,15 @@ def as_measured(run: CandidateRun) -> CandidateRun:
 
 def heldout_machine(machine: Machine | None) -> Machine | None:
     """The held-out check's way of reading the machine: a start that ran busy (over
-    ``Machine.busy``) is measured again once, whatever the selection rounds do.
+    ``Machine.busy``) is measured again once.
 
     Why: the check is one start per side, so a burst of other load inside either start decides
-    it alone. Beside a co-tenant two of five demos that had selected a drafter kept the baseline
-    because a held-out start ran with 40% of the CPUs taken (docs/benchmarks.md, 2026-12-03).
-    The rule reads only the load, never the measured speed, and applies to both sides alike; and
-    the check can only remove a winner, so measuring again adds no false qualification. It costs
-    one start, and only on a busy machine. A policy's own ``service.redo_busy_starts`` stands."""
-    if machine is None or machine.redo is not None:
-        return machine
+    it alone (docs/benchmarks.md has the co-tenant demos this lost). The rule reads only the
+    load, never the measured speed, and applies to both sides alike; and the check can only
+    remove a winner, so measuring again adds no false qualification. It costs one start, and
+    only on a busy machine."""
+    if machine is None:
+        return None
     return replace(machine, redo=RedoRule(machine.busy, 1))
 
 
@@ -775,13 +698,10 @@ def heldout_check(bench: Bench, baseline: Recipe, winner: Recipe) -> HeldOut:
     runs: dict[str, CandidateRun] = {}
     kind = Pass("heldout", False, heldout=True)
     tallies = [Tally(BASELINE_ID, baseline), Tally(winner.candidate_id, winner)]
-    if held.together:  # one paired start of both: the held-out requests alternate too
-        results = together_start(held, tallies, prompts, 0, kind)
-    else:
-        results = [
-            one_start(held, item, prompts, Slot(0, position, 2), kind)
-            for position, item in enumerate(tallies)
-        ]
+    results = [
+        one_start(held, item, prompts, Slot(0, position, 2), kind)
+        for position, item in enumerate(tallies)
+    ]
     for item, result in zip(tallies, results, strict=True):
         if result is None or result.died:
             item.start_error = item.start_error or (result.died if result else None)

@@ -31,7 +31,6 @@ THRESHOLDS = EffectiveThresholds(
     max_peak_memory_gb=8,
     max_error_rate=0,
     worst_prompt_tolerance_pct=10,
-    tie_tolerance_pct=2,
     lossy_min_identical_fraction=0.5,
 )
 SINGLE_USER = MeasureProtocol(

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from mcp_infra.contracts import ServiceConfig
-from mcp_infra.faces import cli
+from mcp_infra.faces import cli, render
 from mcp_infra.flows import api as app
 from mcp_infra.flows.own import OWN_BASELINE
 from mcp_infra.state import modelfolder as mfo
@@ -100,7 +100,7 @@ def test_the_registry_lists_the_catalog_beside_the_pinned_entries(
     refused = {k.name for k in demo_kv.checks if not k.passed}
     assert {"same_target", "kv_group"} <= refused
     assert [n.subject for n in view.not_offered] == ["own MTP head"]
-    text = cli.render.registry_text(view)
+    text = render.registry_text(view)
     assert "not offered for this model: own MTP head" in text
 
 

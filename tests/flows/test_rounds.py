@@ -1,4 +1,4 @@
-"""The round loop (``flows.rounds``) over simulated starts (``flows.projection.SimServer``): the
+"""The round loop (``flows.rounds``) over simulated starts (``flows.simulation.SimServer``): the
 cycle's own early stopping, gates and budget, with only the server and the clock simulated, so
 these run in the fast tier. Also the pure pieces the loop and the cost model share."""
 
@@ -24,8 +24,8 @@ from mcp_infra.contracts import (
     TargetProfile,
     WorkloadCell,
 )
-from mcp_infra.core.stats import Spread, pooled_variance
-from mcp_infra.flows.projection import NullJournal, SimServer, project, simulated_plan
+from mcp_infra.core.intervals import Spread, pooled_variance
+from mcp_infra.flows.projection import simulated_plan
 from mcp_infra.flows.rounds import (
     Bench,
     drift_protocol,
@@ -33,6 +33,7 @@ from mcp_infra.flows.rounds import (
     needs_quality,
     run_rounds,
 )
+from mcp_infra.flows.simulation import NullJournal, Setting, SimServer, project
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import CycleFiles, Home, read_model
 from tests.helpers.paths import BENCHMARKS, SHIPPED
@@ -103,7 +104,7 @@ def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:
 def test_a_learned_spread_is_pooled_only_when_the_cycle_agrees_with_it() -> None:
     quiet = [0.0, 0.04]  # sd about 0.028
     var, df, source = pooled_variance(quiet, Spread(0.05, 8))
-    # History's 8 degrees of freedom count as 4 (stats.PRIOR_MAX_DF).
+    # History's 8 degrees of freedom count as 4 (intervals.PRIOR_MAX_DF).
     assert df == 5 and source.startswith("learned")
     assert var == pytest.approx((4 * 0.05**2 + 0.0008) / 5 / 2)
     louder = [0.0, 0.1]  # agrees with history (F test), but louder than the pool would say
@@ -122,8 +123,8 @@ def test_the_projection_is_deterministic_and_a_null_plan_never_qualifies() -> No
     policy = load_policy("single-user")
     truths = {"sim:a": PROFILE.candidates["null-a"], "sim:b": PROFILE.candidates["null-b"]}
     plan = simulated_plan(policy, list(truths))
-    first = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
-    again = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
+    first = project(plan, PROFILE, truths, Setting(seed=1, cycle_minutes=120))
+    again = project(plan, PROFILE, truths, Setting(seed=1, cycle_minutes=120))
     assert first == again
     assert first.outcome != "promoted" and first.selected is None
     assert 0 < first.minutes <= 120 + 15  # the budget, and at most one last step past it
@@ -249,37 +250,6 @@ def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(
     assert after.source.startswith("quiet baseline starts")
     write_model(files.run(BASELINE_ID), with_loads({s: 0.6 for s in starts[:-1]}))
     assert learned_spread(home, plan.protocol, now) is None  # one quiet start: no spread
-
-
-def test_a_paired_plan_learns_from_earlier_paired_cycles_differences(
-    shipped_home: ShippedHome,
-) -> None:
-    """A paired plan's learned spread is the spread of earlier paired cycles' per-start
-    differences (per side: over the square root of 2), never the unpaired baseline levels,
-    which a co-tenant's phases spread (on 2026-12-03 a paired demo learned 0.31 from them and
-    its held-out interval ran 0.53x to 6.74x)."""
-    from mcp_infra.contracts import CandidateRun
-    from mcp_infra.core.stats import pooled_spread
-    from mcp_infra.state.spread import learned_spread, paired_differences, quiet_starts
-    from mcp_infra.state.store import write_model
-
-    home, files, plan, now = shipped_home
-    paired = plan.protocol.model_copy(update={"paired": True})
-    assert learned_spread(home, paired, now) is None  # only unpaired cycles in this home
-    write_model(files.plan, plan.model_copy(update={"protocol": paired}))
-    base = read_model(files.run(BASELINE_ID), CandidateRun)
-    sets = []
-    for candidate in plan.candidates[1:]:
-        run = read_model(files.run(candidate), CandidateRun)
-        diffs = paired_differences(base, run, quiet_starts(base, 0.25))
-        if len(diffs) >= 2:
-            sets.append(diffs)
-    sd, df = pooled_spread(sets)
-    learned = learned_spread(home, paired, now)
-    assert learned is not None and learned.source.startswith("paired differences of 1")
-    assert learned.df == df and learned.sd == pytest.approx(sd / math.sqrt(2))
-    unpaired = learned_spread(home, plan.protocol, now)  # an unpaired plan still learns levels
-    assert unpaired is not None and unpaired.source.startswith("quiet baseline starts")
 
 
 def _one_candidate(truth: ConfigTruth, *, learned: bool, seed: int) -> tuple[int, str]:

@@ -24,6 +24,7 @@ from mcp_infra.contracts import (
     CycleState,
     CycleSummary,
     FrozenPlan,
+    JournalStep,
     Outcome,
     Sample,
 )
@@ -101,9 +102,15 @@ def greedy_ids(candidate: str, plan: FrozenPlan, ids: dict[str, list[int]]) -> l
 
 
 def seal(
-    home: Home, plan: FrozenPlan, baseline: CandidateRun, runs: list[CandidateRun]
+    home: Home,
+    plan: FrozenPlan,
+    baseline: CandidateRun,
+    runs: list[CandidateRun],
+    outcome: Outcome = Outcome.KEPT_BASELINE,
 ) -> CycleSummary:
-    """Write the cycle's files as `run_cycle` does, select, and seal with the matching outcome."""
+    """Write the cycle's files as `run_cycle` does, select, and seal with the matching outcome
+    (``ROLLED_BACK``: the winner is switched in, fails its online check and is switched back,
+    as the journal of a real rollback says; nothing is started)."""
     cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S%f}-{plan.content_hash[:6]}"
     cdir = home.cycle_dir(cycle_id)
     write_model(cdir / "plan.json", plan)
@@ -170,15 +177,26 @@ def seal(
     ]
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(cdir / "verdict.json", verdict)
-    assert verdict.selected is None, "these helpers seal cycles that keep the baseline"
-    return conclude(
-        home,
-        plan,
-        cycle_id,
-        journal,
-        started,
-        CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason),
-    )
+    if outcome == Outcome.KEPT_BASELINE:
+        assert verdict.selected is None, "a cycle that keeps the baseline selected nothing"
+        result = CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason)
+    else:
+        assert outcome == Outcome.ROLLED_BACK and verdict.selected, "a rollback needs a winner"
+        winner = recipes[verdict.selected].model_dump(mode="json")
+        journal(
+            CycleState.PROMOTE,
+            f"synthetic: {verdict.selected} started on its own port (nothing ran)",
+            step=JournalStep.ENTER,
+            recipe=winner,
+            previous=live.candidate_id,
+        )
+        journal(CycleState.VERIFY, "synthetic: the online check", step=JournalStep.ENTER)
+        why = f"synthetic: {verdict.selected} did not reproduce its greedy outputs online"
+        journal(CycleState.VERIFY, why, step=JournalStep.FAILED)
+        journal(CycleState.ROLLBACK, "verification failed", step=JournalStep.ENTER)
+        journal(CycleState.ROLLBACK, f"{live.candidate_id} serves", step=JournalStep.DONE)
+        result = CycleResult(Outcome.ROLLED_BACK, None, f"{why}; {live.candidate_id} serves")
+    return conclude(home, plan, cycle_id, journal, started, result)
 
 
 def baseline_run(plan: FrozenPlan, greedy: list[Sample], tps: float = 10.0) -> CandidateRun:
