@@ -94,6 +94,7 @@ from mcp_infra.contracts.models import (
     TokenizerFacts,
 )
 from mcp_infra.contracts.plan import (
+    MAX_PLAN_CANDIDATES,
     Acceptance,
     EffectiveThresholds,
     FrozenPlan,
@@ -156,6 +157,7 @@ from mcp_infra.contracts.verdicts import (
     Decision,
     GateResult,
     PromptStat,
+    Screening,
     Verdict,
 )
 
@@ -228,6 +230,7 @@ __all__ = [
     "LockedPackage",
     "MODE_DEFAULTS",
     "MachineLoad",
+    "MAX_PLAN_CANDIDATES",
     "Manifest",
     "MeasureProtocol",
     "ModelShape",
@@ -263,6 +266,7 @@ __all__ = [
     "RuntimeLock",
     "RuntimeSpec",
     "SCHEMA_VERSION",
+    "Screening",
     "SHA256_PATTERN",
     "Sample",
     "Semantics",

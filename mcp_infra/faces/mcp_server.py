@@ -109,10 +109,11 @@ def instructions(mode: str) -> str:
     if mode == "read-only":
         return text + " This server is read-only: it cannot queue experiments."
     return text + (
-        " `propose_plan` queues an experiment of 1-3 registry candidates; deterministic code then "
+        " `propose_plan` queues an experiment of 1-16 registry candidates; deterministic code then "
         "measures them against the live baseline, gates them, and promotes a winner only if it "
-        "qualifies. Keeping the baseline is a valid result. Plans run when the policy's "
-        "maintenance window allows; `propose_plan` returns at once."
+        "qualifies (a plan of 4 or more is screened first: every gate and one short start each "
+        "drop the clear losers). Keeping the baseline is a valid result. Plans run when the "
+        "policy's maintenance window allows; `propose_plan` returns at once."
     )
 
 
@@ -340,7 +341,7 @@ PlanArgument = Annotated[
         }
     ),
     Field(
-        description="The plan: {hypothesis: one line (at most 300 characters), candidates: 1-3 "
+        description="The plan: {hypothesis: one line (at most 300 characters), candidates: 1-16 "
         "candidate ids from `registry` (manifest:variant), acceptance?: {min_speedup_pct?, "
         "max_peak_memory_gb?}, notes?}. No other field is accepted."
     ),
@@ -499,12 +500,14 @@ def build_server(  # noqa: C901  its tools are small closures; mccabe sums them 
             ] = 0,
             ctx: Context | None = None,
         ) -> Annotated[CallToolResult, app.ProposalView]:
-            """Queue an experiment: 1-3 candidate ids from `registry` to measure against the live
-            baseline, e.g. {"hypothesis": "a 4-token drafter speeds up decoding", "candidates":
-            ["demo-tiny:draft-k4"]}. Code sanitizes the plan: unknown or non-runnable ids are
-            refused with a reason, the baseline is measured first, duplicates are dropped,
-            thresholds (acceptance.min_speedup_pct, acceptance.max_peak_memory_gb) are clamped
-            to the policy's range and can only be tightened, never loosened. Returns at once
+            """Queue an experiment: 1-16 candidate ids from `registry` to measure against the live
+            baseline (from 4 on, screened first: every gate and one short start each drop the
+            clear losers, the rest are decided in full), e.g. {"hypothesis": "a 4-token drafter
+            speeds up decoding", "candidates": ["demo-tiny:draft-k4"]}. Code sanitizes the
+            plan: unknown or non-runnable ids are refused with a reason, the baseline is
+            measured first, duplicates are dropped, thresholds (acceptance.min_speedup_pct,
+            acceptance.max_peak_memory_gb) are clamped to the policy's range and can only be
+            tightened, never loosened. Returns at once
             (or, with follow_s, after following the cycle with progress notifications):
             accepted or not, plan id, the sanitized candidates and thresholds, every change
             with its reason, refused candidates, queue position, when it may run (the policy's

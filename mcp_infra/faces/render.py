@@ -329,10 +329,21 @@ def cost_line(cost: PlanCost | None) -> str | None:
         return f"projected cost {cost.basis}: {cost.why}; {down}." + (
             f" HELD: {cost.held}." if cost.held else ""
         )
+    split = (
+        f": screening {cost.screening_minutes:.1f} min, deciding {cost.deciding_minutes:.1f}"
+        if cost.screening_minutes is not None and cost.deciding_minutes is not None
+        else ""
+    )
+    dropped = (
+        f"; screening drops {', '.join(cost.screened_out)} in at least one seed"
+        if cost.screened_out
+        else ""
+    )
     text = (
-        f"projected on this machine {cost.minutes:.1f} min (up to {cost.minutes_high:.1f}, "
-        f"{cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} requests, "
-        f"{cost.unserved_s:.0f} s unserved ({cost.mode}); from {', '.join(cost.source[:1])}."
+        f"projected on this machine {cost.minutes:.1f} min{split} (up to "
+        f"{cost.minutes_high:.1f}, {cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} "
+        f"requests, {cost.unserved_s / 60:.1f} min unserved ({cost.mode}){dropped}; from "
+        f"{', '.join(cost.source[:1])}."
     )
     return text + (f" HELD: {cost.held}." if cost.held else "")
 
@@ -594,7 +605,7 @@ def planning_prompt(
         "",
         "## Your answer",
         "Exactly one JSON object and nothing after it. Fields: hypothesis (one line, at most "
-        "300 characters), candidates (1 to 3 ids from the list you may propose), optional "
+        "300 characters), candidates (1 to 16 ids from the list you may propose), optional "
         "acceptance {min_speedup_pct, max_peak_memory_gb} (numbers; only to be stricter than "
         "the policy), optional notes. No other field. The full JSON schema is the MCP "
         "resource mcp-infra://plan-schema.",

@@ -46,10 +46,12 @@ from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.core.machine import busy_fraction, open_verdict_words, quiet_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
 from mcp_infra.core.recovery import Action, decide
+from mcp_infra.core.screening import screens
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.flows import impact
+from mcp_infra.flows.confirm import heldout_check, measure_drift
 from mcp_infra.flows.machine import Machine
 from mcp_infra.flows.measure import (
     SERVER_START_ERRORS,
@@ -57,14 +59,7 @@ from mcp_infra.flows.measure import (
     measure_live,
     server_starter,
 )
-from mcp_infra.flows.rounds import (
-    Bench,
-    LiveTraffic,
-    decide_cycle,
-    heldout_check,
-    measure_drift,
-    run_rounds,
-)
+from mcp_infra.flows.rounds import Bench, LiveTraffic, decide_cycle, run_rounds
 from mcp_infra.procs import bench, usage
 from mcp_infra.procs.distributed import preflight_hosts
 from mcp_infra.procs.front import live_request_count
@@ -560,7 +555,13 @@ def select_step(c: CycleContext) -> CycleResult | None:
     for candidate, run in c.runs.items():  # candidates that never started are recorded too
         write_model(c.files.run(candidate), run)
     c.journal(CycleState.SELECT, "selecting by the frozen thresholds")
-    c.verdict, losses = decide_cycle(c.baseline, c.runs, c.plan)
+    c.verdict, losses = decide_cycle(
+        c.baseline,
+        c.runs,
+        c.plan,
+        screened=screens(c.plan),
+        busy_line=busy_fraction(c.loaded.policy.service),
+    )
     write_model(c.files.verdict, c.verdict)
     if c.verdict.selected is None:
         reason = c.verdict.reason + _workload_words(c.runs, c.plan)
@@ -591,7 +592,7 @@ def select_step(c: CycleContext) -> CycleResult | None:
 
 def confirm_step(c: CycleContext) -> CycleResult | None:
     """The winner and the baseline on held-out prompts, each in a fresh start: the gain must be
-    confirmed there (``rounds.heldout_check``)."""
+    confirmed there (``confirm.heldout_check``)."""
     assert c.verdict is not None and c.verdict.selected is not None
     selected = c.verdict.selected
     c.journal(

@@ -198,9 +198,9 @@ async def test_untrusted_input_is_refused_in_our_words(
         many = await call(
             client,
             "propose_plan",
-            {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"] * 4}},
+            {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"] * 17}},
         )
-        assert "candidates: at most 3 items, got 4" in text(many)
+        assert "candidates: at most 16 items, got 17" in text(many)
         huge = await call(
             client, "propose_plan", {"plan": json.dumps({**PLAN, "notes": "n" * 20_000})}
         )
