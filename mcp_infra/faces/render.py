@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from mcp_infra.contracts import CycleCost, CycleSummary, FrozenPlan, PlanCost
+from mcp_infra.contracts import CycleCost, CycleSummary, FrozenPlan, PlanCost, Verdict
 from mcp_infra.core.gates import TaskCheck, TaskSpec
 from mcp_infra.core.progress import duration_text
 from mcp_infra.core.units import fmt_pct
@@ -342,7 +342,7 @@ def cost_line(cost: PlanCost | None) -> str | None:
     text = (
         f"projected on this machine {cost.minutes:.1f} min{split} (up to "
         f"{cost.minutes_high:.1f}, {cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} "
-        f"requests, {cost.unserved_s / 60:.1f} min unserved ({cost.mode}){dropped}; from "
+        f"requests, {(cost.unserved_s or 0.0) / 60:.1f} min unserved ({cost.mode}){dropped}; from "
         f"{', '.join(cost.source[:1])}."
     )
     return text + (f" HELD: {cost.held}." if cost.held else "")
@@ -469,10 +469,26 @@ def verdict_table(view: app.EvidenceView) -> str:
         )
         for reason in c.reasons[:3]:
             lines.append(f"    {plain(reason)}")
+    lines += screening_lines(verdict)
     if view.table:
         lines += table_rows(view.table)
     lines.append(f"({METHOD})")
     return "\n".join(lines)
+
+
+def screening_lines(verdict: Verdict) -> list[str]:
+    """What a screened plan's screening round dropped, one line per candidate with why."""
+    screening = verdict.screening
+    if screening is None:
+        return []
+    judged = len(screening.judged) + len(screening.held)
+    lines = [
+        f"screening ({screening.confidence:.0%}, one short start each, every gate first): "
+        f"dropped {len(screening.dropped)} of {judged}"
+        + (f"; not judged on a busy machine: {', '.join(screening.held)}" if screening.held else "")
+    ]
+    lines += [f"    {name}: {plain(why)}" for name, why in screening.dropped.items()]
+    return lines
 
 
 def table_rows(table: list[dict[str, Any]]) -> list[str]:
