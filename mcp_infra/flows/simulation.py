@@ -57,6 +57,14 @@ from mcp_infra.state.catalog import load_suite
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 TEXT = "plain simulated answer words that do not repeat themselves at all"
+ANSWERS = {
+    "arithmetic": "391",
+    "json_object": '{"city": "Paris", "country": "France"}',
+    "one_word": "blue",
+    "python_add": "```python\ndef add(a, b):\n    return a + b\n```",
+}
+"""Answers the quality tasks' checkers pass, so a lossy candidate's gates are priced as passing
+(whether a real model passes is not simulated; a task not here gets ``TEXT``, which fails)."""
 
 
 class SimClock:
@@ -202,7 +210,7 @@ class SimServer:
             "decode_s": tokens / decode_tps,
             "decode_tps": decode_tps,
             "e2e_s": e2e,
-            "text": TEXT,
+            "text": ANSWERS.get(pid, TEXT) if kind == "quality" else TEXT,
             "token_ids": ids if kind != "timed" else None,
             "started_at": EPOCH + timedelta(seconds=began),
             "t_mono": began,
