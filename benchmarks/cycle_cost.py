@@ -136,25 +136,37 @@ def plan_truths(
     return truths, recipes
 
 
+class Conditions(NamedTuple):
+    """What every row of a run shares besides its plan: the home's history (degrees of freedom
+    of its learned spread and how wrong it is), other processes' load, the resamples per look
+    (None: the policy's)."""
+
+    history_df: int = 0
+    spread_error: float = 1.0
+    load_spread: float = 0.0
+    resamples: int | None = None
+
+
 def row(
     profile: TargetProfile,
     policy_name: str,
     plan_name: str,
     seeds: int,
-    history_df: int = 0,
-    spread_error: float = 1.0,
-    *,
-    load_spread: float = 0.0,
+    conditions: Conditions | None = None,
     variant: Variant | None = None,
 ) -> dict:
+    c = conditions or Conditions()
     variant = variant or Variant()
     policy = load_policy(policy_name)
     truths, recipes = plan_truths(profile, plan_name, variant.scale)
     plan = simulated_plan(policy, list(truths))
-    learned = history_spread(plan, profile, history_df, spread_error)
-    protocol = plan.protocol.model_copy(update={"learned_spread": learned})
+    learned = history_spread(plan, profile, c.history_df, c.spread_error)
+    update: dict[str, object] = {"learned_spread": learned}
+    if c.resamples:
+        update["bootstrap_resamples"] = c.resamples
+    protocol = plan.protocol.model_copy(update=update)
     plan = plan.model_copy(update={"protocol": protocol})
-    setting = partial(Setting.of, policy, load_spread=load_spread, screening=variant.screening)
+    setting = partial(Setting.of, policy, load_spread=c.load_spread, screening=variant.screening)
     runs: list[Projection] = [
         project(plan, profile, truths, setting(seed), recipes) for seed in range(seeds)
     ]
@@ -163,9 +175,9 @@ def row(
         "policy": policy_name,
         "plan": plan_name + variant.label,
         "truth": _truth_words(truths, profile.baseline),
-        "history_df": history_df,
-        "spread_error": spread_error,
-        "load_spread": load_spread,
+        "history_df": c.history_df,
+        "spread_error": c.spread_error,
+        "load_spread": c.load_spread,
         "memory_gb": profile.memory_gb,
         **summary(runs),
     }
@@ -306,6 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--memory-gb", type=float, help="the target's memory (the profile's else)")
     ap.add_argument(
+        "--resamples",
+        type=int,
+        help=f"bootstrap resamples per look (the policy's else; the product's own cost "
+        f"estimate takes {COST_RESAMPLES}: rounds and requests do not move with the last digits "
+        "of a bound)",
+    )
+    ap.add_argument(
         "--full-rigour",
         action="store_true",
         help="a screened plan's row again without screening (every candidate decided in full)",
@@ -329,17 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     policies, plans, seeds = args.policies.split(","), args.plans.split(","), args.seeds
     if args.smoke:
         policies, plans, seeds = policies[:1], plans[:1], 2
+    conditions = Conditions(args.history_df, args.spread_error, args.load_spread, args.resamples)
     rows = [
-        row(
-            profile,
-            p,
-            plan,
-            seeds,
-            args.history_df,
-            args.spread_error,
-            load_spread=args.load_spread,
-            variant=variant,
-        )
+        row(profile, p, plan, seeds, conditions, variant)
         for p in policies
         for plan in plans
         for variant in variants(plan, args)

@@ -1,5 +1,6 @@
-"""Interleaved rounds of fresh starts with early stopping, the drift re-measure and the held-out
-check: the decisions of the measurement protocol, over an injected way to measure one start.
+"""Interleaved rounds of fresh starts with early stopping: the decisions of the measurement
+protocol, over an injected way to measure one start (the drift re-measure and the held-out check
+measure theirs with the same ``one_start``: ``flows.confirm``).
 
 Why a seam: the same loop runs the cycle (``measure.server_starter`` starts a real scratch
 server) and the cost model (``benchmarks/cycle_cost.py`` passes simulated starts and a simulated
@@ -15,6 +16,11 @@ Where a learned start-to-start spread gives the first start an interval and the 
 futility stop, the rounds before ``min_starts`` are judged too, for rejections only
 (``early_rejections``): stopping a candidate that cannot qualify never makes a false
 qualification likelier, and it saves a whole round of starts on a plan that holds no gain.
+
+A plan of many candidates (``core.screening.screens``) makes its first round a screening round:
+each candidate's start takes its gates first and may end at a failed one (``_gate_check``), it
+times the headline cell alone, and after the round ``core.screening.screen`` drops the failed
+gates and the clear losers (``_screen_round``, journaled); the survivors go on as above.
 """
 
 from __future__ import annotations
@@ -321,8 +327,10 @@ def start_spec(
 ) -> StartSpec:
     """What ``item``'s next start measures: greedy passes and the quality suite in its first;
     in a screened plan (``first_full`` 1) the first is its screening start, ``gate`` its gate
-    check."""
+    check. The quality suite runs where a gate reads it: a lossy candidate's answers, and the
+    baseline's beside them; a lossless candidate's would be judged by no gate."""
     first = item.starts == 0
+    judged = item.name == BASELINE_ID or item.recipe.semantics == Semantics.LOSSY
     return StartSpec(
         recipe=item.recipe,
         candidate=item.name,
@@ -334,7 +342,7 @@ def start_spec(
         greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
         if first
         else 0,
-        quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
+        quality_suite=plan.protocol.quality_suite if first and kind.quality and judged else None,
         first_full=first_full,
         gate_check=gate if first else None,
     )

@@ -87,6 +87,19 @@ def test_greedy_passes_are_two_only_where_a_prompt_cache_can_change_outputs() ->
 def test_the_quality_suite_runs_only_for_lossy_candidates() -> None:
     assert not needs_quality([_recipe("a"), _recipe("b")])
     assert needs_quality([_recipe("a"), _recipe("b", semantics="lossy")])
+    # In a plan with a lossy candidate, the suite runs for it and the baseline beside it, never
+    # for a lossless candidate (no gate reads its answers).
+    policy = load_policy("single-user")
+    plan = simulated_plan(policy, ["sim:a", "sim:b"])
+    truths = {"sim:a": FAST, "sim:b": FAST}
+    server = SimServer(PROFILE, truths, seed=1)
+    bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
+    recipes = {"sim:a": _recipe("sim:a"), "sim:b": _recipe("sim:b", semantics="lossy")}
+    base, runs = run_rounds(bench, _recipe(BASELINE_ID), recipes, deadline=1e9)
+    quality = {
+        r.candidate: any(s.phase == "quality" for s in r.samples) for r in [base, *runs.values()]
+    }
+    assert quality == {BASELINE_ID: True, "sim:a": False, "sim:b": True}
 
 
 def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:
