@@ -148,3 +148,16 @@ def test_the_verdict_rejects_what_screening_dropped_and_decides_the_rest() -> No
     words = screening_words(result, 2)
     assert words.startswith("screening dropped 1 of 2 candidate(s) after one start each (m:slow:")
     assert words.endswith("; 1 go(es) on to the full decision")
+
+
+def test_evidence_show_lists_what_screening_dropped_and_why() -> None:
+    from mcp_infra.faces.render import screening_lines
+
+    runs = [first_start(make_run("m:slow", 0.6)), first_start(make_run("m:fast", 1.5))]
+    result = screen(BASE, runs, THRESHOLDS, PROTOCOL)
+    base = make_run(BASELINE_ID, klass=None)
+    verdict = select_screened(base, runs, THRESHOLDS, PROTOCOL, ALL, result)
+    lines = screening_lines(verdict)
+    assert lines[0] == "screening (99%, one short start each, every gate first): dropped 1 of 2"
+    assert lines[1].startswith("    m:slow: too slow: speedup 0.600x in one start a side")
+    assert screening_lines(verdict.model_copy(update={"screening": None})) == []
