@@ -35,7 +35,7 @@ from mcp_infra.contracts import CandidateRun, FrozenPlan, Verdict
 from mcp_infra.demo.homes import make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.catalog import load_policy

@@ -48,7 +48,7 @@ import yaml
 
 from mcp_infra.contracts import CycleState, ServiceImpact
 from mcp_infra.demo.faults import candidate_records, queue_plan, run_supervisor
-from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, exclusive_fraction, make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.procs import bench
 from mcp_infra.procs.service import backend_url, ensure_serving
@@ -143,7 +143,7 @@ def scenario(
         home = make_home(Path(tmp) / "home", models, thresholds=PROMOTE_ANY_GAIN, **protocol)
         try:
             if name == "exclusive":
-                _policy(home, memory_budget_fraction=0.001, max_hold_s=120.0)
+                _policy(home, memory_budget_fraction=exclusive_fraction(), max_hold_s=120.0)
             config = load_config(home)
             ensure_serving(home, config.baseline, config)
             stop = threading.Event()

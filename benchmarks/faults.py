@@ -8,22 +8,30 @@ then a fresh supervisor (or `recover`) runs. Disk rows put the home on a small d
 (a tmpfs as root; else a file-size limit on the supervisor) and fill it during the experiment
 or at the seal: the supervisor must restore the service and exit 5, `recover` must seal. The
 failed-adoption row kills the verified winner just before the front is switched to it. Front
-rows send real clients to the stable port: 200 streamed clients at once, a SIGKILLed live
-backend mid-stream, a body that kills mlx_lm.server's generation thread, a 200 MB body,
-paths outside the API, an Origin. Columns: the sealed outcome, whether the live service
-answers afterwards, project servers left over besides it, records lost (journal lines
-unreadable + cycles never sealed), whether the row's own target held, and what was seen.
+rows send real clients to the stable port: 200 and 1,000 streamed clients at once, a
+SIGKILLed live backend mid-stream, a body that kills mlx_lm.server's generation thread, a
+200 MB body, paths outside the API, an Origin, the front's proxy SIGSTOPped six times, a hung
+(SIGSTOPped) live backend. The full-disk row holds the home's disk full for 10 minutes while
+a client asks every 5 s and a plan waits in the queue. Columns: the sealed outcome, whether
+the live service answers afterwards, project servers left over besides it, records lost
+(journal lines unreadable + cycles never sealed), whether the row's own target held, and what
+was seen.
 
 Target: after every fault the service is restored, with no orphan and no record lost, and each
-row's own target holds (exit status 1 otherwise): 0 resets and 0 502s for 200 clients; a
+row's own target holds (exit status 1 otherwise): 0 resets and 0 502s for 200 clients; each
+of 1,000 served or answered 503 with Retry-After, none reset or unanswered within 120 s; a
 stream cut by a dead backend ends with an error event and the service is back within 30 s
 without a person, the status saying so; a poison body reaches a backend at most twice; a
 200 MB body refused before it is read, the front below 150 MB; `/v1/../x` and other paths
 refused, no Access-Control-Allow-Origin; exit 5 and a sealed, verified bundle after a full
-disk; a failed switch rolled back with what serves named.
-Takes: twenty faults, each with up to one cycle under the lean `test` policy (about 15 min on
-2 cores). --smoke: the first cycle fault (SIGKILL at BASELINE, then recovery) and the first
-front fault (paths and CORS) under the smoke protocol (about 30 s).
+disk; a failed switch rolled back with what serves named; a stopped proxy replaced 6 of 6
+times and a hung backend restarted, without a person; with the disk held full every request
+answered, `status` saying logging is degraded, the plan refused, no cycle started (the
+supervisor exits 7) and the dropped log lines counted.
+Takes: twenty-four faults, each with up to one cycle under the lean `test` policy (about
+30 min on 2 cores, 10 of them the full disk). --smoke: the first cycle fault (SIGKILL at
+BASELINE, then recovery) and the first front fault (paths and CORS) under the smoke protocol
+(about 30 s).
 
     .venv/bin/python benchmarks/faults.py [WORD] [--json] [--smoke]   # WORD: faults named so
 """
@@ -67,10 +75,10 @@ from mcp_infra.demo.faults import (
     wait_for,
     wait_paused,
 )
-from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, exclusive_fraction, make_home, stop_home
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.flows import api as app
-from mcp_infra.procs.front import current_status, front_record, read_route
+from mcp_infra.procs.front import current_status, front_record, raise_fd_limit, read_route
 from mcp_infra.procs.runtime import free_port, is_running, start_server, stop_server
 from mcp_infra.state import evidence
 from mcp_infra.state.context import load_config, service_record
@@ -233,32 +241,151 @@ def winner_dies_before_the_switch(home: Home) -> str:
 
 
 def hold_not_confirmed(home: Home) -> str:
-    """Exclusive mode: the front is SIGSTOPped just before it is asked to hold requests, so it
-    never confirms the hold. The live backend must not be stopped, no candidate may run alone,
-    and the service must come back (the frozen front replaced)."""
+    """Exclusive mode: the front's proxy is SIGSTOPped just before it is asked to hold
+    requests. The keeper replaces it (within the 10 s a switch waits for its confirmation, or
+    the cycle restores the live recipe): the cycle must end sealed, never needs-operator, and
+    the service come back."""
     proc = supervisor(home, pause_at="MAINTENANCE")
-    front = None
+    proxy = None
     try:
         wait_paused(home, "MAINTENANCE", proc, 300)
-        front = front_record(home)
-        assert front is not None
-        os.kill(front.pid, signal.SIGSTOP)
+        proxy = current_status(home)
+        assert proxy is not None
+        os.kill(proxy.pid, signal.SIGSTOP)
         release(home, "MAINTENANCE")
         proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if front is not None:
+        if proxy is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(front.pid, signal.SIGCONT)
+                os.kill(proxy.pid, signal.SIGCONT)
     summary = evidence.list_cycles(home)[0]
-    again = front_record(home)
-    replaced = again is not None and front is not None and again.pid != front.pid
+    again = current_status(home)
+    replaced = again is not None and proxy is not None and again.pid != proxy.pid
     said = summary.reason[:60]
     if summary.outcome.value == "needs_operator":
         said += " … " + summary.reason.rsplit("; ", 1)[-1][:200]
-    return f"{'front replaced' if replaced else 'same front'}; {said}"
+    return f"{'proxy replaced' if replaced else 'same proxy'}; {said}"
+
+
+def _proxy_replaced(home: Home, old_pid: int, timeout: float = 30) -> Any:
+    """The front's status once a proxy other than ``old_pid`` serves (None: not in time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = current_status(home)
+        if status is not None and status.pid != old_pid:
+            return status
+        time.sleep(0.2)
+    return None
+
+
+STOPS = 6  # SIGSTOP runs of the front's proxy
+
+
+def front_stopped(home: Home) -> tuple[str, bool]:
+    """The front's proxy SIGSTOPped (a stuck event loop, from outside), ``STOPS`` times: each
+    time the keeper must replace it without a person; a client that connects meanwhile waits."""
+    port, base = _served(home)
+    keeper = front_record(home)
+    took: list[float | None] = []
+    for _ in range(STOPS):
+        before = current_status(home)
+        assert before is not None
+        os.kill(before.pid, signal.SIGSTOP)
+        took.append(frontkit.served_again(base, 60))
+        _proxy_replaced(home, before.pid)
+    status = current_status(home)
+    replaced = status.watchdog.replaced if status else 0
+    back = sorted(t for t in took if t is not None)
+    same = front_record(home) == keeper
+    ok = len(back) == STOPS and replaced == STOPS and same
+    return (
+        f"{len(back)} of {STOPS} served again, in {back[0]:.1f}-{back[-1]:.1f} s "
+        f"(median {back[len(back) // 2]:.1f}); {replaced} replacements; keeper "
+        f"{'unchanged' if same else 'CHANGED'}"
+        if back
+        else f"0 of {STOPS} served again",
+        ok,
+    )
+
+
+def backend_hung(home: Home) -> tuple[str, bool]:
+    """The live backend SIGSTOPped (hung: it runs but answers nothing): the front must restart
+    it without a person."""
+    port, base = _served(home)
+    record = service_record(home)
+    assert record is not None
+    os.killpg(record.pgid, signal.SIGSTOP)
+    try:
+        back = frontkit.served_again(base, 180)
+    finally:
+        if is_running(record):
+            os.killpg(record.pgid, signal.SIGCONT)
+    status = current_status(home)
+    restarts = status.healing.restarts if status else 0
+    new = service_record(home)
+    ok = back is not None and restarts >= 1 and new is not None and new.pid != record.pid
+    return (
+        f"served again {back:.1f} s after the stop; {restarts} restart(s)"
+        if back is not None
+        else "NOT served again within 180 s",
+        ok,
+    )
+
+
+FULL_FOR_S = 600.0  # the home's disk held full this long
+ASK_EVERY_S = 5.0
+
+
+def _top_up(path: Path) -> None:
+    """The last page of ``path`` full too (a full tmpfs leaves a file's last page room)."""
+    with contextlib.suppress(OSError), path.open("ab", buffering=0) as handle:
+        while handle.write(b"#" * 512):
+            pass
+
+
+def disk_held_full(home: Home, disk: SmallDisk) -> tuple[str, bool]:
+    """The home's disk full for ``FULL_FOR_S`` with a plan queued: the live model must answer
+    every request, `status` say logging is degraded, no plan be queued and no cycle start, and
+    the dropped log lines be counted once there is room again."""
+    port, base = _served(home)
+    queue_plan(home)
+    record = service_record(home)
+    assert record is not None
+    disk.fill(os.getpid())
+    _top_up(Path(record.log_path))
+    started = time.monotonic()
+    results = []
+    while time.monotonic() - started < FULL_FOR_S:
+        results.append(frontkit.one_stream(base, max_tokens=8, timeout=60))
+        time.sleep(ASK_EVERY_S)
+    answered = sum(r.done for r in results)
+    view = app.status(home).service
+    said = view.logging if view else None
+    refused = not app.propose(home, queue_plan_body(), start_supervisor=False).accepted
+    cycles = len(list(home.cycles.iterdir())) if home.cycles.is_dir() else 0
+    code = run_supervisor(home, timeout=120)
+    cycles_after = len(list(home.cycles.iterdir())) if home.cycles.is_dir() else 0
+    disk.free()
+    frontkit.one_stream(base, max_tokens=2)
+    time.sleep(1.0)
+    counted = "[mcp-infra log: " in Path(record.log_path).read_text(errors="replace")
+    ok = answered == len(results) and bool(said) and refused and code == 7
+    ok = ok and cycles_after == cycles and counted
+    drops = "counted" if counted else "NOT counted"
+    return (
+        f"{answered}/{len(results)} answered in {FULL_FOR_S / 60:.0f} min; status: "
+        f"{(said or 'logging NOT said degraded')[:42]}; plan "
+        f"{'refused' if refused else 'QUEUED'}; supervisor exit {code}, "
+        f"{cycles_after - cycles} cycle(s) started; log drops {drops}",
+        ok,
+    )
+
+
+def queue_plan_body() -> dict[str, Any]:
+    return {"hypothesis": "a drafter speeds up decoding", "candidates": ["demo-tiny:draft-k4"]}
 
 
 def _service_policy(home: Home, service: dict[str, Any]) -> None:
@@ -269,7 +396,7 @@ def _service_policy(home: Home, service: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-EXCLUSIVE = {"max_hold_s": 5.0, "memory_budget_fraction": 0.001}
+EXCLUSIVE = {"max_hold_s": 5.0, "memory_budget_fraction": exclusive_fraction()}
 """A memory budget no two servers fit: candidates run alone, the front holds requests."""
 
 
@@ -285,6 +412,44 @@ def two_hundred_clients(home: Home) -> tuple[str, bool]:
     return (
         f"{seen['complete']}/200 complete, {seen['resets']} resets, {seen['http_502']} 502s, "
         f"{seen['http_503']} 503s; p50 {seen['p50_s']} s, p99 {seen['p99_s']} s",
+        ok,
+    )
+
+
+CLIENTS = 1000
+
+
+def thousand_clients(home: Home) -> tuple[str, bool]:
+    """``CLIENTS`` streamed clients at once: each served or answered 503 with Retry-After
+    (past ``max_queue``), none reset and none unanswered within 120 s; the proxy's open-files
+    limit and peak memory."""
+    port, base = _served(home)
+    raise_fd_limit(4 * CLIENTS)  # this process holds a connection per client
+    proxy = current_status(home)
+    assert proxy is not None
+    watched = psutil.Process(proxy.pid)
+    peak, stop = [watched.memory_info().rss], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.2):
+            with contextlib.suppress(psutil.Error):
+                peak.append(watched.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        results = frontkit.streamed_clients(base, CLIENTS, max_tokens=4, timeout=120)
+    finally:
+        stop.set()
+        sampler.join(5)
+    seen = frontkit.summary(results)
+    told = sum(r.status == 503 and bool(r.retry_after) for r in results)
+    limit = watched.rlimit(psutil.RLIMIT_NOFILE)[0]
+    ok = seen["complete"] + told == CLIENTS and seen["resets"] == 0
+    return (
+        f"{seen['complete']} served, {told} 503 with Retry-After, {seen['resets']} reset or "
+        f"unanswered; p50 {seen['p50_s']} s, p99 {seen['p99_s']} s; the proxy's open-files "
+        f"limit {limit}, peak RSS {max(peak) / 2**20:.0f} MB",
         ok,
     )
 
@@ -344,7 +509,7 @@ def poison_body(home: Home) -> tuple[str, bool]:
 
 def huge_body(home: Home) -> tuple[str, bool]:
     port, base = _served(home)
-    front = front_record(home)
+    front = current_status(home)  # the proxy, which reads the bodies
     assert front is not None
     declared, sent = frontkit.huge_body(port)
     rss_mb = psutil.Process(front.pid).memory_info().rss / 2**20
@@ -431,7 +596,7 @@ FAULTS: list[Fault] = [
         winner_dies_before_the_switch,
         home=WINS,
     ),
-    Fault("front does not confirm the hold (SIGSTOP)", hold_not_confirmed, service=EXCLUSIVE),
+    Fault("front's proxy SIGSTOPped before the hold", hold_not_confirmed, service=EXCLUSIVE),
     Fault("disk full during EXPERIMENT", disk_full("EXPERIMENT:measuring"), kind="disk"),
     Fault("disk full while sealing", disk_full("SEALED"), kind="disk"),
     Fault("paths outside the API; an Origin", paths_and_origins, kind="front"),
@@ -439,36 +604,44 @@ FAULTS: list[Fault] = [
     Fault("live backend SIGKILLed mid-stream", backend_killed_mid_stream, kind="front"),
     Fault("poison body (kills generation)", poison_body, kind="front"),
     Fault("200 MB body", huge_body, kind="front"),
+    Fault(f"{CLIENTS} streamed clients at once", thousand_clients, kind="front"),
+    Fault(f"front's proxy SIGSTOPped x{STOPS}", front_stopped, kind="front"),
+    Fault("live backend hung (SIGSTOP)", backend_hung, kind="front"),
+    Fault(f"home disk full for {FULL_FOR_S / 60:.0f} min", disk_held_full, kind="full"),
 ]
 
 
 def run_fault(fault: Fault, root: Path, models: dict[str, Path], protocol: dict) -> dict[str, str]:
     with contextlib.ExitStack() as stack:
-        disk = stack.enter_context(small_disk(root)) if fault.kind == "disk" else None
+        small = fault.kind in ("disk", "full")
+        disk = stack.enter_context(small_disk(root)) if small else None
         home = make_home(root, models, **fault.home, **protocol)
         stack.callback(stop_home, home)  # before the small disk is unmounted
         if fault.service is not None:
             _service_policy(home, fault.service)
         start_live(home)
+        cycle = fault.kind in ("cycle", "disk")
         if fault.kind == "front":
             note, held = fault.run(home)
+        elif fault.kind == "full":
+            note, held = fault.run(home, disk)
         else:
             queue_plan(home)
             note, held = (fault.run(home, disk) if disk else fault.run(home)), True
         after = inspect(home)
-        sealed = 1 if fault.kind == "front" or after.sealed else 0
-        if fault.kind != "front":
+        sealed = 1 if not cycle or after.sealed else 0
+        if cycle:
             held = held and after.verified
         if fault.kind == "disk":
             held = held and note.count("exit 5") == 1 and "`recover` exit 0" in note
             held = held and "NOT serving" not in note and " 0 candidate(s) left" in note
         if fault.run is hold_not_confirmed:
-            held = held and "no candidate was measured" in note and "front replaced" in note
+            held = held and after.outcome != "needs_operator" and "proxy replaced" in note
         if fault.name.startswith("winner dies"):
             held = after.verified and after.outcome == "rolled_back" and "serves" in note
         return {
             "fault": fault.name,
-            "outcome": after.outcome if fault.kind != "front" else "-",
+            "outcome": after.outcome if cycle else "-",
             "restored": "yes" if after.healthy else "NO",
             "orphans": str(len(after.orphans)),
             "lost": str(len(after.journal_problems) + 1 - sealed),

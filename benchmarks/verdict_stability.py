@@ -3,7 +3,7 @@
 What: same models, same plan, same policy (`demo`) each run; only the measurements differ. Each
 run prepares a fresh demo home exactly as `mcp-infra demo` does, serves the plain target as the
 baseline, proposes the demo's three candidates and runs the cycle in this process
-(`flows.cycle.supervise`); the sealed bundle is verified.
+(`flows.supervisor.supervise`); the sealed bundle is verified.
 
 Target: every run reaches the same outcome and selects the same candidate, and every bundle
 verifies (exit status 1 if a bundle does not; a change of decision is printed, not an error).
@@ -26,7 +26,7 @@ import _common
 from mcp_infra.demo.homes import stop_home, use_test_policy
 from mcp_infra.demo.run import DEMO_CANDIDATES, DEMO_HYPOTHESIS, prepare
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.store import Home

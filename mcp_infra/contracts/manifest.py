@@ -12,10 +12,12 @@ from mcp_infra.contracts.base import (
     ID_PATTERN,
     REPO_PATTERN,
     REVISION_PATTERN,
+    SHA256_PATTERN,
     Contract,
     Part,
     unset,
 )
+from mcp_infra.contracts.builds import BuildSpec
 
 
 class CandidateClass(StrEnum):
@@ -31,8 +33,6 @@ class Semantics(StrEnum):
     LOSSLESS = "lossless"
     LOSSY = "lossy"
 
-
-SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 TemplateName = Literal["mlx_lm_server", "mlx_vlm_server", "mlx_lm_distributed"]
 DISTRIBUTED_TEMPLATE = "mlx_lm_distributed"
@@ -113,7 +113,10 @@ class ArtifactRef(Part):
     once recorded), or the home's configured target (configured: whatever model config.yaml's
     baseline serves, so one manifest serves any model)."""
 
-    role: Literal["target", "draft"]
+    role: Literal["target", "draft", "source"] = Field(
+        description="target: the model served; draft: its drafter; source: the folder a "
+        "variant's build is made from, when it is not the target itself"
+    )
     repo: Annotated[str, Field(pattern=REPO_PATTERN)] | None = None
     revision: Annotated[str, Field(pattern=REVISION_PATTERN)] | None = None
     demo: Literal["target", "draft", "split-target"] | None = Field(
@@ -272,6 +275,12 @@ class Variant(Part):
     environment: RuntimeEnvSpec | None = Field(
         None, description="this variant's own runtime environment (else the manifest's)"
     )
+    build: BuildSpec | None = Field(
+        None,
+        exclude_if=unset,
+        description="serve a build of the manifest's source (else its target) made by "
+        "`mcp-infra prepare` or the cycle's PREPARE step with mlx_lm.convert into the home",
+    )
 
 
 class Manifest(Contract):
@@ -299,6 +308,11 @@ class Manifest(Contract):
         if len(set(ids)) != len(ids):
             raise ValueError("variant ids must be unique")
         has_draft = any(a.role == "draft" for a in self.artifacts)
+        builds = any(v.build for v in self.variants)
+        if any(a.role == "source" for a in self.artifacts) and not builds:
+            raise ValueError("a source artifact is for variants with a build")
+        if builds and self.runtime.template == DISTRIBUTED_TEMPLATE:
+            raise ValueError("a build is served by one server, not split over ranks")
         distributed = self.runtime.template == DISTRIBUTED_TEMPLATE
         for variant in self.variants:
             if variant.knobs.draft and not has_draft:
@@ -317,6 +331,10 @@ class Manifest(Contract):
 
     def draft_artifact(self) -> ArtifactRef | None:
         return next((a for a in self.artifacts if a.role == "draft"), None)
+
+    def build_source(self) -> ArtifactRef:
+        """What a variant's build is made from: the source artifact, else the target."""
+        return next((a for a in self.artifacts if a.role == "source"), self.target)
 
     def variant(self, variant_id: str) -> Variant | None:
         return next((v for v in self.variants if v.id == variant_id), None)

@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from mcp_infra.contracts.base import REPO_PATTERN, REVISION_PATTERN, Contract, Part
-from mcp_infra.contracts.home import InventoryFile
+from mcp_infra.contracts.base import REPO_PATTERN, REVISION_PATTERN, Contract, InventoryFile, Part
+from mcp_infra.contracts.builds import ComputeDtype
 from mcp_infra.contracts.manifest import SHA256_PATTERN, Manifest, TemplateName
 
 
@@ -27,6 +27,7 @@ class ModelShape(Part):
     model_type: str
     architectures: list[str] = Field(default_factory=list)
     hidden_size: int | None = None
+    intermediate_size: int | None = None
     num_layers: int | None = None
     num_attention_heads: int | None = None
     num_kv_heads: int | None = None
@@ -116,6 +117,9 @@ class CatalogFacts(Part):
     others: list[FolderFacts] = Field(default_factory=list)
     memory_gb: float
     platform: str
+    compute_dtype: ComputeDtype | None = Field(
+        None, description="the dtype this machine computes a quantized build fastest in (probed)"
+    )
 
 
 class CatalogNote(Part):

@@ -373,6 +373,23 @@ class HealState(Part):
     note: str = Field("", max_length=600)
 
 
+class LogHealth(Part):
+    """Whether the product's logs can be written (the home's disk has room, the front's status
+    file is written). Held in the front's memory and said in ``GET /health``: a full disk
+    cannot keep it from being said."""
+
+    state: Literal["ok", "degraded"] = "ok"
+    since: datetime | None = Field(None, description="when logging became degraded")
+    detail: str = Field("", max_length=300)
+
+
+class Watchdog(Part):
+    """The keeper's replacements of a proxy that missed its heartbeat or exited."""
+
+    replaced: int = 0
+    last: str = Field("", max_length=400, description="why and when the last one was replaced")
+
+
 class FrontStatus(Contract):
     """state/front_status.json: written by the front when its content changed (at most every
     0.2 s), never otherwise, so a reader that watches it sees changes only. The supervisor side
@@ -394,6 +411,8 @@ class FrontStatus(Contract):
     listening: list[str] = Field(default_factory=list)
     tasks: dict[str, TaskHealth] = Field(default_factory=dict)
     healing: HealState = Field(default_factory=HealState)
+    logging: LogHealth = Field(default_factory=LogHealth)
+    watchdog: Watchdog = Field(default_factory=Watchdog)
     updated_at: datetime
 
 

@@ -8,6 +8,10 @@ model folders on this machine, its memory) come manifests in the classes a user'
 * **drafters** (``own-draft-<name>``, lossless): every model smaller than the target, each with
   a few draft lengths and the prompt cache off (mlx-lm 0.32.2's prompt cache is not lossless
   with a drafter); one with another tokenizer is listed and refused by preflight, never started;
+* **quantized builds** (``own-builds``, lossy): affine 8, 6 and 4 bits, the mx formats and a
+  mixed recipe the installed ``mlx_lm.convert`` offers, in the compute dtype this machine runs
+  fastest, made by ``prepare`` (or the cycle's PREPARE step) from a source of higher precision:
+  the target itself, or an unquantized model here with its architecture, shapes and tokenizer;
 * **the model's own MTP head** (``own-mtp``, lossless, mlx_vlm.server) where its config declares
   multi-token-prediction layers.
 
@@ -22,6 +26,7 @@ from collections.abc import Iterable
 
 from mcp_infra.contracts import (
     ArtifactRef,
+    BuildSpec,
     CandidateClass,
     CatalogFacts,
     CatalogNote,
@@ -36,6 +41,7 @@ from mcp_infra.contracts import (
     Variant,
 )
 from mcp_infra.core import modelfacts
+from mcp_infra.core.builds import need_bytes
 
 CATALOG_VERSION = "own-1"
 """Part of the catalog's cache key: bump when the rules below change what they generate."""
@@ -54,6 +60,12 @@ PROMPT_CACHE_TOKENS = 8192
 """--prompt-cache-bytes is offered as the KV cache of this many tokens of this model."""
 KV_BITS = (8, 4)
 MTP_BLOCKS = (2, 3)
+AFFINE_BITS = (8, 6, 4)
+MX_MODES = ("mxfp4", "nvfp4", "mxfp8")
+MIXED = ("mixed_3_6", "mixed_4_6", "mixed_2_6", "mixed_3_4")
+"""The mixed recipe offered: the first of these the converter lists."""
+CONVERT = "mlx_lm.convert"
+FLOAT_BITS = {"float32": 32, "float16": 16, "bfloat16": 16}
 LM_RUNTIME: TemplateName = "mlx_lm_server"
 VLM_RUNTIME: TemplateName = "mlx_vlm_server"
 PACKAGES = {LM_RUNTIME: "mlx-lm", VLM_RUNTIME: "mlx-vlm"}
@@ -328,11 +340,115 @@ def mtp_manifest(facts: CatalogFacts) -> tuple[Manifest | None, list[CatalogNote
     return manifest, []
 
 
+def build_source(facts: CatalogFacts) -> tuple[FolderFacts | None, str]:
+    """What builds are made from: the target when it is not quantized, else an unquantized
+    model here with its architecture, shapes and tokenizer; and, when none, why."""
+    target = facts.target
+    if target.shape is None or target.shape.quantized is None:
+        return target, ""
+    found = [
+        f
+        for f in facts.others
+        if not f.missing
+        and f.digest
+        and f.shape
+        and f.shape.quantized is None
+        and modelfacts.same_model(target, f)
+    ]
+    if found:
+        return min(found, key=lambda f: (f.weights_bytes, f.path)), ""
+    bits = target.shape.quantized.bits
+    return None, (
+        f"the model is quantized already ({bits or '?'}-bit {target.shape.quantized.mode}) and no "
+        "source of higher precision is here (an unquantized model with its architecture, "
+        "shapes and tokenizer in the hub cache or the model_dirs): a build starts from one"
+    )
+
+
+def _group(shape_sizes: list[int], choices: tuple[int, ...]) -> int | None:
+    return next((g for g in choices if all(n % g == 0 for n in shape_sizes)), None)
+
+
+def build_specs(facts: CatalogFacts, source: FolderFacts) -> tuple[list[BuildSpec], list[str]]:
+    """The builds the installed converter offers for this source, and what it cannot offer."""
+    help_ = _help(facts, CONVERT)
+    choices = help_.choices if help_ else {}
+    shape = source.shape
+    sizes = [n for n in (shape.hidden_size, shape.intermediate_size) if n] if shape else []
+    dtype = facts.compute_dtype if facts.compute_dtype in choices.get("--dtype", []) else None
+    specs: list[BuildSpec] = []
+    left: list[str] = []
+
+    def spec(**fields: object) -> BuildSpec:
+        return BuildSpec.model_validate({**fields, "dtype": dtype})
+
+    affine = _group(sizes, (64, 32, 128))
+    if affine is None:
+        left.append(f"affine: no group size of 32, 64 or 128 divides the shapes {sizes}")
+    else:
+        group = None if affine == 64 else affine
+        specs += [spec(q_bits=b, q_group_size=group) for b in AFFINE_BITS]
+        mixed = next((m for m in MIXED if m in choices.get("--quant-predicate", [])), None)
+        if mixed:
+            specs.append(spec(quant_predicate=mixed, q_group_size=group))
+    for mode in MX_MODES:
+        group_size = 16 if mode == "nvfp4" else 32
+        if mode not in choices.get("--q-mode", []):
+            left.append(f"{mode}: mlx_lm.convert offers no --q-mode {mode}")
+        elif any(n % group_size for n in sizes):
+            left.append(f"{mode}: its group size {group_size} does not divide the shapes {sizes}")
+        else:
+            specs.append(spec(q_mode=mode))
+    return specs, left
+
+
+def builds_manifest(facts: CatalogFacts) -> tuple[Manifest | None, list[CatalogNote]]:
+    """Quantized builds of the target (lossy), made from a source of higher precision."""
+    subject = "quantized builds"
+    lm = _help(facts, LM_RUNTIME)
+    if lm is None or _help(facts, CONVERT) is None:
+        return None, [CatalogNote(subject=subject, reason="mlx-lm's convert is not installed")]
+    source, why = build_source(facts)
+    if source is None:
+        return None, [CatalogNote(subject=subject, reason=why)]
+    specs, left = build_specs(facts, source)
+    notes = [CatalogNote(subject=subject, reason=reason) for reason in left]
+    if not specs:
+        return None, notes
+    bits = FLOAT_BITS.get((source.shape.dtype if source.shape else None) or "", 16)
+    disk = max(need_bytes(spec, source.files_bytes, bits) for spec in specs)
+    separate = source.path != facts.target.path
+    manifest = Manifest(
+        id=f"{PREFIX}builds",
+        title="Quantized builds of the configured model, made in the home by mlx_lm.convert",
+        candidate_class=CandidateClass.QUANTIZATION,
+        semantics=Semantics.LOSSY,
+        description="Generated: each variant is a build of "
+        + (f"{source.origin or source.path}" if separate else "the configured model")
+        + " made by `mcp-infra prepare` (or the cycle's PREPARE step) into the home, its "
+        "command and hashes in the evidence. Lossy: a person approves a qualified build.",
+        license_reviewed=True,
+        runtime=_runtime(LM_RUNTIME, lm, ALL_PLATFORMS),
+        target=_target(),
+        artifacts=[ArtifactRef(role="source", path=source.path, digest=source.digest)]
+        if separate
+        else [],
+        resources=Resources(
+            memory_gb=modelfacts.memory_need_gb(facts.target.weights_bytes),
+            disk_gb=round(disk / 1e9, 6),
+        ),
+        variants=[
+            Variant(id=spec.key(), title=f"a build {spec.key()}", build=spec) for spec in specs
+        ],
+    )
+    return manifest, notes
+
+
 def generate(facts: CatalogFacts) -> tuple[list[Manifest], list[CatalogNote]]:
     """Every manifest the catalog offers for this target, and why anything is left out."""
     manifests: list[Manifest] = []
     notes: list[CatalogNote] = []
-    for single in (settings_manifest, kv_manifest, mtp_manifest):
+    for single in (settings_manifest, kv_manifest, builds_manifest, mtp_manifest):
         made, said = single(facts)
         manifests += [made] if made else []
         notes += said

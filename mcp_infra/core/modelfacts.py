@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 
-from mcp_infra.contracts import JSONValue, ModelShape, Quantized, TokenizerFacts
+from mcp_infra.contracts import FolderFacts, JSONValue, ModelShape, Quantized, TokenizerFacts
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 
 RUNTIME_PATTERNS = (
@@ -110,6 +110,7 @@ def shape_of(config: Mapping[str, JSONValue]) -> ModelShape:
         model_type=str(config.get("model_type") or ""),
         architectures=[str(a) for a in architectures] if isinstance(architectures, list) else [],
         hidden_size=hidden,
+        intermediate_size=field("intermediate_size", "ffn_dim", "n_inner"),
         num_layers=field("num_hidden_layers", "n_layer", "num_layers"),
         num_attention_heads=heads,
         num_kv_heads=field("num_key_value_heads") or heads,
@@ -236,3 +237,14 @@ def fit_problem(weights_bytes: int, memory_gb: float, fraction: float) -> str | 
         f"this machine has {memory_gb:.1f} GiB and the policy lets servers use "
         f"{fraction:.0%} of it ({allowed:.1f} GiB)"
     )
+
+
+def same_model(target: FolderFacts, other: FolderFacts) -> bool:
+    """Is ``other`` the target's model in other weights: its architecture, shapes and
+    tokenizer (read from the files)?"""
+    a, b = target.shape, other.shape
+    if a is None or b is None or target.tokenizer is None or other.tokenizer is None:
+        return False
+    fields = ("model_type", "hidden_size", "intermediate_size", "num_layers", "vocab_size")
+    same = all(getattr(a, f) == getattr(b, f) for f in fields)
+    return same and not tokenizer_differences(target.tokenizer, other.tokenizer)

@@ -34,6 +34,7 @@ from mcp_infra.core.modelfacts import (
     fit_problem,
     kv_groups,
     memory_need_gb,
+    same_model,
     tokenizer_differences,
 )
 from mcp_infra.core.templates import unknown_flags
@@ -579,6 +580,13 @@ def integrity(s: Subject) -> list[Check]:
 # (``HostFacts.target``) beside the facts of the candidate's own folders.
 
 
+def _shown(artifact: ArtifactRef, path: str | None) -> str:
+    """An artifact in few words: a hub pin or demo name as such, a local folder by its path."""
+    if artifact.repo and artifact.revision:
+        return f"{artifact.repo}@{artifact.revision[:12]}"
+    return artifact_key(artifact) if artifact.demo or not path else path
+
+
 def same_target(s: Subject) -> list[Check]:
     live = s.facts.target
     path = s.facts.artifact_paths.get(artifact_key(s.manifest.target))
@@ -592,8 +600,8 @@ def same_target(s: Subject) -> list[Check]:
             "same_target",
             same,
             f"its target is the live model ({live.path})",
-            f"another model's candidate: its target is {path or artifact_key(s.manifest.target)}"
-            f"; this home serves {live.path}"
+            f"another model's candidate: its target is {_shown(s.manifest.target, path)}, "
+            "not the live model"
             if path != live.path
             else f"made for another state of {live.path} (files {digest and digest[:12]}…, now "
             f"{live.digest and live.digest[:12]}…)",
@@ -686,6 +694,34 @@ def model_memory(s: Subject) -> list[Check]:
     ]
 
 
+def build_source(s: Subject) -> list[Check]:
+    if s.variant.build is None:
+        return []
+    source = s.manifest.build_source()
+    folder = s.folder(source)
+    live = s.facts.target
+    quantized = folder.shape.quantized if folder and folder.shape else None
+    problem = (
+        f"its source {_shown(source, None)} is not here"
+        if folder is None
+        else f"its source is quantized already ({quantized.bits}-bit {quantized.mode}): a "
+        "build starts from a source of higher precision"
+        if quantized
+        else "its source is not the live model in other weights (architecture, shapes or "
+        "tokenizer differ)"
+        if source.role == "source" and live is not None and not same_model(live, folder)
+        else None
+    )
+    return [
+        _check(
+            "build_source",
+            problem is None,
+            f"built from {folder.path if folder else '?'} ({s.variant.build.key()})",
+            problem or "",
+        )
+    ]
+
+
 CHECKS: tuple[Callable[[Subject], list[Check]], ...] = (
     trusted_namespace,
     class_allowed,
@@ -706,6 +742,7 @@ CHECKS: tuple[Callable[[Subject], list[Check]], ...] = (
     drafter_tokenizer,
     kv_group,
     model_memory,
+    build_source,
 )
 """Every preflight check in the order they are reported; each returns its named results."""
 

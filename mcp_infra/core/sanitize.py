@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -282,19 +282,25 @@ def _display_id(candidate: str, index: int) -> str:
     return f"<candidate #{index + 1}: not a well-formed id>"
 
 
-def _clamped(field: str, asked: float, bounds: Bounded, changes: list[PlanChange]) -> float:
-    """An acceptance value moved into the policy's range, the move recorded with its reason."""
+def _clamped(asked: float, bounds: Bounded) -> tuple[float, str]:
+    """An acceptance value moved into the policy's range, and the words that say so ('' when
+    it was inside): the field's one change carries them with what came of the value."""
     value = min(max(asked, bounds.low), bounds.high)
-    if value != asked:
-        changes.append(
-            PlanChange(
-                field=f"acceptance.{field}",
-                action="clamped",
-                value=value,
-                reason=f"clamped to the policy's range [{bounds.low}, {bounds.high}]",
-            )
-        )
-    return value
+    return value, (
+        f"clamped to the policy's range [{bounds.low}, {bounds.high}]; " if value != asked else ""
+    )
+
+
+def _change(
+    field: str, action: Literal["tightened", "kept"], value: float, reason: str, clamp: str
+) -> PlanChange:
+    """The one change of an acceptance field: clamped (saying what followed) or as is."""
+    return PlanChange(
+        field=f"acceptance.{field}",
+        action="clamped" if clamp else action,
+        value=value,
+        reason=clamp + reason,
+    )
 
 
 @dataclass(frozen=True)
@@ -385,8 +391,8 @@ def screen(
     candidate: str, index: int, kept: list[str], context: PlanContext
 ) -> tuple[PlanChange | None, RefusedCandidate | None]:
     """One proposed candidate's screen, checks in order: the baseline and duplicates are removed,
-    an unknown id or a failed preflight is refused, recipe memory's skip is both, and a recipe
-    identical to the live one is removed. (None, None): it is kept."""
+    an unknown id or a failed preflight is refused, and recipe memory's skip and the live recipe
+    itself are both. (None, None): it is kept."""
     if candidate == BASELINE_ID:
         return _removed(BASELINE_ID, "the baseline is always measured first"), None
     if candidate in kept:
@@ -405,7 +411,8 @@ def screen(
         return _removed(candidate, why), RefusedCandidate(id=candidate, reason=why)
     recipe = context.candidate_recipes.get(candidate)
     if recipe is not None and recipe.key() == context.live_recipe.key():
-        return _removed(candidate, "identical to the recipe already serving"), None
+        why = "it is the live recipe (it serves now and is measured first, as the baseline)"
+        return _removed(candidate, why), RefusedCandidate(id=candidate, reason=why)
     return None, None
 
 
@@ -480,15 +487,14 @@ def combined_thresholds(
 def asked_speedup(asked: float, bounds: Bounded, changes: list[PlanChange]) -> float:
     """The minimum speedup a plan asks for, kept only where it is stricter than the policy's."""
     speed = bounds.default
-    name = "acceptance.min_speedup_pct"
-    value = _clamped("min_speedup_pct", asked, bounds, changes)
+    value, clamp = _clamped(asked, bounds)
     if value < speed:
-        why = f"a plan can only tighten the policy's minimum speedup of {speed}%"
-        changes.append(PlanChange(field=name, action="kept", value=speed, reason=why))
+        why = f"a plan can only tighten the policy's minimum speedup of {speed}%, which stays"
+        changes.append(_change("min_speedup_pct", "kept", speed, why, clamp))
         return speed
-    if value > speed:
-        why = "the plan asks for a stricter speedup"
-        changes.append(PlanChange(field=name, action="tightened", value=value, reason=why))
+    if value > speed or clamp:
+        why = "the plan asks for a stricter speedup" if value > speed else "the policy's own"
+        changes.append(_change("min_speedup_pct", "tightened", value, why, clamp))
     return value
 
 
@@ -498,22 +504,28 @@ def asked_memory(
     """The memory cap a plan asks for, kept only where it is stricter than the policy's and
     does not disqualify the running baseline (its measured peak)."""
     memory = bounds.default
-    name = "acceptance.max_peak_memory_gb"
-    value = _clamped("max_peak_memory_gb", asked, bounds, changes)
+    value, clamp = _clamped(asked, bounds)
     if live_peak is not None and value < live_peak:
         why = (
             f"a cap below the running baseline's measured peak ({live_peak:.2f} GB) would "
-            "disqualify it"
+            f"disqualify it; the policy's {memory} GB stays"
         )
-        changes.append(PlanChange(field=name, action="refused", value=value, reason=why))
+        changes.append(  # refused, clamped or not: the cap would disqualify the baseline
+            PlanChange(
+                field="acceptance.max_peak_memory_gb",
+                action="refused",
+                value=value,
+                reason=clamp + why,
+            )
+        )
         return memory
     if value > memory:
-        why = f"a plan can only tighten the policy's memory cap of {memory} GB"
-        changes.append(PlanChange(field=name, action="kept", value=memory, reason=why))
+        why = f"a plan can only tighten the policy's memory cap of {memory} GB, which stays"
+        changes.append(_change("max_peak_memory_gb", "kept", memory, why, clamp))
         return memory
-    if value < memory:
-        why = "the plan asks for a stricter memory cap"
-        changes.append(PlanChange(field=name, action="tightened", value=value, reason=why))
+    if value < memory or clamp:
+        why = "the plan asks for a stricter memory cap" if value < memory else "the policy's own"
+        changes.append(_change("max_peak_memory_gb", "tightened", value, why, clamp))
     return value
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
 import yaml
 
 from mcp_infra.contracts import LOCAL_HOST, ClusterHost, DistributedConfig, Recipe, ServiceConfig
@@ -43,6 +44,15 @@ PROMOTE_ANY_GAIN: dict[str, object] = {
     "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
     "worst_prompt_tolerance_pct": 100.0,
 }
+
+
+def exclusive_fraction() -> float:
+    """A ``service.memory_budget_fraction`` of this machine's memory (0.5 GiB) that one demo
+    server fits (preflight: about 0.3 GiB) and no two do (a demo manifest's peak is 1 GB):
+    candidates then run alone while the front holds requests."""
+    return round(0.5 * 2**30 / psutil.virtual_memory().total, 8)
+
+
 # The least a whole cycle measures: one fresh start per configuration and one timed request per
 # prompt, selection and held-out alike, for tests of what happens around the measuring
 # (progress, status, sealing), not of what it decides.

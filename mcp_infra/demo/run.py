@@ -194,11 +194,9 @@ async def drive(
     clock = clock or Clock()
     info = Implementation(name="mcp-infra-demo", version=__version__)
     async with Client(_server_params(home), client_info=info) as client:
-        registry = await client.call_tool("registry", {})
-        runnable = [
-            c["id"] for c in registry.structured_content["candidates"] if c["preflight_passed"]
-        ]
-        log(f"registry: {len(runnable)} candidates pass preflight on this machine")
+        registry = await client.call_tool("registry", {})  # its summary counts every page
+        passing = registry.structured_content["summary"]["pass_preflight"]
+        log(f"registry: {passing} candidates pass preflight on this machine")
         plan = {
             "hypothesis": DEMO_HYPOTHESIS,
             "candidates": candidates,

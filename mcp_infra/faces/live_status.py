@@ -9,14 +9,15 @@ journal, the evidence folder) every ``interval`` seconds, a handful of ``stat`` 
 when one moved renders the status and compares its digest (``change_digest``, the view without
 its clocks) with the last one sent. It never sends a request to the managed service.
 
-Both protocol eras are served: 2025-11-25 clients subscribe with `resources/subscribe` and get
-the notification on their session; 2026-07-28 clients listen with `subscriptions/listen` and the
-event goes through the server's subscription bus.
+Both protocol eras are served: clients of the era with `initialize` subscribe with
+`resources/subscribe` and get the notification on their session; clients of the era without it
+listen with `subscriptions/listen` and the event goes through the server's subscription bus.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from mcp_types import INVALID_PARAMS, EmptyResult, SubscribeRequestParams, Unsub
 from pydantic import BaseModel
 
 from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.flows import api as app
 from mcp_infra.state.store import Home
 
 STATUS_URI = "mcp-infra://status"
@@ -193,3 +195,25 @@ class StatusNotifier:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def register_status(server: MCPServer, home: Home, mode: str) -> StatusNotifier:
+    """The status resource (the status tool's view, as JSON) and its notifier, installed."""
+
+    def status_view() -> app.StatusView:
+        return app.status(home).model_copy(update={"server_mode": mode})
+
+    @server.resource(
+        STATUS_URI,
+        name="status",
+        title="Live status",
+        mime_type="application/json",
+        description="The status tool's view. Subscribe to it (resources/subscribe) to be told "
+        "when a cycle changes state or finishes, the queue or the live recipe changes.",
+    )
+    def status_resource() -> str:
+        return json.dumps(status_view().model_dump(mode="json"), indent=2, ensure_ascii=False)
+
+    notifier = StatusNotifier(server, home, status_view)
+    notifier.install()
+    return notifier

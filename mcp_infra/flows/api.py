@@ -8,6 +8,7 @@ sure a detached supervisor runs it, never touching the service itself.
 
 from __future__ import annotations
 
+from mcp_infra.flows.own import InitOptions, InitView, init_model
 from mcp_infra.flows.proposal import (
     ProposalView,
     ensure_watcher,
@@ -19,6 +20,7 @@ from mcp_infra.flows.status import NOMINAL_STATES, CycleView, StatusView, status
 from mcp_infra.flows.views import (
     CandidateView,
     EvidenceView,
+    RegistryFilter,
     RegistryView,
     RuntimeView,
     Section,
@@ -33,13 +35,17 @@ __all__ = [
     "CandidateView",
     "CycleView",
     "EvidenceView",
+    "InitOptions",
+    "InitView",
     "ProposalView",
+    "RegistryFilter",
     "RegistryView",
     "RuntimeView",
     "Section",
     "StatusView",
     "ensure_watcher",
     "evidence_view",
+    "init_model",
     "init_service",
     "knobs_text",
     "prepare_candidate",

@@ -38,7 +38,9 @@ from mcp_infra.core.preflight import preflight
 from mcp_infra.core.sanitize import policy_hash
 from mcp_infra.core.units import speedup_pct
 from mcp_infra.errors import McpInfraError
-from mcp_infra.flows import cycle
+from mcp_infra.flows.journal import Journal
+from mcp_infra.flows.promotion import Promotion, conclude, promote, restore_after_error
+from mcp_infra.flows.supervisor import recover, supervising
 from mcp_infra.state import evidence, memory
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.context import HomeContext
@@ -124,74 +126,90 @@ def approve(home: Home, cycle_id: str, candidate: str | None = None) -> CycleSum
     except FileNotFoundError as exc:
         raise ApprovalRefused(str(exc)) from exc
     cycle_id = bundle.name  # `latest` names the newest sealed cycle
-    with cycle.supervising(home):
-        cycle.recover(home)  # an interrupted cycle is finished or undone first, as at supervise
+    with supervising(home):
+        recover(home)  # an interrupted cycle is finished or undone first, as at supervise
         if (home.needs_operator_file).exists():
             raise ApprovalRefused("the service needs an operator first: run `mcp-infra recover`")
-        check = evidence.verify(bundle)
-        if not check.ok:
-            raise ApprovalRefused(
-                f"the evidence of {cycle_id} does not verify: " + "; ".join(check.problems[:3])
-            )
-        try:
-            summary = read_model(CycleFiles(bundle).summary, CycleSummary)
-            verdict = read_model(CycleFiles(bundle).verdict, Verdict)
-            plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
-        except (FileNotFoundError, CorruptFile) as exc:
-            raise ApprovalRefused(f"the bundle of {cycle_id} is incomplete: {exc}") from exc
+        summary, verdict, plan = _sealed(bundle, cycle_id)
         chosen = _choose(verdict, cycle_id, candidate)
-        name = chosen.candidate
         ctx = HomeContext(home)
-        live = ctx.live
-        if summary.active_recipe != live.candidate_id:
-            raise ApprovalRefused(
-                f"the live recipe is {live.candidate_id}, not {summary.active_recipe} that cycle "
-                f"{cycle_id} measured as its baseline: propose a new cycle with {name}"
-            )
-        measured = _recipes_of(bundle).get(name)
-        found = ctx.find(name)
-        if measured is None or found is None:
-            raise ApprovalRefused(
-                f"{name} is no longer in the registry or was not resolved in cycle {cycle_id}"
-            )
-        manifest, variant = found
-        config, policy = ctx.config, ctx.policy
-        pre = preflight(manifest, variant, policy, ctx.facts, require_artifacts=True)
-        if not pre.passed:
-            raise ApprovalRefused(f"{name} fails preflight now: " + "; ".join(pre.failures()))
-        try:  # hub artifacts and the runtime environment: sha256 checks
-            recipe = resolve_recipe(
-                manifest,
-                variant,
-                home.models,
-                home.hf_cache,
-                fingerprint=folder_fingerprint,
-                runtimes=home.runtimes,
-            )
-        except RuntimeEnvError as exc:
-            raise ApprovalRefused(f"{name}: {exc}") from exc
-        if recipe.manifest_hash != measured.manifest_hash:
-            raise ApprovalRefused(
-                f"the manifest of {name} changed since cycle {cycle_id}: propose a new cycle"
-            )
-        if recipe.key() != measured.key():
-            raise ApprovalRefused(
-                f"{name} now resolves to another recipe than cycle {cycle_id} "
-                "measured: propose a new cycle"
-            )
-        remembered = next((o for o in memory.outcomes(home, name) if o.cycle_id == cycle_id), None)
-        env_key = memory.environment_key(memory.environment(), recipe)
-        if remembered is not None and remembered.environment_key != env_key:
-            raise ApprovalRefused(
-                f"the environment (runtime packages, model files or machine) "
-                f"changed since cycle {cycle_id}: propose a new cycle"
-            )
-        if remembered is not None and remembered.policy_hash != policy_hash(policy):
-            raise ApprovalRefused(f"the policy changed since cycle {cycle_id}: propose a new cycle")
+        recipe = _as_measured(ctx, bundle, cycle_id, summary.active_recipe, chosen.candidate)
         gain = chosen.speedup_estimate
         speedup = speedup_pct(gain) if gain is not None else None
-        promotion = cycle.Promotion(recipe, _run_of(bundle, name), verdict, speedup)
-        return _approval_cycle(home, config, plan, bundle, cycle_id, live, promotion, chosen)
+        promotion = Promotion(recipe, _run_of(bundle, chosen.candidate), verdict, speedup)
+        return _approval_cycle(
+            home, ctx.config, plan, bundle, cycle_id, ctx.live, promotion, chosen
+        )
+
+
+def _sealed(bundle: Path, cycle_id: str) -> tuple[CycleSummary, Verdict, FrozenPlan]:
+    """The bundle's summary, verdict and plan, once the bundle verifies."""
+    check = evidence.verify(bundle)
+    if not check.ok:
+        raise ApprovalRefused(
+            f"the evidence of {cycle_id} does not verify: " + "; ".join(check.problems[:3])
+        )
+    try:
+        return (
+            read_model(CycleFiles(bundle).summary, CycleSummary),
+            read_model(CycleFiles(bundle).verdict, Verdict),
+            read_model(CycleFiles(bundle).plan, FrozenPlan),
+        )
+    except (FileNotFoundError, CorruptFile) as exc:
+        raise ApprovalRefused(f"the bundle of {cycle_id} is incomplete: {exc}") from exc
+
+
+def _as_measured(ctx: HomeContext, bundle: Path, cycle_id: str, baseline: str, name: str) -> Recipe:
+    """The candidate's recipe now, refused unless what the cycle measured still describes it:
+    the same live recipe as its baseline, in the registry and passing preflight, the same
+    manifest and recipe (artifacts and runtime re-hashed), environment and policy."""
+    home, live = ctx.home, ctx.live
+    if baseline != live.candidate_id:
+        raise ApprovalRefused(
+            f"the live recipe is {live.candidate_id}, not {baseline} that cycle "
+            f"{cycle_id} measured as its baseline: propose a new cycle with {name}"
+        )
+    measured = _recipes_of(bundle).get(name)
+    found = ctx.find(name)
+    if measured is None or found is None:
+        raise ApprovalRefused(
+            f"{name} is no longer in the registry or was not resolved in cycle {cycle_id}"
+        )
+    manifest, variant = found
+    pre = preflight(manifest, variant, ctx.policy, ctx.facts, require_artifacts=True)
+    if not pre.passed:
+        raise ApprovalRefused(f"{name} fails preflight now: " + "; ".join(pre.failures()))
+    try:  # hub artifacts and the runtime environment: sha256 checks
+        recipe = resolve_recipe(
+            manifest,
+            variant,
+            home.models,
+            home.hf_cache,
+            fingerprint=folder_fingerprint,
+            runtimes=home.runtimes,
+            builds=home.builds,
+        )
+    except RuntimeEnvError as exc:
+        raise ApprovalRefused(f"{name}: {exc}") from exc
+    if recipe.manifest_hash != measured.manifest_hash:
+        raise ApprovalRefused(
+            f"the manifest of {name} changed since cycle {cycle_id}: propose a new cycle"
+        )
+    if recipe.key() != measured.key():
+        raise ApprovalRefused(
+            f"{name} now resolves to another recipe than cycle {cycle_id} "
+            "measured: propose a new cycle"
+        )
+    remembered = next((o for o in memory.outcomes(home, name) if o.cycle_id == cycle_id), None)
+    env_key = memory.environment_key(memory.environment(), recipe)
+    if remembered is not None and remembered.environment_key != env_key:
+        raise ApprovalRefused(
+            f"the environment (runtime packages, model files or machine) "
+            f"changed since cycle {cycle_id}: propose a new cycle"
+        )
+    if remembered is not None and remembered.policy_hash != policy_hash(ctx.policy):
+        raise ApprovalRefused(f"the policy changed since cycle {cycle_id}: propose a new cycle")
+    return recipe
 
 
 def _approval_cycle(
@@ -201,7 +219,7 @@ def _approval_cycle(
     bundle: Path,
     source: str,
     live: Recipe,
-    promotion: cycle.Promotion,
+    promotion: Promotion,
     chosen: CandidateVerdict,
 ) -> CycleSummary:
     recipe = promotion.recipe
@@ -214,7 +232,7 @@ def _approval_cycle(
             shutil.copy2(bundle / name, cdir / name)
     for path in sorted((CycleFiles(bundle).runs).glob("*.json")):
         shutil.copy2(path, CycleFiles(cdir).runs / path.name)
-    journal = cycle.Journal(home, cycle_id)
+    journal = Journal(home, cycle_id)
     started = utcnow()
     journal(
         CycleState.QUEUED,
@@ -235,12 +253,12 @@ def _approval_cycle(
         recipes={recipe.candidate_id: recipe.model_dump(mode="json")},
     )
     try:
-        result = cycle.promote(home, config, plan, journal, live, promotion)
+        result = promote(home, config, plan, journal, live, promotion)
         if result.outcome == Outcome.PROMOTED:
             result = result._replace(
                 reason=f"approved by a person from cycle {source}; "
                 f"verified online; {chosen.reasons[0]}"
             )
     except Exception as exc:  # as in run_cycle: restore, then account for it
-        result = cycle.restore_after_error(home, journal, exc)
-    return cycle.conclude(home, plan, cycle_id, journal, started, result)
+        result = restore_after_error(home, journal, exc)
+    return conclude(home, plan, cycle_id, journal, started, result)

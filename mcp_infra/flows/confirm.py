@@ -18,7 +18,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.machine import RedoRule
 from mcp_infra.core.selector import select
-from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import prompts_by_class
 from mcp_infra.flows.rounds import Bench, Pass, Slot, Tally, one_start
 from mcp_infra.state.catalog import load_suite

@@ -1,200 +1,101 @@
-"""The supervisor: one optimization cycle, read top to bottom.
+"""One optimization cycle, read top to bottom: ``run_cycle`` runs the step table (``STEPS``)
+over one ``CycleContext``.
 
 QUEUED → PREFLIGHT → PREPARE → BASELINE → MAINTENANCE → EXPERIMENT(each) → SELECT → PROMOTE →
-VERIFY → COMMIT | ROLLBACK → SEALED. Each state is journaled (fsync) before its side effect, so
-``recovery.decide`` can always tell what a killed cycle had done. Decisions are made by the pure
-core (policy, selector, recovery); this module only sequences I/O around them.
+VERIFY → COMMIT | ROLLBACK → SEALED. Each state is journaled (``flows.journal``, fsynced) before
+its side effect, so ``recovery.decide`` can always tell what a killed cycle had done. The cycle
+ends in ``flows.promotion`` (promote, verify online, roll back, seal); ``flows.supervisor`` runs
+cycles from the queue. Decisions are made by the pure core (policy, selector, recovery); this
+module only sequences I/O around them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import psutil
+from typing import NamedTuple
 
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
-    CurrentCycle,
     CycleState,
     CycleSummary,
     DistributedEvidence,
-    Event,
     FrozenPlan,
     JournalStep,
+    JSONValue,
     Manifest,
     Outcome,
     ProcessRecord,
     Recipe,
-    Sample,
     ServiceConfig,
-    SupervisorRecord,
     Variant,
     Verdict,
 )
-from mcp_infra.core.admission import admit, expected_downtime_s
-from mcp_infra.core.gates import compare_greedy, smoke_failures
+from mcp_infra.core.admission import expected_downtime_s
 from mcp_infra.core.machine import busy_fraction, open_verdict_words, quiet_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
-from mcp_infra.core.recovery import Action, decide
 from mcp_infra.core.screening import screens
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.flows import impact
 from mcp_infra.flows.confirm import heldout_check, measure_drift
-from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.journal import Journal
+from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import (
     SERVER_START_ERRORS,
     annotate_cells,
     measure_live,
     server_starter,
 )
+from mcp_infra.flows.own import build_recipes
+from mcp_infra.flows.promotion import (
+    CycleResult,
+    Promotion,
+    conclude,
+    promote,
+    restore,
+    restore_after_error,
+)
 from mcp_infra.flows.rounds import Bench, LiveTraffic, decide_cycle, run_rounds
-from mcp_infra.procs import bench, usage
+from mcp_infra.procs import usage
 from mcp_infra.procs.distributed import preflight_hosts
 from mcp_infra.procs.front import live_request_count
-from mcp_infra.procs.runtime import PortBusy, ServerStartError
 from mcp_infra.procs.service import (
     ServiceError,
-    SwitchFailed,
-    adopt,
     backend_url,
     ensure_serving,
     hold_live,
     is_serving,
-    service_policy,
     stable_port_held_by_stranger,
-    start_backend,
-    stop_stray_candidates,
 )
-from mcp_infra.state import evidence, memory, signing
 from mcp_infra.state.artifacts import HubError, resolve_recipe
-from mcp_infra.state.catalog import load_suite
 from mcp_infra.state.context import (
     HomeContext,
     active_recipe,
     load_config,
     mark_needs_operator,
     service_record,
-    window_state,
 )
 from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint
 from mcp_infra.state.runtimes import RuntimeEnvError, keep_runtime_locks
 from mcp_infra.state.store import (
-    CorruptFile,
     CycleFiles,
     Home,
     file_safe,
-    read_model,
     read_optional,
     utcnow,
     write_model,
 )
 
-PAUSE_ENV = "MCP_INFRA_PAUSE_AT"
-
 
 class NeedsOperator(McpInfraError, RuntimeError):
     """The service could not be restored; no cycle runs until a person (or `recover`) acts."""
-
-
-class CycleResult(NamedTuple):
-    """How a cycle (or an approval) ended, before it is sealed."""
-
-    outcome: Outcome
-    selected: str | None
-    reason: str
-    speedup_pct: float | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# Journal
-# ---------------------------------------------------------------------------------------------
-
-
-class Journal:
-    def __init__(self, home: Home, cycle_id: str) -> None:
-        self.home = home
-        self.cycle_id = cycle_id
-
-    def __call__(
-        self, state: CycleState, message: str, step: JournalStep | None = None, **fields: Any
-    ) -> None:
-        """Append the event (fsynced) first; then, if asked to, pause here for fault injection."""
-        if step is not None:
-            fields = {"step": JournalStep(step).value, **fields}
-        self.home.append_event(
-            Event(ts=utcnow(), cycle_id=self.cycle_id, state=state, message=message, fields=fields)
-        )
-        write_model(self.home.supervisor_file, _supervisor_record(self.cycle_id))
-        write_model(
-            self.home.current_file,
-            CurrentCycle(
-                cycle_id=self.cycle_id,
-                state=state,
-                message=message,
-                **{k: v for k, v in fields.items() if k in {"candidate", "index", "total"}},
-            ),
-        )
-        at = JournalStep(step or JournalStep.ENTER).value
-        pause = os.environ.get(PAUSE_ENV)
-        if pause and (pause == f"{state.value}:{at}" or (pause, at) == (state.value, "enter")):
-            marker = self.home.state / f"paused-at-{pause.replace(':', '-')}"
-            marker.write_text(f"{os.getpid()}\n")
-            while marker.exists():  # a seam for tests: wait until killed, or released (unlinked)
-                time.sleep(0.1)
-            os.environ.pop(PAUSE_ENV, None)  # released: the seam holds once per process
-
-    def quietly(
-        self, state: CycleState, message: str, step: JournalStep | None = None, **fields: Any
-    ) -> None:
-        """A line on a failure path: a journal that cannot be written (a full disk) must not stop
-        the restore that follows; recovery then decides from the lines that were written."""
-        with contextlib.suppress(OSError):
-            self(state, message, step, **fields)
-
-
-def _supervisor_record(cycle_id: str | None) -> SupervisorRecord:
-    return SupervisorRecord(
-        pid=os.getpid(),
-        create_time=psutil.Process().create_time(),
-        started_at=utcnow(),
-        cycle_id=cycle_id,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Measurement (the same for baseline and candidates)
-# ---------------------------------------------------------------------------------------------
-
-
-def cache_note(recipe: Recipe) -> str:
-    served = (
-        "prompt cache off (--prompt-cache-size 0)"
-        if recipe.knobs.prompt_cache_size == 0
-        else "the server's default prompt cache"
-    )
-    return (
-        f"served with {served}. Timed requests open with a unique tag, so no repeat reuses a "
-        "cached prompt beyond the chat template's first tokens (cached_tokens is recorded per "
-        "request); greedy outputs are requested twice per prompt, the second reusing the "
-        "first's cached prefix as real traffic does, and both must match the baseline."
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# The cycle
-# ---------------------------------------------------------------------------------------------
 
 
 def new_cycle_id(plan: FrozenPlan) -> str:
@@ -223,18 +124,6 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
         raise _seal_failed(home, journal, exc) from exc
 
 
-def restore_after_error(home: Home, journal: Journal, exc: Exception) -> CycleResult:
-    """An unexpected failure: journal it, bring the live recipe back, and say so."""
-    reason = f"cycle failed: {type(exc).__name__}: {str(exc)[:300]}"
-    journal.quietly(
-        CycleState.ROLLBACK,
-        "unexpected error; restoring the live recipe",
-        step=JournalStep.ENTER,
-        error=reason,
-    )
-    return CycleResult(restore(home, journal, reason), None, reason)
-
-
 class SealFailed(McpInfraError, RuntimeError):
     """Evidence could not be written (disk full, read-only home); the service stays restored and
     the next supervisor start finishes sealing."""
@@ -251,11 +140,6 @@ def _seal_failed(home: Home, journal: Journal, exc: OSError) -> SealFailed:
         with contextlib.suppress(OSError):
             mark_needs_operator(home, journal.cycle_id, message)
     return SealFailed(message)
-
-
-# ---------------------------------------------------------------------------------------------
-# The cycle's context and its steps
-# ---------------------------------------------------------------------------------------------
 
 
 class Admitted(NamedTuple):
@@ -368,10 +252,16 @@ def preflight_step(c: CycleContext) -> CycleResult | None:
                 c.home.hf_cache,
                 fingerprint=folder_fingerprint,
                 runtimes=runtimes,
+                builds=c.home.builds,
             )
         except (HubError, RuntimeEnvError) as exc:  # a tampered artifact or runtime
             recipe = resolve_recipe(  # environment refuses this candidate, not the cycle
-                manifest, variant, c.home.models, c.home.hf_cache, runtimes=runtimes
+                manifest,
+                variant,
+                c.home.models,
+                c.home.hf_cache,
+                runtimes=runtimes,
+                builds=c.home.builds,
             )
             what = "runtime environment" if isinstance(exc, RuntimeEnvError) else "artifact"
             c.runs[candidate] = not_started(candidate, recipe, f"{what} check failed: {exc}")
@@ -419,7 +309,18 @@ def _with_hosts(
 
 
 def prepare_step(c: CycleContext) -> CycleResult | None:
-    """Journal the resolved recipes; a candidate whose artifacts are missing is not measured."""
+    """Make the builds candidates serve (``flows.own.make_builds``), journal the resolved
+    recipes; a candidate whose artifacts are missing is not measured."""
+    wanted = [(a.candidate, a.manifest, a.variant) for a in c.admitted if a.candidate not in c.runs]
+
+    def say(text: str, fields: dict[str, JSONValue]) -> None:
+        c.journal(CycleState.PREPARE, text, **fields)
+
+    for cid, built in build_recipes(c.home, c.loaded.policy, wanted, c.files.root, say).items():
+        if isinstance(built, str):
+            c.runs[cid] = not_started(cid, c.recipes[cid], built)
+        else:
+            c.recipes[cid] = built
     c.journal(
         CycleState.PREPARE,
         "artifacts resolved",
@@ -654,6 +555,7 @@ STEPS: tuple[tuple[str, Step], ...] = (
 )
 """The cycle, in order. Every step after the experiment checks the time budget first."""
 
+
 PAST_BUDGET: dict[str, str] = {"drift": "skip", "confirm": "end", "promote": "end"}
 """What a spent time budget does to a step: the drift re-measure is skipped (selection is cheap
 and still runs, so a decision the rounds reached is recorded, not thrown away); the held-out
@@ -693,6 +595,20 @@ def _as_served(run: CandidateRun, recipe: Recipe) -> CandidateRun:
     )
 
 
+def cache_note(recipe: Recipe) -> str:
+    served = (
+        "prompt cache off (--prompt-cache-size 0)"
+        if recipe.knobs.prompt_cache_size == 0
+        else "the server's default prompt cache"
+    )
+    return (
+        f"served with {served}. Timed requests open with a unique tag, so no repeat reuses a "
+        "cached prompt beyond the chat template's first tokens (cached_tokens is recorded per "
+        "request); greedy outputs are requested twice per prompt, the second reusing the "
+        "first's cached prefix as real traffic does, and both must match the baseline."
+    )
+
+
 def _workload_words(runs: dict[str, CandidateRun], plan: FrozenPlan, reported: bool = False) -> str:
     """What the candidates do in the workload's other conditions, in words: for a winner its
     reported cells (e.g. 4 concurrent requests under a single-user policy), for candidates that
@@ -726,474 +642,3 @@ def not_started(candidate: str, recipe: Recipe, why: str) -> CandidateRun:
         semantics=recipe.semantics,
         knobs=recipe.knobs,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Promotion (the cycle's last step, and a person's approval)
-# ---------------------------------------------------------------------------------------------
-
-
-class Promotion(NamedTuple):
-    """What is promoted: the winner's recipe, its measured run, the verdict and its gain."""
-
-    recipe: Recipe
-    run: CandidateRun
-    verdict: Verdict
-    speedup_pct: float | None
-
-
-def promote(
-    home: Home,
-    config: ServiceConfig,
-    plan: FrozenPlan,
-    journal: Journal,
-    live: Recipe,
-    promotion: Promotion,
-) -> CycleResult:
-    """Start the winner on its own port, verify it there, then switch the front to it and drain
-    the old backend; roll back on any failure. If the two do not fit in memory together
-    (measured peak of the winner + measured footprint of the live backend against the policy's
-    budget), the front holds requests while the old backend stops and the winner loads
-    (exclusive). Used by the cycle and by a person's approval."""
-    winner, run = promotion.recipe, promotion.run
-    policy = service_policy(home)
-    live_record = service_record(home)
-    fit = admit(
-        run.peak_memory_gb,
-        impact.footprint_gb(live_record),
-        psutil.virtual_memory().total / 2**30,
-        policy.memory_budget_fraction,
-        peak_source="measured in this cycle",
-        live_source="measured RSS",
-    )
-    exclusive = fit.mode == "exclusive" and live_record is not None
-    impact.promotion(home, journal.cycle_id, fit)
-    journal(
-        CycleState.PROMOTE,
-        f"starting {winner.candidate_id} on its own port "
-        f"({'exclusive: the front holds requests' if exclusive else 'beside the live one'})",
-        step=JournalStep.ENTER,
-        recipe=winner.model_dump(mode="json"),
-        previous=live.candidate_id,
-        mode=fit.mode,
-        mode_reason=fit.reason,
-    )
-    if stable_port_held_by_stranger(home, config):
-        reason = (
-            f"port {config.port} is held by a process mcp-infra did not start; "
-            "promotion refused, nothing was touched"
-        )
-        journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
-        return rolled_back(home, journal, reason)
-    if exclusive:
-        try:
-            hold_live(home, config, reason=f"exclusive promotion of {winner.candidate_id}")
-        except ServiceError as exc:  # the live backend was not stopped, the winner not started
-            reason = (
-                f"{winner.candidate_id} was not started: the front did not hold requests ({exc})"
-            )
-            journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
-            return rolled_back(home, journal, reason)
-    try:
-        new = start_backend(
-            home,
-            winner,
-            role="backend",
-            log=home.logs / f"backend-{file_safe(winner.candidate_id)}.log",
-            cycle_id=journal.cycle_id,
-            timeout=plan.protocol.ready_timeout_s,
-        )
-    except ServerUnavailable as exc:
-        reason = f"the winner did not start: {str(exc)[:300]}"
-        journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
-        return rolled_back(home, journal, reason)
-    return _verify_and_switch(home, config, plan, journal, live, promotion, new)
-
-
-# promote's second half, split off to keep each readable: promote's arguments and the winner.
-def _verify_and_switch(
-    home: Home,
-    config: ServiceConfig,
-    plan: FrozenPlan,
-    journal: Journal,
-    live: Recipe,
-    promotion: Promotion,
-    new: ProcessRecord,
-) -> CycleResult:
-    """The started winner checked on its own port, then committed and switched to."""
-    winner = promotion.recipe
-    journal(
-        CycleState.VERIFY,
-        f"checking {winner.candidate_id} on its own port before the switch",
-        step=JournalStep.ENTER,
-        port=new.port,
-    )
-    failure = verify_online(home, config, plan, winner, promotion.run, base_url=backend_url(new))
-    if failure:
-        journal(CycleState.VERIFY, failure, step=JournalStep.FAILED)
-        journal(
-            CycleState.ROLLBACK,
-            "verification failed; the previous recipe keeps serving",
-            step=JournalStep.ENTER,
-        )
-        return rolled_back(home, journal, failure)
-    journal(
-        CycleState.VERIFY,
-        "the winner reproduces the measured greedy outputs",
-        step=JournalStep.PASSED,
-    )
-    journal(CycleState.COMMIT, f"{winner.candidate_id} is the live recipe; switching the front")
-    try:  # the old backend stops only once the front confirms the new route
-        switched = adopt(home, new, config, reason=f"promoted {winner.candidate_id}")
-    except SwitchFailed as exc:
-        reason = f"the front did not take the new route: {str(exc)[:300]}"
-        journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER, serving=exc.serving)
-        if exc.serving == live.candidate_id:
-            journal(
-                CycleState.ROLLBACK, f"{live.candidate_id} serves as before", step=JournalStep.DONE
-            )
-            return CycleResult(Outcome.ROLLED_BACK, None, f"{reason}; {live.candidate_id} serves")
-        return rolled_back(home, journal, reason)
-    commit(home, live, winner)  # after the switch: recovery keeps a journaled COMMIT either way
-    journal(
-        CycleState.COMMIT,
-        f"front switched to {winner.candidate_id} ({switched})",
-        step=JournalStep.SWITCHED,
-    )
-    return CycleResult(
-        Outcome.PROMOTED, winner.candidate_id, promotion.verdict.reason, promotion.speedup_pct
-    )
-
-
-def commit(home: Home, previous: Recipe, winner: Recipe) -> None:
-    write_model(home.previous_file, previous)
-    write_model(home.active_file, winner)
-
-
-def verify_online(
-    home: Home,
-    config: ServiceConfig,
-    plan: FrozenPlan,
-    winner: Recipe,
-    run: CandidateRun,
-    *,
-    base_url: str | None = None,
-) -> str | None:
-    """Gates again on the server about to serve (its own port, before the front switches to
-    it): the same greedy outputs as measured, no smoke failure."""
-    base_url = base_url or f"http://{config.host}:{config.port}"
-    suite = load_suite(plan.protocol.suite)
-    online = [
-        bench.greedy_chat(
-            base_url,
-            p.chat_messages(),
-            max_tokens=p.token_budget(plan.protocol.max_tokens),
-            timeout=plan.protocol.request_timeout_s,
-            candidate=winner.candidate_id,
-            prompt_id=p.id,
-            phase="verify",
-        )
-        for p in suite.prompts
-        if p.id in {s.prompt_id for s in run.greedy}
-    ]
-    _keep_online(home, winner, online)
-    errors = [s for s in online if s.error]
-    if errors:
-        return f"verification request failed: {errors[0].error}"
-    gate = compare_greedy(run.greedy, online)
-    if not gate.passed:
-        return f"online greedy output differs from the measured one: {gate.detail}"
-    measured = {s.prompt_id: s for s in run.greedy}
-    for sample in online:
-        new = [
-            f
-            for f in smoke_failures(sample.text)
-            if f not in smoke_failures(measured[sample.prompt_id].text)
-        ]
-        if new:
-            return f"smoke check failed online on {sample.prompt_id}: {new[0]}"
-    return None
-
-
-def rolled_back(home: Home, journal: Journal, reason: str) -> CycleResult:
-    """A promotion that did not hold: the previous recipe serves again (or an operator is
-    needed), and the reason says why."""
-    return CycleResult(restore(home, journal, reason, outcome=Outcome.ROLLED_BACK), None, reason)
-
-
-def _keep_online(home: Home, winner: Recipe, online: list[Sample]) -> None:
-    """Keep the online check's samples in the cycle folder (sealed into the bundle)."""
-    with contextlib.suppress(OSError, ValueError, CorruptFile):  # the verdict never waits on it
-        current = read_optional(home.current_file, CurrentCycle)  # the journaled cycle
-        if current is not None:
-            write_model(
-                home.cycle_dir(current.cycle_id) / "online.json",
-                CandidateRun(
-                    candidate=winner.candidate_id,
-                    samples=online,
-                    knobs=winner.knobs,
-                    semantics=winner.semantics,
-                ),
-            )
-
-
-def restore(
-    home: Home, journal: Journal, reason: str, outcome: Outcome = Outcome.RESTORED_AFTER_ERROR
-) -> Outcome:
-    """Stop stray candidates and bring the stable port back to the active recipe."""
-    stopped = stop_stray_candidates(home)
-    config = load_config(home)
-    recipe = active_recipe(home)
-    try:
-        done = ensure_serving(home, recipe, config)
-    except ServerUnavailable as exc:
-        message = f"restoring {recipe.candidate_id} failed: {str(exc)[:300]}"
-        journal.quietly(CycleState.ROLLBACK, message, step=JournalStep.FAILED, stopped=stopped)
-        mark_needs_operator(home, journal.cycle_id, f"{reason}; {message}")
-        return Outcome.NEEDS_OPERATOR
-    journal.quietly(
-        CycleState.ROLLBACK,
-        f"{recipe.candidate_id} serves again ({done})",
-        step=JournalStep.DONE,
-        stopped=stopped,
-    )
-    return outcome
-
-
-def conclude(
-    home: Home,
-    plan: FrozenPlan,
-    cycle_id: str,
-    journal: Journal,
-    started: datetime,
-    result: CycleResult,
-    *,
-    interrupted: bool = False,
-    recovery: str | None = None,
-) -> CycleSummary:
-    """Journal the outcome, seal the evidence bundle, then remember the outcomes (recipe memory
-    never fails a sealed cycle)."""
-    outcome, selected, reason, speedup = result
-    journal(
-        CycleState.SEALED,
-        f"outcome: {outcome.value}",
-        step=JournalStep.ENTER,
-        outcome=outcome.value,
-        selected=selected,
-        reason=reason,
-        speedup_pct=speedup,
-    )
-    try:  # what the stable endpoint's clients saw; never fails a cycle
-        impact.finish(home, cycle_id)
-    except Exception as exc:
-        with contextlib.suppress(OSError):
-            journal(
-                CycleState.SEALED,
-                f"service impact not recorded: {type(exc).__name__}",
-                step=JournalStep.NOTE,
-            )
-    summary = CycleSummary(
-        cycle_id=cycle_id,
-        plan_id=plan.plan_id,
-        started_at=started,
-        ended_at=utcnow(),
-        outcome=outcome,
-        selected=selected,
-        speedup_pct=speedup,
-        reason=reason,
-        active_recipe=active_recipe(home).candidate_id,
-        interrupted=interrupted,
-        recovery=recovery,
-    )
-    created = signing.create_key_if_missing(home)
-    if created is not None:  # the first seal: the fingerprint to publish, journaled in the bundle
-        journal(
-            CycleState.SEALED,
-            f"new evidence signing key {signing.short_fingerprint(created)}; publish the full "
-            f"fingerprint and verify with: {signing.verify_command(cycle_id, created)}",
-            step=JournalStep.NOTE,
-            fingerprint=created,
-        )
-    evidence.seal(home, cycle_id, summary, usage.cycle_cost(home, cycle_id, speedup))
-    journal(CycleState.SEALED, "evidence sealed", step=JournalStep.DONE)
-    try:  # recipe memory is derived from the sealed bundle; it never fails a sealed cycle
-        memory.record(home, cycle_id)
-    except Exception as exc:
-        with contextlib.suppress(OSError):
-            journal(
-                CycleState.SEALED,
-                f"recipe memory not recorded: {type(exc).__name__}: "
-                f"{str(exc)[:200]} (it is read from the bundle instead)",
-                step=JournalStep.NOTE,
-            )
-    return summary
-
-
-# ---------------------------------------------------------------------------------------------
-# Supervisor
-# ---------------------------------------------------------------------------------------------
-
-
-def recover(home: Home) -> list[str]:
-    """Finish or undo every unfinished cycle, by ``recovery.decide`` on its journal."""
-    notes: list[str] = []
-    if not home.cycles.is_dir():
-        return notes
-    for cdir in sorted(p for p in home.cycles.iterdir() if p.is_dir()):
-        cycle_id = cdir.name
-        if (home.bundle_files(cycle_id).manifest).exists():
-            continue
-        events, problems = home.read_journal(cycle_id)
-        decision = decide(events)
-        if decision.action == Action.NOTHING and not events:
-            continue
-        journal = Journal(home, cycle_id)
-        plan = read_optional(CycleFiles(cdir).plan, FrozenPlan)
-        journal(
-            CycleState.RECOVER,
-            decision.reason,
-            action=decision.action.value,
-            last_state=decision.last_state.value if decision.last_state else None,
-            journal_problems=problems,
-        )
-        outcome = decision.outcome or Outcome.RESTORED_AFTER_ERROR
-        selected, reason, speedup = None, decision.reason, None
-        if decision.action == Action.KEEP_PROMOTION and decision.promoted_recipe:
-            winner = Recipe.model_validate(decision.promoted_recipe)
-            live = active_recipe(home)
-            if live.key() != winner.key():
-                commit(home, live, winner)
-            selected = winner.candidate_id
-            outcome = restore(home, journal, decision.reason, outcome=Outcome.PROMOTED)
-        elif decision.action in (Action.RESTORE_PREVIOUS, Action.FINISH_SEALING):
-            outcome = restore(home, journal, decision.reason, outcome=outcome)
-        finishing = decision.action == Action.FINISH_SEALING and decision.decided
-        if finishing and outcome == decision.outcome and decision.decided:
-            # what the cycle decided is sealed, with how it came to be sealed
-            selected = decision.decided.get("selected")
-            speedup = decision.decided.get("speedup_pct")
-            decided_reason = decision.decided.get("reason")
-            if decided_reason:
-                reason = f"{decided_reason} (sealed by recovery: {decision.reason})"
-        if plan is None:
-            notes.append(f"{cycle_id}: no readable plan; journal kept as is")
-            continue
-        conclude(
-            home,
-            plan,
-            cycle_id,
-            journal,
-            events[0].ts if events else utcnow(),
-            CycleResult(outcome, selected, reason, speedup),
-            interrupted=True,
-            recovery=decision.action.value,
-        )
-        _retire_queue_entries(home, plan.plan_id)  # an interrupted plan is never silently re-run
-        notes.append(f"{cycle_id}: {decision.action.value} → {outcome.value}")
-    return notes
-
-
-def _retire_queue_entries(home: Home, plan_id: str) -> None:
-    for entry in home.queued():
-        if entry.stem.endswith(plan_id):
-            home.retire(entry)
-
-
-def failed_attempts(home: Home, plan_id: str) -> int:
-    """Cycles of this plan that ended by an error (not by a decision), from sealed evidence."""
-    return sum(
-        1
-        for s in evidence.list_cycles(home)
-        if s.plan_id == plan_id
-        and s.outcome == Outcome.RESTORED_AFTER_ERROR
-        and s.reason.startswith("cycle failed")
-    )
-
-
-def _maybe_retry(home: Home, plan: FrozenPlan, summary: CycleSummary) -> None:
-    """Re-queue a plan whose cycle failed by error, a bounded number of times, with backoff."""
-    if summary.outcome != Outcome.RESTORED_AFTER_ERROR or not summary.reason.startswith(
-        "cycle failed"
-    ):
-        return
-    budgets = HomeContext(home).policy.budgets
-    attempts = failed_attempts(home, plan.plan_id)
-    if attempts > budgets.retries:
-        return
-    time.sleep(budgets.retry_backoff_s * 2 ** (attempts - 1))
-    home.enqueue(plan)
-
-
-@contextmanager
-def supervising(home: Home) -> Iterator[None]:
-    with home.supervisor_lock():
-        write_model(home.supervisor_file, _supervisor_record(None))
-        try:
-            yield
-        finally:
-            (home.supervisor_file).unlink(missing_ok=True)
-            (home.current_file).unlink(missing_ok=True)
-
-
-def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
-    """Recover, then run every queued plan in order; return when the queue is empty, or when
-    the policy's maintenance window does not let the next cycle start and finish in time
-    (``window.window_state``; the plan stays queued). ``ignore_window``: an operator's override."""
-    home.ensure()
-    summaries: list[CycleSummary] = []
-    with supervising(home):
-        recover(home)
-        _revive_front(home)
-        while True:
-            if (home.needs_operator_file).exists():
-                break
-            queued = home.queued()
-            if not queued:
-                break
-            if not ignore_window and not window_state(home).may_start:
-                break  # the plan waits in the queue for the window
-            entry = queued[0]
-            plan = read_model(entry, FrozenPlan)
-            try:
-                summary = run_cycle(home, plan)
-            finally:
-                home.retire(entry)
-            summaries.append(summary)
-            _maybe_retry(home, plan, summary)
-    return summaries
-
-
-def _revive_front(home: Home) -> None:
-    """A front that was started and died (its record remains) is restarted, and the route put
-    back on the live backend; a service stopped on purpose (no record) stays stopped."""
-    from mcp_infra.procs.front import front_record, front_running
-
-    if front_record(home) is None or front_running(home):
-        return
-    with contextlib.suppress(ServerStartError, PortBusy, ServiceError, OSError, RuntimeError):
-        ensure_serving(home, active_recipe(home), load_config(home))
-
-
-def operator_recover(home: Home) -> list[str]:
-    """`mcp-infra recover`: recover unfinished cycles, then clear needs-operator if the live
-    recipe can be served again."""
-    home.ensure()
-    notes: list[str] = []
-    with supervising(home):
-        notes += recover(home)
-        marker = home.needs_operator_file
-        stopped = stop_stray_candidates(home)
-        notes += [f"stopped stray candidate {s}" for s in stopped]
-        live = active_recipe(home)
-        try:
-            done = ensure_serving(home, live, load_config(home))
-        except ServerUnavailable as exc:
-            notes.append(f"still needs an operator: {exc}")
-            if not marker.exists():
-                mark_needs_operator(home, "recover", str(exc))
-            return notes
-        notes.append(f"live recipe {live.candidate_id} serves ({done})")
-        if marker.exists():
-            marker.unlink()
-            notes.append("needs-operator cleared")
-    return notes

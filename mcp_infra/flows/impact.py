@@ -194,14 +194,19 @@ class Preview(Part):
     downtime_note: str
 
 
-def preview(home: Home, policy: Policy, candidates: list[str]) -> Preview | None:
+def preview(
+    home: Home,
+    policy: Policy,
+    candidates: list[str],
+    manifests: dict[str, Manifest] | None = None,
+) -> Preview | None:
     """The memory mode a plan would run in now, and the downtime it implies (a lower bound in
-    exclusive mode: each candidate's measurement time adds to it, known only once it runs)."""
+    exclusive mode: each candidate's measurement time adds to it, known only once it runs).
+    ``manifests``: the home's, when the caller has them loaded (``HomeContext.manifests``)."""
     from mcp_infra.core.preflight import find_candidate
-    from mcp_infra.state.catalog import load_registry
-    from mcp_infra.state.context import service_record
+    from mcp_infra.state.context import HomeContext, service_record
 
-    manifests = load_registry(extra=home.user_registry)
+    manifests = manifests if manifests is not None else HomeContext(home).manifests
     found = [(c, *hit) for c in candidates if (hit := find_candidate(manifests, c))]
     if not found:
         return None

@@ -4,7 +4,8 @@ what can run here, how fast the live recipe is, what past cycles found, the poli
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +19,7 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.extraction import Extraction
+from mcp_infra.core.menu import Menu, MenuItem, ModelSize, PromptForm, make_menu, model_size
 from mcp_infra.core.preflight import preflight
 from mcp_infra.core.units import fmt_pct
 from mcp_infra.state import evidence as evidence_mod
@@ -50,6 +52,7 @@ class CandidateBrief(Brief):
     knobs: dict[str, Any]
     auto_promote: bool
     history: list[str] = Field(default_factory=list)
+    last_verdict: str | None = Field(None, description="the newest cycle's, e.g. 'rejected -4.1%'")
 
 
 class UnavailableBrief(Brief):
@@ -170,7 +173,9 @@ def candidate_briefs(
     with why: preflight fails, it is the live recipe, or recipe memory refuses it."""
     home, policy, live = ctx.home, ctx.policy, ctx.live
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
+        f"{m.id}:{v.id}": resolve_recipe(
+            m, v, home.models, home.hf_cache, runtimes=home.runtimes, builds=home.builds
+        )
         for m in ctx.manifests.values()
         for v in m.variants
     }
@@ -200,9 +205,18 @@ def candidate_briefs(
                     knobs=variant.knobs.model_dump(exclude_defaults=True),
                     auto_promote=bool(policy.auto_promote.get(cls, False)),
                     history=history.get(cid, [])[-4:],
+                    last_verdict=last_verdict(history.get(cid, [])),
                 )
             )
     return runnable, unavailable
+
+
+def last_verdict(history: list[str]) -> str | None:
+    """The newest history line's decision and speed ('rejected -4.1%'), without its cycle id
+    and reason; None for a candidate no cycle judged."""
+    if not history:
+        return None
+    return history[-1].split(": ", 1)[-1].split(" — ", 1)[0]
 
 
 def _past_cycle(summary: CycleSummary, verdict: Verdict | None) -> PastCycle:
@@ -358,6 +372,42 @@ def _frozen_protocol(home: Home, cycle_id: str) -> tuple[str, int] | None:
     return (plan.protocol.suite, plan.protocol.max_tokens) if plan else None
 
 
+def menu_of(context: PlanningContext) -> Menu:
+    """The numbered menu of the runnable candidates, in catalog order."""
+    return make_menu(
+        [
+            MenuItem(
+                id=c.id,
+                title=c.title,
+                candidate_class=c.candidate_class,
+                lossy=c.semantics == "lossy",
+                last_verdict=c.last_verdict,
+            )
+            for c in context.runnable
+        ]
+    )
+
+
+def served_model_size(home: Home) -> ModelSize | None:
+    """The live recipe's model size from its ``config.json``; None when it cannot be read."""
+    try:
+        folder = HomeContext(home).live.model_path
+        with open(f"{folder}/config.json", encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError, CorruptFile):
+        return None
+    return model_size(config) if isinstance(config, dict) else None
+
+
+class Attempt(BaseModel):
+    """One question to the model and what became of its answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reply_excerpt: str = ""
+    problems: list[str] = Field(default_factory=list)
+
+
 class LocalPlanResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -369,3 +419,8 @@ class LocalPlanResult(BaseModel):
     reply_excerpt: str = ""
     extraction: Extraction | None = None
     proposal: dict[str, Any] | None = None
+    form: PromptForm = "json"
+    planner: Literal["model", "fallback", "none"] = Field(
+        "none", description="who chose the submitted plan: the model, or the fallback rule"
+    )
+    attempts: list[Attempt] = Field(default_factory=list)

@@ -7,9 +7,9 @@ projected, queued and audited, and a detached supervisor (or watcher) made sure 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -20,13 +20,17 @@ from pydantic import Field
 from mcp_infra.contracts import (
     BASELINE_ID,
     AuditRecord,
+    BuildRecord,
     FrozenPlan,
+    JSONValue,
+    Manifest,
     PlanChange,
     PlanCost,
     Recipe,
     RefusedCandidate,
     ServiceConfig,
     SupervisorRecord,
+    Variant,
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.machine import busy_fraction
@@ -35,9 +39,11 @@ from mcp_infra.core.preflight import (
     preflight,
 )
 from mcp_infra.core.sanitize import PlanContext, PlanRefused, parse_plan, sanitize
+from mcp_infra.flows.own import make_builds
 from mcp_infra.flows.status import cost_sidecar, queued_ids, window_text
 from mcp_infra.flows.views import View
 from mcp_infra.procs.identity import is_alive
+from mcp_infra.procs.logpipe import CYCLE_ROOM_BYTES, room_problem, spawn_logged
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state import evidence as evidence_mod
 from mcp_infra.state import memory, runtimes
@@ -54,7 +60,6 @@ from mcp_infra.state.spread import learned_spread
 from mcp_infra.state.store import (
     CorruptFile,
     Home,
-    open_append,
     read_optional,
     utcnow,
     write_model,
@@ -144,6 +149,11 @@ def propose(
     if dry_run:
         _audit_plan(home, proposed_by, frozen, "dry run: would be accepted; nothing queued", True)
         return view
+    if (full := room_problem(home.root, CYCLE_ROOM_BYTES)) is not None:  # nothing half-written
+        view.accepted, view.message = False, f"refused: {full}; nothing was queued"
+        with contextlib.suppress(OSError):
+            _audit_plan(home, proposed_by, frozen, view.message)
+        return view
     home.enqueue(frozen)
     if view.cost is not None:
         write_model(cost_sidecar(home, frozen.plan_id), view.cost)
@@ -165,7 +175,11 @@ def plan_recipes(ctx: HomeContext, candidates: list[str]) -> dict[str, Recipe]:
     for cid in candidates:
         if (hit := ctx.find(cid)) is not None:
             out[cid] = resolve_recipe(
-                *hit, ctx.home.models, ctx.home.hf_cache, runtimes=ctx.home.runtimes
+                *hit,
+                ctx.home.models,
+                ctx.home.hf_cache,
+                runtimes=ctx.home.runtimes,
+                builds=ctx.home.builds,
             )
     return out
 
@@ -255,7 +269,12 @@ def freeze_plan(ctx: HomeContext, plan: Any, proposed_by: str) -> FrozenPlan:
             cid = f"{manifest.id}:{variant.id}"
             checks[cid] = preflight(manifest, variant, policy, facts, require_artifacts=True)
             recipes[cid] = resolve_recipe(
-                manifest, variant, home.models, home.hf_cache, runtimes=home.runtimes
+                manifest,
+                variant,
+                home.models,
+                home.hf_cache,
+                runtimes=home.runtimes,
+                builds=home.builds,
             )
     p_hash = ctx.policy_hash
     wanted = {c: recipes[c] for c in getattr(plan, "candidates", []) if c in recipes}
@@ -292,16 +311,13 @@ def _last_baseline_peak(home: Home) -> float | None:
 
 def _start_detached(home: Home, *args: str) -> int:
     """Start ``mcp-infra --home HOME ARGS`` in its own session, so it outlives the caller
-    (argv list, no shell; output to the supervisor's log); return its pid."""
-    with open_append(home.logs / "supervisor.log") as handle:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mcp_infra", "--home", str(home.root), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+    (argv list, no shell; output to the supervisor's log, through a log relay); return its
+    pid."""
+    proc = spawn_logged(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), *args],
+        home.logs / "supervisor.log",
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     return proc.pid
 
 
@@ -343,6 +359,10 @@ def ensure_watcher(home: Home) -> int | None:
     return pid
 
 
+def _quiet(text: str, fields: dict[str, JSONValue]) -> None:
+    """Progress of a build that `prepare` makes: the result says what was made."""
+
+
 def prepare_candidate(
     home: Home,
     candidate_id: str,
@@ -351,7 +371,8 @@ def prepare_candidate(
     offline: bool | None = None,
     progress: bool = True,
 ) -> PrepareResult:
-    """Preflight a candidate (all but its artifacts), then prepare its pinned hub artifacts.
+    """Preflight a candidate (all but its artifacts), then prepare what it runs from: its own
+    runtime environment, its build, its pinned hub artifacts.
 
     ``home`` is a ``store.Home``; the policy is the configured one (``default`` if none).
     """
@@ -362,41 +383,17 @@ def prepare_candidate(
             f"{candidate_id}: not a candidate of the registry (see `mcp-infra registry`)"
         )
     manifest, variant = found
-    policy = ctx.policy
-    checks = ctx.preflight(manifest, variant)
     blocking = [
         f"{c.name}: {c.detail}"
-        for c in checks.checks
+        for c in ctx.preflight(manifest, variant).checks
         if not c.passed and c.name not in PREPARE_IGNORES
     ]
     if blocking:
         raise HubError(
             f"{candidate_id}: preflight fails, nothing downloaded: " + "; ".join(blocking)
         )
-    spec = manifest.environment_of(variant)
-    built = None
-    if spec is not None:
-        try:
-            built = runtimes.build(
-                spec,
-                home.runtimes,
-                policy,
-                offline=bool(offline) or None,
-                progress=progress,
-            )
-        except runtimes.RuntimeEnvError as exc:
-            raise HubError(f"{candidate_id}: {exc}") from exc
-        after = HomeContext(home).preflight(manifest, variant)  # its --help is known now
-        flags = [
-            f"{c.name}: {c.detail}"
-            for c in after.checks
-            if c.name.startswith("runtime_") and not c.passed
-        ]
-        if flags:
-            raise HubError(
-                f"{candidate_id}: the environment is built, but preflight fails: "
-                + "; ".join(flags)
-            )
+    built = _prepare_runtime(ctx, found, offline=offline, progress=progress)
+    made = _prepare_build(ctx, found)
     if not candidate_artifacts(manifest, variant.knobs.draft):
         if built is None and any(a.demo for a in (manifest.target, *manifest.artifacts)):
             raise HubError(f"{candidate_id}: its models are demo models: run `mcp-infra demo`")
@@ -406,17 +403,60 @@ def prepare_candidate(
             offline=bool(offline),
             artifacts=[],
             runtime=built,
+            build=made,
         )
     result = hub.prepare(
         manifest,
         candidate_id,
         variant.knobs.draft,
-        policy,
+        ctx.policy,
         cache=cache,
         offline=offline,
         progress=progress,
     )
-    return result.model_copy(update={"runtime": built})
+    return result.model_copy(update={"runtime": built, "build": made})
+
+
+def _prepare_runtime(
+    ctx: HomeContext, found: tuple[Manifest, Variant], *, offline: bool | None, progress: bool
+) -> runtimes.BuildResult | None:
+    """The candidate's own runtime environment, built (or reused), then its flags checked
+    against the built runtime's ``--help``; None if it names none."""
+    manifest, variant = found
+    candidate_id = f"{manifest.id}:{variant.id}"
+    spec = manifest.environment_of(variant)
+    if spec is None:
+        return None
+    try:
+        built = runtimes.build(
+            spec, ctx.home.runtimes, ctx.policy, offline=bool(offline) or None, progress=progress
+        )
+    except runtimes.RuntimeEnvError as exc:
+        raise HubError(f"{candidate_id}: {exc}") from exc
+    after = HomeContext(ctx.home).preflight(manifest, variant)  # its --help is known now
+    flags = [
+        f"{c.name}: {c.detail}"
+        for c in after.checks
+        if c.name.startswith("runtime_") and not c.passed
+    ]
+    if flags:
+        raise HubError(
+            f"{candidate_id}: the environment is built, but preflight fails: " + "; ".join(flags)
+        )
+    return built
+
+
+def _prepare_build(ctx: HomeContext, found: tuple[Manifest, Variant]) -> BuildRecord | None:
+    """The candidate's build, made from its source into the home; None if it serves none."""
+    manifest, variant = found
+    candidate_id = f"{manifest.id}:{variant.id}"
+    if variant.build is None:
+        return None
+    outcome = make_builds(ctx.home, ctx.policy, [(candidate_id, manifest, variant)], None, _quiet)
+    made = outcome[candidate_id]
+    if isinstance(made, str):
+        raise HubError(f"{candidate_id}: {made}")
+    return made
 
 
 def init_service(home: Home, candidate: str, port: int) -> str:

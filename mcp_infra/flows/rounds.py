@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from mcp_infra.contracts import (
     BASELINE_ID,
@@ -60,23 +60,14 @@ from mcp_infra.core.screening import (
 from mcp_infra.core.selector import TIE_TOLERANCE_PCT, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
-from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.journal import JournalWriter
+from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import GateCheck, StartResult, StartSpec, prompts_by_class
 from mcp_infra.state.catalog import load_suite
 
 # A round is added only if the time left exceeds this many times the last round's duration, so
 # the held-out check, promotion and verification still fit the cycle's budget.
 ROUND_TIME_FACTOR = 2.0
-
-
-class Journal(Protocol):
-    """The cycle's journal (``cycle.Journal``): appends an event, fsynced, before a side effect."""
-
-    cycle_id: str
-
-    def __call__(
-        self, state: CycleState, message: str, step: JournalStep | None = None, **fields: object
-    ) -> None: ...
 
 
 LiveTraffic = Callable[[], int]
@@ -99,7 +90,7 @@ class Bench:
     other load (None: not read, never waited for)."""
 
     plan: FrozenPlan
-    journal: Journal
+    journal: JournalWriter
     run_start: Starter
     start_errors: tuple[type[Exception], ...] = (StartFailed,)
     clock: Callable[[], float] = time.monotonic
@@ -295,7 +286,7 @@ class Tally:
             self.memory_source = result.memory_source
 
 
-def _entered(journal: Journal, item: Tally, slot: Slot, kind: Pass) -> dict[str, object]:
+def _entered(journal: JournalWriter, item: Tally, slot: Slot, kind: Pass) -> dict[str, object]:
     """Journal a start's entry (the pause seam and recovery read a start like any state entry)
     and return the fields that place it."""
     where: dict[str, object] = {

@@ -78,6 +78,12 @@ class ServiceView(View):
     route_mode: str | None = Field(None, description="serve, or hold while backends swap")
     requests_in_flight: int | None = None
     requests_held_now: int | None = None
+    logging: str | None = Field(
+        None, description="logging degraded (the home's disk full), since when, as the front says"
+    )
+    front_replaced: str | None = Field(
+        None, description="how often the front's keeper replaced a stuck proxy, and the last why"
+    )
 
 
 class CycleView(View):
@@ -345,6 +351,16 @@ def service_view(
         requests_in_flight=fstat.in_flight if fstat else None,
         requests_held_now=fstat.held_now if fstat else None,
         healing=healing.note if healing and (healing.deaths or healing.state != "ok") else None,
+        logging=(
+            f"degraded since {fstat.logging.since:%Y-%m-%d %H:%M:%S} UTC: {fstat.logging.detail}"
+            if fstat and fstat.logging.state == "degraded" and fstat.logging.since
+            else None
+        ),
+        front_replaced=(
+            f"{fstat.watchdog.replaced} time(s); last: {fstat.watchdog.last}"
+            if fstat and fstat.watchdog.replaced
+            else None
+        ),
     )
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra.contracts import (
     CANDIDATE_ID_PATTERN,
+    CatalogNote,
     CheckResult,
     CycleCost,
     CycleSummary,
@@ -165,6 +166,31 @@ class CandidateView(View):
 class RegistryView(View):
     candidates: list[CandidateView]
     live_recipe: str | None = None
+    not_offered: list[CatalogNote] = Field(
+        default_factory=list,
+        description="what the catalog generated for the configured model leaves out, and why",
+    )
+    problems: list[str] = Field(
+        default_factory=list,
+        description="manifest files that do not load (the other candidates are still listed)",
+    )
+
+
+class RegistryFilter(View):
+    """Which candidates a registry answer shows (None: any), untried ones first."""
+
+    candidate_class: str | None = Field(None, description="only this class")
+    preflight: Literal["passed", "failed"] | None = Field(None, description="only these")
+    verdict: Literal["untried", "qualified", "rejected", "inconclusive"] | None = Field(
+        None, description="only candidates whose last verdict in this home is this"
+    )
+
+    def keeps(self, klass: str, passed: bool, last: str) -> bool:
+        return (
+            self.candidate_class in (None, klass)
+            and self.preflight in (None, "passed" if passed else "failed")
+            and self.verdict in (None, last)
+        )
 
 
 def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str) -> dict[str, list[LearnedView]]:
@@ -199,14 +225,22 @@ def _learned(home: Home, recipes: dict[str, Recipe], p_hash: str) -> dict[str, l
 
 
 def registry_view(
-    home: Home, candidate_id: str | None = None, *, wait_costs: bool = True
+    home: Home,
+    candidate_id: str | None = None,
+    *,
+    wait_costs: bool = True,
+    only: RegistryFilter | None = None,
 ) -> RegistryView:
-    """Every candidate with its checks, memory and cost. ``wait_costs=False`` (the MCP read):
+    """Every candidate with its checks, memory and cost, untried ones first; ``only`` keeps
+    those of a class, preflight result or last verdict. ``wait_costs=False`` (the MCP read):
     a cost not yet in the home's projection cache is computed in the background (``pending``)."""
+    only = only or RegistryFilter()
     ctx = HomeContext(home)
     manifests, policy, facts = ctx.manifests, ctx.policy, ctx.facts
     recipes = {
-        f"{m.id}:{v.id}": resolve_recipe(m, v, home.models, home.hf_cache, runtimes=home.runtimes)
+        f"{m.id}:{v.id}": resolve_recipe(
+            m, v, home.models, home.hf_cache, runtimes=home.runtimes, builds=home.builds
+        )
         for m in manifests.values()
         for v in m.variants
         if not candidate_id or f"{m.id}:{v.id}" == candidate_id
@@ -223,7 +257,10 @@ def registry_view(
             if candidate_id and cid != candidate_id:
                 continue
             check = preflight(manifest, variant, policy, facts, require_artifacts=True)
-            mode = preview(home, policy, [cid])
+            last = learned[cid][-1].decision if learned.get(cid) else "untried"
+            if not only.keeps(manifest.class_of(variant).value, check.passed, last):
+                continue
+            mode = preview(home, policy, [cid], manifests)
             cost = (
                 candidate_cost(
                     ctx, cid, recipes[cid], mode.memory_mode if mode else None, wait_costs
@@ -252,7 +289,13 @@ def registry_view(
                 )
             )
     live = ctx.live.candidate_id if ctx.configured else None
-    return RegistryView(candidates=views, live_recipe=live)
+    views.sort(key=lambda v: bool(v.learned))  # untried first, the registry's order kept
+    return RegistryView(
+        candidates=views,
+        live_recipe=live,
+        not_offered=ctx.catalog.notes if ctx.catalog else [],
+        problems=ctx.registry_problems,
+    )
 
 
 def unknown_candidate(home: Home, candidate_id: str) -> str:

@@ -1,7 +1,7 @@
 """`mcp-infra supervise --watch`: keep supervising — run queued plans when the maintenance window
 lets them start and finish.
 
-Each look recovers and runs what is queued (``cycle.supervise``, which enforces the window and
+Each look recovers and runs what is queued (``supervisor.supervise``, which enforces the window and
 retries a failed cycle a bounded number of times with backoff). Between looks it sleeps
 ``WATCH_INTERVAL_S`` (or ``--interval``), or until the window opens if that is sooner. It stops
 when a cycle needs an operator, when ``max_cycles`` or ``max_looks`` is reached, or on
@@ -11,13 +11,14 @@ SIGINT/SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from mcp_infra.contracts import CycleSummary
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state.context import window_state
 from mcp_infra.state.store import Home, LockHeld
 
@@ -25,6 +26,22 @@ __all__ = ["watch"]
 
 WATCH_INTERVAL_S = 300.0
 """Seconds between looks of `supervise --watch` (``--interval`` sets another)."""
+
+
+def _supervise_once(
+    home: Home, ignore_window: bool, log: Callable[[str], None]
+) -> list[CycleSummary]:
+    """One look: what ``supervise`` ran, or nothing when another supervisor holds the lock or
+    the home's disk is full (no cycle starts until it has room)."""
+    try:
+        return supervise(home, ignore_window=ignore_window)
+    except LockHeld:
+        log("watch: another supervisor holds the lock; looking again later")
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        log(f"watch: {exc.strerror}; looking again later")
+    return []
 
 
 def watch(
@@ -54,11 +71,7 @@ def watch(
     try:
         while not stop["flag"]:
             looks += 1
-            try:
-                ran = supervise(home, ignore_window=ignore_window)
-            except LockHeld:
-                ran = []
-                log("watch: another supervisor holds the lock; looking again later")
+            ran = _supervise_once(home, ignore_window, log)
             for summary in ran:
                 log(f"watch: {summary.cycle_id}: {summary.outcome.value} ({summary.reason})")
             summaries += ran

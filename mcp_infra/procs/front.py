@@ -1,9 +1,12 @@
 """The supervisor's handle on the front: start it, route it, ask it, drain through it.
 
-The front (``procs.proxy``, its own process on the stable port) forwards clients to the backend
-its route names. Control is by one file, ``state/route.json`` (a ``FrontRoute``, written
-atomically here), not by a socket: the route must survive a restart of the front anyway, so the
-file is the one source of truth a restarted front resumes from. The front echoes the generation
+The front is two processes: the keeper (``procs.keeper``, recorded in ``state/front.json``)
+holds the stable port and replaces a proxy that misses its heartbeat; the proxy
+(``procs.proxy``, its child) forwards clients to the backend its route names.
+
+Control is by one file, ``state/route.json`` (a ``FrontRoute``, written atomically here), not by
+a socket: the route must survive a restart of the front anyway, so the file is the one source of
+truth a restarted front resumes from. The front echoes the generation
 it adopted in ``GET /health`` and ``state/front_status.json``; ``set_route`` waits for the new
 route to be adopted and its backend seen healthy before anything is drained or stopped (it
 raises ``RouteNotAdopted`` otherwise). Figures of this instant are asked of the front itself
@@ -13,10 +16,13 @@ raises ``RouteNotAdopted`` otherwise). Figures of this instant are asked of the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import subprocess
+import resource
+import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +33,7 @@ import psutil
 from mcp_infra.contracts import FrontConfig, FrontRoute, FrontStatus, ProcessRecord, ServiceConfig
 from mcp_infra.core.admission import route_to
 from mcp_infra.errors import ServerUnavailable
+from mcp_infra.procs.logpipe import spawn_logged
 from mcp_infra.procs.runtime import (
     LOOPBACK,
     LOOPBACK6,
@@ -66,6 +73,42 @@ def front_token(home: Home, cfg: FrontConfig) -> str | None:
 
 class FrontError(ServerUnavailable):
     """The front did not start, or did not confirm a route in time."""
+
+
+class PortTaken(FrontError):
+    """The stable port (or [::1] on it) is held by another process: the front refuses to
+    start."""
+
+
+def bind_stable_port(port: int, ipv6: bool, say: Callable[[str], None]) -> list[socket.socket]:
+    """127.0.0.1 and, with ``ipv6``, [::1] on ``port``, listening, so that no other local user
+    can take [::1] there (a machine without IPv6 has no [::1] to take: IPv4 only, said)."""
+    try:
+        held = [socket.create_server((LOOPBACK, port), backlog=1024)]
+    except OSError as exc:
+        raise PortTaken(f"cannot listen on {LOOPBACK}:{port}: {exc}") from exc
+    if not ipv6:
+        return held
+    try:
+        held.append(socket.create_server((LOOPBACK6, port), family=socket.AF_INET6, backlog=1024))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            held[0].close()
+            raise PortTaken(
+                f"[{LOOPBACK6}]:{port} is held by another process; refusing to serve"
+            ) from exc
+        say(f"no IPv6 loopback here ({exc}); serving on {LOOPBACK} only")
+    return held
+
+
+def raise_fd_limit(want: int) -> None:
+    """This process's (and its children's) open-file limit raised to ``want`` where the hard
+    limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 class RouteNotAdopted(FrontError):
@@ -140,7 +183,8 @@ def live_request_count(home: Home) -> int | None:
 
 
 def ensure_front(home: Home, config: ServiceConfig, *, timeout: float = 20.0) -> str:
-    """Start the front on the stable port unless our recorded front already holds it."""
+    """Start the front (its keeper, which starts the proxy) on the stable port unless our
+    recorded front already holds it."""
     record = front_record(home)
     if record is not None and is_running(record) and port_owner_is(record, config.port):
         return "running"
@@ -154,26 +198,9 @@ def ensure_front(home: Home, config: ServiceConfig, *, timeout: float = 20.0) ->
                 "refusing to touch it"
             )
     log = home.logs / "front.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "mcp_infra.procs.proxy",
-        "--home",
-        str(home.root),
-        "--port",
-        str(config.port),
-    ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,  # argv, no shell
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
+    argv = [sys.executable, "-m", "mcp_infra.procs.keeper", "--home", str(home.root)]
+    argv += ["--port", str(config.port)]
+    proc = spawn_logged(argv, log, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     new = ProcessRecord(
         role="front",
         pid=proc.pid,

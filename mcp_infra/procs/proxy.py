@@ -18,19 +18,26 @@ It makes the service more reliable than the bare server, not only movable:
 - **Exposure.** Only the OpenAI-compatible paths and ``/health`` are served, read strictly
   (``core.frontrules.classify``); CORS headers from backends are dropped unless
   ``allow_origins`` is configured; an optional bearer token; 127.0.0.1 and ::1 are both held.
-- **Self-healing.** When the live backend's recorded process is gone, the proxy asks for a
-  restart (``python -m mcp_infra.procs.heal``) with bounded backoff; a backend that keeps dying
-  raises needs-operator.
+- **Self-healing.** When the live backend's recorded process is gone, or it runs but answers
+  its health check with an error or not at all (hung) for long, the proxy asks for a restart
+  (``python -m mcp_infra.procs.heal``) with bounded backoff; a backend that keeps dying raises
+  needs-operator.
 - **Supervised tasks.** Route polling, status writing, probing and healing each restart after a
   failure (logged, counted, visible in the status as ``tasks``).
+- **Watched.** The proxy runs on sockets its keeper (``procs.keeper``) holds, and beats a pipe
+  to it from this event loop every ``BEAT_EVERY_S``: a loop that stops turning is replaced. A
+  keeper that is gone (the pipe broken) stops the proxy.
+- **Logging that cannot stop it.** Its output goes through a log relay (``procs.logpipe``);
+  it says in its status when logging is degraded (the home's disk full, its status file not
+  written) and since when, from memory.
 
 Control is by one file, ``state/route.json`` (``procs.front`` writes it). The proxy polls the
 file's identity every 20 ms and echoes the generation it adopted, with its counters, the
 backend's health and its healing, in ``state/front_status.json`` (written only when its content
 changed) and in ``GET /health``.
 
-Run: ``python -m mcp_infra.procs.proxy --home DIR --port PORT`` (started by
-``front.ensure_front``).
+Run: ``python -m mcp_infra.procs.proxy --home DIR --port PORT`` (started by the keeper with
+``--listen-fd`` and ``--heartbeat-fd``; alone, it binds the port itself).
 """
 
 from __future__ import annotations
@@ -38,12 +45,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import errno
 import functools
 import json
 import os
-import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -60,19 +66,24 @@ from mcp_infra.contracts import (
     FrontRoute,
     FrontStatus,
     HealState,
+    LogHealth,
+    ProcessRecord,
     TaskHealth,
+    Watchdog,
 )
 from mcp_infra.core import frontrules as rules
-from mcp_infra.procs.front import front_token, route_path, status_path
+from mcp_infra.procs.front import (
+    PortTaken,
+    bind_stable_port,
+    front_token,
+    raise_fd_limit,
+    route_path,
+    status_path,
+)
+from mcp_infra.procs.logpipe import room_problem
 from mcp_infra.procs.proxy_conn import ClientGone, Conn, HoldExpired, QueueFull, log, on_connect
 from mcp_infra.procs.proxy_upstream import Slow, Unreachable, UpstreamBroken, get_once
-from mcp_infra.procs.runtime import (
-    LOOPBACK,
-    LOOPBACK6,
-    backend_url,
-    is_running,
-    service_lock_held,
-)
+from mcp_infra.procs.runtime import backend_url, is_running, service_lock_held
 from mcp_infra.state.context import load_config, mark_needs_operator, service_record
 from mcp_infra.state.store import CorruptFile, Home, read_optional, utcnow
 
@@ -83,7 +94,9 @@ PROBE_DOWN_S = 0.5
 CONNECTS_PER_BACKEND = 4  # below mlx_lm.server's listen backlog of 5
 HEAL_TIMEOUT_S = 240.0
 SICK_AFTER_S = 10.0  # a running backend that answers /health with an error this long is restarted
+HUNG_AFTER_S = 15.0  # ... or that answers it not at all (each probe waits 2 s) this long
 SHUTDOWN_S = 5.0
+BEAT_EVERY_S = 0.25  # the keeper replaces a proxy silent for keeper.HEARTBEAT_S
 
 
 class Waiter:
@@ -116,10 +129,15 @@ class Front:
         self.models_body: bytes | None = None
         self.unreachable: set[str] = set()
         self.sick_since: float | None = None
+        self.silent_since: float | None = None
         self.unserved_since: datetime | None = None
         self._unserved_mono: float | None = None
         self.tasks: dict[str, TaskHealth] = {}
         self.healing = HealState(state="ok" if cfg.heal else "off")
+        self.logging = LogHealth()
+        self.status_error: str | None = None
+        self.watchdog = Watchdog()
+        self.counted_scope: str | None = None
         self.listening: list[str] = []
         self.conns: dict[Conn, None] = {}
         self.probe_now = asyncio.Event()
@@ -160,12 +178,13 @@ class Front:
         self._route_sig = sig
         if route is None:
             return False
-        if route.scope != (self.route.scope if self.route else None):
+        if route.scope != self.counted_scope:
             self.scoped = FrontCounters()
+            self.counted_scope = route.scope
         if route.backend_url != (self.route.backend_url if self.route else None):
             self.health = BackendHealth(url=route.backend_url)
             self.unreachable.discard(route.backend_url or "")
-            self.sick_since = None
+            self.sick_since = self.silent_since = None
             self.probe_now.set()
         self.route = route
         self._availability()
@@ -232,6 +251,8 @@ class Front:
             listening=self.listening,
             tasks=self.tasks,
             healing=self.healing,
+            logging=self.logging,
+            watchdog=self.watchdog,
             updated_at=utcnow(),
         )
 
@@ -245,8 +266,25 @@ class Front:
         content = snap.model_dump_json(exclude={"updated_at"})
         if content == self._written:
             return
-        _write_volatile(status_path(self.home), snap)
+        try:
+            _write_volatile(status_path(self.home), snap)
+        except OSError as exc:  # logging is degraded (``check_logging``); the task restarts
+            self.status_error = f"the front's status file cannot be written: {exc.strerror}"
+            raise
+        self.status_error = None
         self._written = content
+
+    def resume(self, replaced: int, why: str) -> None:
+        """A replacement proxy goes on from the counters and healing of the last status its
+        predecessor wrote (what it counted after that is lost), and says it was replaced."""
+        self.watchdog = Watchdog(replaced=replaced, last=why[:400])
+        try:
+            last = read_optional(status_path(self.home), FrontStatus)
+        except CorruptFile:
+            last = None
+        if last is not None:
+            self.total, self.scoped, self.counted_scope = last.total, last.scoped, last.scope
+            self.healing = last.healing if self.cfg.heal else self.healing
 
     # admission ----------------------------------------------------------------------------
 
@@ -331,8 +369,9 @@ class Front:
         """``GET /health`` on the backend (``/v1/models`` where a server has no ``/health``):
         cheap, sends no completion and queues nothing behind the server's generation. The
         health kept changes only when the answer does. A slow answer (a busy server) changes
-        nothing; a refused connection or an error answer makes the backend unready (requests
-        wait) and, if it lasts, sick (``check_death``)."""
+        nothing unless no answer comes for ``HUNG_AFTER_S`` (hung: ``check_death``); a refused
+        connection or an error answer makes the backend unready (requests wait) and, if it
+        lasts, sick."""
         url = self.route.backend_url if self.route else None
         if not url:
             return
@@ -348,11 +387,14 @@ class Front:
             healthy = status == 200
             detail = f"GET {path}: HTTP {status}"
         except Slow:
+            if url == (self.route.backend_url if self.route else None):
+                self.silent_since = self.silent_since or time.monotonic()
             return
         except (Unreachable, UpstreamBroken) as exc:
             healthy, detail = False, f"GET /health: {str(exc)[:120]}"
         if url != (self.route.backend_url if self.route else None):
             return  # the route moved while this probe ran
+        self.silent_since = None
         if healthy:
             self.sick_since = None
         elif self.sick_since is None:
@@ -367,8 +409,9 @@ class Front:
     def check_death(self) -> None:
         """The route serves the recorded live backend, and its process is gone (or runs but
         has answered its health check with an error for ``SICK_AFTER_S``: mlx_lm.server's
-        generation thread can die of one bad request): ask for a restart (or, past the rules'
-        bounds, for an operator)."""
+        generation thread can die of one bad request; or has not answered it at all for
+        ``HUNG_AFTER_S``: hung, or stopped): ask for a restart (or, past the rules' bounds,
+        for an operator)."""
         route = self.route
         if route is None or route.mode != "serve" or self.healing.state != "ok":
             return
@@ -380,14 +423,8 @@ class Front:
             return
         if record is None or backend_url(record) != route.backend_url:
             return
-        if not is_running(record):
-            detail = f"{record.candidate_id}, pid {record.pid}, exited"
-        elif self.sick_since is not None and time.monotonic() - self.sick_since >= SICK_AFTER_S:
-            detail = (
-                f"{record.candidate_id}, pid {record.pid}, runs but failed its health check for "
-                f"{SICK_AFTER_S:.0f} s ({self.health.detail})"
-            )
-        else:
+        detail = self._dead(record)
+        if detail is None:
             return
         if self.home.needs_operator_file.exists():
             self.healing = self.healing.model_copy(
@@ -404,6 +441,39 @@ class Front:
         log(self.healing.note)
         self._dirty = True
         self.heal_now.set()
+
+    def _dead(self, record: ProcessRecord) -> str | None:
+        """How the recorded live backend stopped serving, or None while it serves."""
+        now = time.monotonic()
+        who = f"{record.candidate_id}, pid {record.pid},"
+        if not is_running(record):
+            return f"{who} exited"
+        if self.sick_since is not None and now - self.sick_since >= SICK_AFTER_S:
+            return (
+                f"{who} runs but failed its health check for {SICK_AFTER_S:.0f} s "
+                f"({self.health.detail})"
+            )
+        if self.silent_since is not None and now - self.silent_since >= HUNG_AFTER_S:
+            return f"{who} runs but has not answered its health check for {HUNG_AFTER_S:.0f} s"
+        return None
+
+    def check_logging(self) -> None:
+        """Logging is degraded while the home's disk is full or the status file cannot be
+        written; since when is kept here, in memory, and said in the status."""
+        problem = room_problem(self.home.root) or self.status_error
+        if problem is None:
+            if self.logging.state != "ok":
+                log(f"logging is back (degraded since {self.logging.since:%H:%M:%S} UTC)")
+                self.logging = LogHealth()
+                self._dirty = True
+            return
+        if self.logging.state == "ok":
+            self.logging = LogHealth(state="degraded", since=utcnow(), detail=problem[:300])
+            log(f"logging is degraded: {problem}")
+            self._dirty = True
+        elif self.logging.detail != problem[:300]:
+            self.logging = self.logging.model_copy(update={"detail": problem[:300]})
+            self._dirty = True
 
     async def heal_step(self) -> None:
         state = self.healing
@@ -500,6 +570,7 @@ class Front:
             self.probe_now.clear()
             await self.probe()
             self.check_death()
+            self.check_logging()
             down = self.serving_url() is not None and self.ready_url() is None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
@@ -526,41 +597,49 @@ class Front:
         data["backend_age_s"] = round((utcnow() - checked).total_seconds(), 1) if checked else None
         return data
 
-    async def run(self, *, signals: bool = True) -> int:
-        """Listen, run the supervised tasks until SIGTERM/SIGINT (or ``stopping``), then stop:
-        no new connections, requests in flight get ``SHUTDOWN_S`` to finish, a restart
-        process is stopped. ``signals`` False: the caller sets ``stopping`` (a front run inside
-        another program's thread)."""
-        servers = []
-        try:
-            servers.append(
-                await asyncio.start_server(
-                    functools.partial(on_connect, self), LOOPBACK, self.port, backlog=1024
-                )
-            )
-        except OSError as exc:
-            log(f"cannot listen on {LOOPBACK}:{self.port}: {exc}")
-            return 3
-        self.listening = [f"{LOOPBACK}:{self.port}"]
-        if self.cfg.ipv6:
+    async def heartbeat(self, fd: int) -> None:
+        """A byte for the keeper every ``BEAT_EVERY_S`` from this event loop, so a loop that
+        stops turning stops the beat. A keeper that is gone (the pipe broken) stops the proxy:
+        the port's sockets are the keeper's to hold."""
+        os.set_blocking(fd, False)
+        while True:
             try:
-                servers.append(
-                    await asyncio.start_server(
-                        functools.partial(on_connect, self), LOOPBACK6, self.port, backlog=1024
-                    )
-                )
-                self.listening.append(f"[{LOOPBACK6}]:{self.port}")
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    log(f"[{LOOPBACK6}]:{self.port} is held by another process; refusing to serve")
-                    for server in servers:
-                        server.close()
-                    return 3
-                log(f"no IPv6 loopback here ({exc}); serving on {LOOPBACK} only")
+                os.write(fd, b".")
+            except BlockingIOError:  # the keeper has a backlog of beats: it lives
+                pass
+            except OSError:
+                log("the keeper is gone; stopping")
+                self.stopping.set()
+                return
+            await asyncio.sleep(BEAT_EVERY_S)
+
+    async def run(
+        self,
+        *,
+        signals: bool = True,
+        sockets: list[socket.socket] | None = None,
+        heartbeat: int | None = None,
+    ) -> int:
+        """Serve on ``sockets`` (the keeper's; None: bind the stable port here), run the
+        supervised tasks until SIGTERM/SIGINT (or ``stopping``), then stop: no new
+        connections, requests in flight get ``SHUTDOWN_S`` to finish, a restart process is
+        stopped. ``heartbeat``: the pipe to the keeper. ``signals`` False: the caller sets
+        ``stopping`` (a front run inside another program's thread)."""
+        if sockets is None:
+            try:
+                sockets = bind_stable_port(self.port, self.cfg.ipv6, log)
+            except PortTaken as exc:
+                log(str(exc))
+                return 3
+        serve = functools.partial(on_connect, self)
+        servers = [await asyncio.start_server(serve, sock=s, backlog=1024) for s in sockets]
+        self.listening = [_address(s) for s in sockets]
         if signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stopping.set)
+        if heartbeat is not None:
+            asyncio.ensure_future(self.heartbeat(heartbeat))
         self.poll_route()
         with contextlib.suppress(OSError):  # a full disk: the status task keeps trying
             self.write_status()
@@ -591,6 +670,11 @@ class Front:
         return 0
 
 
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
@@ -608,18 +692,14 @@ def _write_volatile(path: Path, status: FrontStatus) -> None:
         raise
 
 
-def _raise_fd_limit(want: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mcp_infra.procs.proxy")
     parser.add_argument("--home", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--listen-fd", type=int, action="append", default=[])
+    parser.add_argument("--heartbeat-fd", type=int)
+    parser.add_argument("--replaced", type=int, default=0)
+    parser.add_argument("--why", default="")
     args = parser.parse_args(argv)
     home = Home(args.home)
     try:
@@ -633,16 +713,20 @@ def main(argv: list[str] | None = None) -> int:
         log(f"the configured token cannot be read ({exc}); refusing to serve without it")
         return 2
     # a connection is one descriptor, a request in flight one more: room for both, and spare
-    _raise_fd_limit(2 * cfg.max_connections + 256)
+    raise_fd_limit(2 * cfg.max_connections + 256)
     # past a file-size limit a write fails (EFBIG) instead of killing the front
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    front = Front(home, cfg, token, args.port)
+    if args.replaced:
+        front.resume(args.replaced, args.why)
+    sockets = [socket.socket(fileno=fd) for fd in args.listen_fd] or None
     try:
         import uvloop
 
         runner: Callable[[Awaitable[int]], int] = uvloop.run  # type: ignore[assignment]
     except ImportError:
         runner = asyncio.run  # type: ignore[assignment]
-    return runner(Front(home, cfg, token, args.port).run())
+    return runner(front.run(sockets=sockets, heartbeat=args.heartbeat_fd))
 
 
 if __name__ == "__main__":

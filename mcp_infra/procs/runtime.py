@@ -43,8 +43,9 @@ from mcp_infra.procs.distributed import (
     plan_launch,
 )
 from mcp_infra.procs.identity import is_alive, is_zombie, start_time, started_by
+from mcp_infra.procs.logpipe import settled, spawn_logged
 from mcp_infra.state.runtimes import RuntimeEnvError, verify_recipe_runtime
-from mcp_infra.state.store import Home, flock_held, open_append, utcnow
+from mcp_infra.state.store import Home, flock_held, utcnow
 
 LOOPBACK = "127.0.0.1"
 
@@ -194,15 +195,8 @@ def start_server(
             raise ValueError("a split recipe needs the configured hosts")
         launch = plan_launch(recipe, hosts, log_path)
     command = argv or build_argv(recipe, port, launch=launch)
-    with open_append(log_path) as log:
-        proc = subprocess.Popen(  # argv list, never a shell
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=server_env(hf_cache, own_runtime=recipe.runtime is not None),
-        )
+    env = server_env(hf_cache, own_runtime=recipe.runtime is not None)
+    proc = spawn_logged(command, log_path, env=env)  # its output never waits on the disk
     created = start_time(proc.pid) or time.time()
     record = ProcessRecord(
         role=role,  # type: ignore[arg-type]
@@ -264,7 +258,10 @@ def whole(record: ProcessRecord) -> bool:
 
 
 def server_log_tail(record: ProcessRecord, limit: int = 600) -> str:
-    """Why a server failed, from its log: a split server's names the rank that died first."""
+    """Why a server failed, from its log: a split server's names the rank that died first. The
+    log of a server that ended is read once its relay has written all of it."""
+    if not is_running(record):
+        settled(record.log_path)
     if record.launch is not None:
         return launch_log_tail(record, limit)
     return log_tail(record.log_path, limit)
@@ -279,11 +276,25 @@ def log_tail(path: str | Path, limit: int = 1500) -> str:
 
 
 class Probe:
-    """Outcome of one readiness probe: ready, still starting, or answered with an error."""
+    """Outcome of one readiness probe: ready, still starting, answered with an error, or
+    accepted and dropped without an answer (``dropped``: the request failed inside it)."""
 
-    def __init__(self, ready: bool, error: str | None = None) -> None:
+    def __init__(self, ready: bool, error: str | None = None, dropped: bool = False) -> None:
         self.ready = ready
         self.error = error
+        self.dropped = dropped
+
+
+def logged_error(text: str) -> str | None:
+    """The exception a server's log last reported after a traceback (the runtime's own
+    words, e.g. ``ValueError: [quantize] ...``); None without a traceback."""
+    marker = "Traceback (most recent call last)"
+    if marker not in text:
+        return None
+    for line in text.rsplit(marker, 1)[1].splitlines()[1:]:
+        if line and not line[0].isspace() and ":" in line:
+            return line.strip()[:400]
+    return None
 
 
 def probe(base_url: str, timeout: float = 30.0) -> Probe:
@@ -302,8 +313,10 @@ def probe(base_url: str, timeout: float = 30.0) -> Probe:
         body["model"] = model
     try:
         response = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=timeout)
-    except httpx.HTTPError:
+    except (httpx.ConnectError, httpx.ConnectTimeout):
         return Probe(False)
+    except httpx.HTTPError:
+        return Probe(False, dropped=True)
     if response.status_code == 200:
         return Probe(True)
     return Probe(False, f"HTTP {response.status_code}: {response.text[:300]}")
@@ -332,6 +345,11 @@ def wait_ready(record: ProcessRecord, timeout: float, poll: float = 0.25) -> flo
                     f"server for {record.candidate_id} cannot serve: {result.error}; log tail: "
                     f"{server_log_tail(record, 400)}"
                 )
+            said = logged_error(server_log_tail(record, 4000)) if result.dropped else None
+            if said:  # it failed the request itself: no wait will fix that
+                raise ServerStartError(
+                    f"server for {record.candidate_id} cannot serve: the runtime says: {said}"
+                )
         if time.monotonic() - start > timeout:
             raise ServerStartError(
                 f"server for {record.candidate_id} not ready after {timeout:.0f} s; log tail: "
@@ -350,6 +368,8 @@ def stop_server(record: ProcessRecord, grace: float = 10.0) -> str:
         os.killpg(record.pgid, signal.SIGTERM)
     except ProcessLookupError:
         return "not running"
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(record.pgid, signal.SIGCONT)  # a stopped (hung) server runs to hear it
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if not is_running(record):

@@ -17,9 +17,6 @@ the front confirmed it serves the new route; otherwise ``SwitchFailed`` says wha
 from __future__ import annotations
 
 import contextlib
-import errno
-import resource
-import shutil
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -66,7 +63,6 @@ __all__ = ["ServiceBusy", "backend_url"]  # re-exported: callers import them fro
 
 
 HEAL_DRAIN_S = 5.0  # a sick backend's requests in flight are not waited for long
-LOG_ROOM_BYTES = 2**20  # below this a server's log is taken to be out of room
 
 
 class ServiceError(ServerUnavailable):
@@ -176,7 +172,6 @@ def start_backend(
 ) -> ProcessRecord:
     """Start a server on a free port, recorded under state/candidates/ until it is adopted. A
     port someone else took meanwhile means another port, never a verdict on the recipe."""
-    require_log_room(log)
     try:  # a local model folder must still hold the files recorded for it
         verify_recipe_folders(home, recipe)
     except ModelFolderError as exc:
@@ -218,21 +213,6 @@ def start_backend(
         write_model(candidate_record_path(home, port), record)
         return record
     raise ServerStartError(f"no free port could be bound after {tries} tries: {last}")
-
-
-def require_log_room(log: Path) -> None:
-    """mlx_lm.server writes a log line before each answer and answers nothing when that write
-    fails, so a server started without room for its log would only run into its ready timeout:
-    a full disk (or a file-size limit) is raised at once, as the ``OSError`` it is."""
-    folder = next(p for p in (log.parent, *log.parent.parents) if p.exists())
-    free = shutil.disk_usage(folder).free
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if limit != resource.RLIM_INFINITY:
-        free = min(free, limit)
-    if free < LOG_ROOM_BYTES:
-        raise OSError(
-            errno.ENOSPC, f"no room for a server's log ({free} bytes may be written)", str(folder)
-        )
 
 
 def adopt(

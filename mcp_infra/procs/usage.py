@@ -164,6 +164,16 @@ def _cpu_of(proc: psutil.Process) -> float:
     )
 
 
+def _tree_cpu(proc: psutil.Process) -> float:
+    """A process's CPU seconds with those of its live descendants (the front's keeper runs its
+    proxy as a child) and of the children they waited for."""
+    total = _cpu_of(proc)
+    for child in proc.children():
+        with contextlib.suppress(psutil.Error):
+            total += _tree_cpu(child)
+    return total
+
+
 def _own_and_reaped_cpu_s() -> float:
     """This process's CPU seconds and its waited-for children's (getrusage: the same on Linux
     and macOS, where psutil reports no children's time)."""
@@ -185,7 +195,7 @@ def load_snapshot(exclude: Sequence[ProcessRecord] = ()) -> LoadSnapshot:
         with contextlib.suppress(psutil.Error):
             proc = psutil.Process(record.pid)
             if same_start(proc.create_time(), record.create_time):
-                ours[f"{record.role}:{record.pid}:{record.create_time:.2f}"] = _cpu_of(proc)
+                ours[f"{record.role}:{record.pid}:{record.create_time:.2f}"] = _tree_cpu(proc)
     load = None
     with contextlib.suppress(OSError, AttributeError):
         load = psutil.getloadavg()[0]

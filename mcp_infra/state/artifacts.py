@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mcp_infra.contracts import (
     ArtifactInventory,
     ArtifactRef,
+    BuildRecord,
     InventoryFile,
     Manifest,
     Policy,
@@ -42,9 +43,10 @@ from mcp_infra.contracts import (
     RecipeRuntime,
     Variant,
 )
+from mcp_infra.core.modelfacts import RUNTIME_PATTERNS
 from mcp_infra.core.preflight import manifest_hash
 from mcp_infra.errors import McpInfraError
-from mcp_infra.state.modelfolder import FILES_PREFIX
+from mcp_infra.state.modelfolder import FILES_PREFIX, not_built, recorded_build
 from mcp_infra.state.runtimes import (
     BuildResult,
     as_recipe_runtime,
@@ -90,14 +92,7 @@ __all__ = [
     "verify_snapshot",
 ]
 
-DEFAULT_ALLOW_PATTERNS = [
-    "*.json",
-    "*.safetensors",
-    "*.jinja",
-    "*.txt",
-    "tokenizer.model",
-    "*.tiktoken",
-]
+DEFAULT_ALLOW_PATTERNS = list(RUNTIME_PATTERNS)  # the files a runtime reads from a folder
 NEVER_PATTERNS = [
     "*.py",
     "*.pyc",
@@ -180,6 +175,7 @@ class PrepareResult(HubModel):
     runtime: BuildResult | None = Field(
         None, description="its runtime environment, if it names one"
     )
+    build: BuildRecord | None = Field(None, description="its build, if it serves one")
 
 
 class InventoryCheck(HubModel):
@@ -673,6 +669,7 @@ def resolve_recipe(
     *,
     fingerprint: object = None,
     runtimes: Path | None = None,
+    builds: Path | None = None,
 ) -> Recipe:
     """The recipe a candidate runs as: template, knobs, local paths of its artifacts, and the
     runtime environment it runs from when its manifest names one (``runtimes``: the home's
@@ -680,7 +677,8 @@ def resolve_recipe(
     (``fingerprint`` given), every hub snapshot and the environment are checked against their
     inventory and lock (``ArtifactTampered``, ``runtimes.RuntimeTampered``,
     ``runtimes.RuntimeMissing``); otherwise the environment is named by its lock as built,
-    unchecked, or left out while it is not built."""
+    unchecked, or left out while it is not built. A variant with a build is served from its
+    recorded build in ``builds`` (the home's), once made (``state.ownbuilds``)."""
     spec = manifest.environment_of(variant)
     runtime: RecipeRuntime | None = None
     if spec is not None and runtimes is not None:
@@ -692,13 +690,26 @@ def resolve_recipe(
     model_path = artifact_path(manifest.target, models_dir, hf_cache)
     draft_path = artifact_path(draft, models_dir, hf_cache) if draft else None
     hashes: dict[str, str] = {}
+    if variant.build is not None:  # served from its build in the home, once it is made
+        source = manifest.build_source()
+        record = (
+            recorded_build(builds, variant.build, source.digest)
+            if builds is not None and source.digest
+            else None
+        )
+        model_path = record.folder if record else not_built(builds or models_dir, variant.build)
+        if record is not None and callable(fingerprint):
+            hashes["source"] = FILES_PREFIX + record.source_digest
+            hashes["target"] = FILES_PREFIX + record.digest
     if callable(fingerprint):  # about to be used: hub snapshots must match their inventory
         for role, artifact, path in (
             ("target", manifest.target, model_path),
             ("draft", draft, draft_path),
         ):
-            if artifact is None or path is None:
+            if artifact is None or path is None or role in hashes:
                 continue
+            if role == "target" and variant.build is not None:
+                continue  # a build not made yet: nothing to check until it is
             if artifact.digest:  # a local folder: its recorded files, checked at each start
                 hashes[role] = FILES_PREFIX + artifact.digest
             elif artifact.repo and Path(path).is_dir():

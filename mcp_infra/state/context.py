@@ -68,6 +68,7 @@ class HomeContext:
 
     def __init__(self, home: Home) -> None:
         self.home = home
+        self._catalog_problem: str | None = None
 
     @property
     def configured(self) -> bool:
@@ -88,13 +89,22 @@ class HomeContext:
 
     @cached_property
     def catalog(self) -> GeneratedCatalog | None:
-        """The catalog generated for the model of `init --model` (None: no such model)."""
-        return ensure_catalog(self.home, self.config) if self.configured else None
+        """The catalog generated for the model of `init --model` (None: no such model, or it
+        could not be made: ``registry_problems`` says why)."""
+        if not self.configured:
+            return None
+        try:
+            return ensure_catalog(self.home, self.config)
+        except (OSError, ValueError) as exc:  # a folder gone unreadable, a home without room
+            self._catalog_problem = f"the catalog for the configured model: {exc}"[:600]
+            return None
 
     @cached_property
     def _registry(self) -> tuple[dict[str, Manifest], list[str]]:
         manifests, problems = read_registry(extra=self.home.user_registry)
-        for manifest in self.catalog.manifests if self.catalog else []:
+        catalog = self.catalog
+        problems += [self._catalog_problem] if self._catalog_problem else []
+        for manifest in catalog.manifests if catalog else []:
             if manifest.id in manifests:
                 problems.append(f"generated {manifest.id}: a registry file defines it; kept")
             else:

@@ -53,7 +53,8 @@ def seal(home: Home, cycle_id: str, summary: CycleSummary, cost: CycleCost | Non
     for name in BUNDLE_FILES:
         if (source / name).exists():
             shutil.copy2(source / name, tmp / name)
-    for sub in ("runs", "runtimes"):  # measured runs; locks of the environments they ran from
+    # measured runs; locks of the environments they ran from; records of the builds they served
+    for sub in ("runs", "runtimes", "builds"):
         if (source / sub).is_dir():
             (tmp / sub).mkdir()
             for item in sorted((source / sub).glob("*.json")):

@@ -4,11 +4,9 @@ cached artifacts, and fingerprints of model folders.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
-from functools import partial
 from pathlib import Path
 
 import psutil
@@ -19,6 +17,7 @@ from mcp_infra.core.preflight import HostFacts
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state.artifacts import cached_hub_artifacts, hub_caches
 from mcp_infra.state.filecache import installed_version as cached_version
+from mcp_infra.state.folders import folder_digest
 from mcp_infra.state.runtimes import control_python, control_site, platform_tag
 from mcp_infra.state.store import sha256_file
 
@@ -169,21 +168,12 @@ def environment_from(fingerprint: EnvironmentFingerprint) -> dict[str, str]:
 
 
 def model_fingerprint(path: Path) -> str:
-    """sha256 over the folder's regular files: sorted relative names, each name then its bytes."""
+    """The folder's identity: sha256 over its sorted (path, size, sha256) list, the one scheme
+    for every model folder (``state.folders``), as `init --model` records it."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"not a model folder: {root}")
-    h = hashlib.sha256()
-    files = sorted(p for p in root.rglob("*") if p.is_file())
-    for p in files:
-        rel = p.relative_to(root).as_posix().encode("utf-8")
-        h.update(len(rel).to_bytes(8, "big"))
-        h.update(rel)
-        h.update(p.stat().st_size.to_bytes(8, "big"))
-        with open(p, "rb") as fh:
-            for chunk in iter(partial(fh.read, 1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
+    return folder_digest(root)
 
 
 SMALL_FILE_BYTES = 64 * 2**20

@@ -13,11 +13,14 @@
   listed from the installed packages without importing them.
 * **Hub repos** resolve from the local Hugging Face cache only (``huggingface_hub``'s cache
   APIs); nothing is downloaded.
+* **Builds** made in the home are found by their record (spec, source digest, mlx-lm version)
+  without hashing; their files are checked before each start like any folder's.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import re
@@ -27,6 +30,8 @@ from pathlib import Path
 from mcp_infra.contracts import (
     REPO_PATTERN,
     REVISION_PATTERN,
+    BuildRecord,
+    BuildSpec,
     FolderFacts,
     FolderInventory,
     InventoryFile,
@@ -43,6 +48,7 @@ from mcp_infra.state.store import (
     Home,
     file_sha256,
     inventory_digest,
+    read_model,
     read_optional,
     utcnow,
     write_model,
@@ -371,3 +377,30 @@ def local_models(caches: list[Path], model_dirs: list[str]) -> list[tuple[Path, 
             seen.add(key)
             found.append((path, origin))
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Builds made in the home (``state.builds``), found for a recipe without hashing
+# ---------------------------------------------------------------------------------------------
+
+
+def recorded_build(builds: Path, spec: BuildSpec, source_digest: str) -> BuildRecord | None:
+    """The record of ``spec`` built from this source by the installed mlx-lm, if one is in
+    ``builds`` with its folder (read only: ``verify_build`` checks the files before use)."""
+    version = installed_version("mlx-lm")
+    for path in sorted(builds.glob("*.json")) if builds.is_dir() else []:
+        with contextlib.suppress(Exception):  # another file, or a corrupt record: proves nothing
+            record = read_model(path, BuildRecord)
+            same = (record.spec, record.source_digest, record.mlx_lm_version) == (
+                spec,
+                source_digest,
+                version,
+            )
+            if same and Path(record.folder).is_dir():
+                return record
+    return None
+
+
+def not_built(builds: Path, spec: BuildSpec) -> str:
+    """Where a recipe of a build that is not made yet points: a path that does not exist."""
+    return str(builds / f"not-built-yet-{spec.key()}")

@@ -13,13 +13,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 
 from mcp_infra.contracts import (
     ArtifactRef,
+    BuildSpec,
     CatalogFacts,
+    ComputeDtype,
+    DtypeProbe,
     FolderFacts,
     GeneratedCatalog,
     Manifest,
@@ -28,6 +32,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core import catalog as generator
 from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.modelfacts import same_model
 from mcp_infra.core.preflight import artifact_key
 from mcp_infra.core.templates import SERVER_MODULES, help_choices, help_flags
 from mcp_infra.state.artifacts import artifact_path, hub_caches
@@ -90,9 +95,12 @@ def help_text(home: Home, name: str) -> tuple[str, str] | None:
 
 
 def runtime_helps(home: Home) -> list[RuntimeHelp]:
+    """Each installed tool's --help as flags and choices (read side by side: each start
+    imports mlx, seconds apiece)."""
+    with ThreadPoolExecutor(max_workers=len(TOOLS)) as pool:
+        texts = dict(zip(TOOLS, pool.map(lambda name: help_text(home, name), TOOLS), strict=True))
     helps = []
-    for name in TOOLS:
-        found = help_text(home, name)
+    for name, found in texts.items():
         if found is not None:
             version, text = found
             helps.append(
@@ -137,8 +145,9 @@ def catalog_key(
 def gather(
     home: Home, config: ServiceConfig, helps: list[RuntimeHelp], others: list[tuple[Path, str]]
 ) -> CatalogFacts:
-    """The catalog's facts; every other model small enough to draft is hashed and its file
-    list recorded (drafters are checked against it before each start)."""
+    """The catalog's facts. Every other model that may draft (small enough) or be a build's
+    source (the target's model unquantized) is hashed and its file list recorded: each is
+    checked against it before it is used."""
     assert config.model is not None
     target = folder_facts(Path(config.model.path), "the configured model").model_copy(
         update={"digest": config.model.digest}
@@ -149,16 +158,57 @@ def gather(
         if facts.path == target.path:
             continue
         small = facts.weights_bytes <= target.weights_bytes * generator.DRAFTER_MAX_SHARE
-        if small and not facts.missing:
+        unquantized = bool(facts.shape and facts.shape.quantized is None)
+        if (small or unquantized and same_model(target, facts)) and not facts.missing:
             facts = facts.model_copy(update={"digest": record_inventory(home, path).digest})
         found.append(facts)
-    return CatalogFacts(
+    gathered = CatalogFacts(
         target=target,
         runtimes=helps,
         others=found,
         memory_gb=psutil.virtual_memory().total / 2**30,
         platform=platform_tag(),
     )
+    source, _ = generator.build_source(gathered)
+    if source is None or not any(h.name == "mlx_lm.convert" for h in helps):
+        return gathered
+    dtype = compute_dtype(home, Path(source.path))
+    return gathered.model_copy(update={"compute_dtype": dtype})
+
+
+PROBED = BuildSpec(q_bits=8)
+"""The build whose decode step is timed in each dtype (state.builds.probe_compute_dtype)."""
+
+
+def compute_dtype(home: Home, source: Path) -> ComputeDtype | None:
+    """The dtype this machine runs a quantized build of ``source``'s shapes fastest in:
+    measured once per shapes, machine and mlx version, kept in ``catalog/dtype-probe.json``."""
+    from mcp_infra.state.builds import probe_compute_dtype
+    from mcp_infra.state.hostfacts import accelerator_name, cpu_name
+
+    shape = folder_facts(source).shape
+    if shape is None or not (shape.hidden_size and shape.intermediate_size):
+        return None
+    path = catalog_dir(home) / "dtype-probe.json"
+    machine = accelerator_name() if accelerator_name() != "cpu" else cpu_name()
+    key = (shape.hidden_size, shape.intermediate_size, machine, installed_version("mlx"))
+    for kept in (read_optional(path, DtypeProbe), _probes.get(key)):
+        probed = kept and (kept.hidden_size, kept.intermediate_size, kept.machine, kept.mlx_version)
+        if kept is not None and probed == key:
+            if not path.exists():
+                write_model(path, kept)
+            return kept.fastest
+    try:
+        probe = probe_compute_dtype(source, PROBED)
+    except (ImportError, RuntimeError, ValueError, KeyError, OSError):
+        return None
+    _probes[key] = probe
+    write_model(path, probe)
+    return probe.fastest
+
+
+_probes: dict[tuple[int, int, str, str | None], DtypeProbe] = {}
+"""Probes this process made, by shapes, machine and mlx version (the machine stays the same)."""
 
 
 def ensure_catalog(home: Home, config: ServiceConfig) -> GeneratedCatalog | None:

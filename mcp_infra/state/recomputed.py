@@ -61,7 +61,7 @@ def _bundled_manifests(b: Bundle) -> dict[str, Manifest]:
     from mcp_infra.state.catalog import load_manifest
 
     out: dict[str, Manifest] = {}
-    for prefix in ("shipped", "home"):
+    for prefix in ("generated", "shipped", "home"):  # generated: as the home loaded them
         folder = b.path / sealing.INPUTS / "registry" / prefix
         for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
             manifest = load_manifest(path)
@@ -502,3 +502,19 @@ def check_runtime_locks(b: Bundle) -> str:
     if problems:
         raise Failed("; ".join(problems[:6]))
     return "; ".join(shown) + " (locks recompute and match the recipes)"
+
+
+def check_builds(b: Bundle) -> str:
+    """Each build a candidate was served from is in the bundle with its record: its digest
+    recomputes, its command names its source and options, the recipe served it (``ownbuilds``)."""
+    from mcp_infra.core.preflight import find_candidate
+    from mcp_infra.state.ownbuilds import build_problems
+
+    manifests = _bundled_manifests(b)
+    found = [(c, find_candidate(manifests, c)) for c in b.plan().candidates[1:]]
+    builds = {c for c, hit in found if hit is not None and hit[1].build is not None}
+    problems, shown = build_problems(b.path, _journaled_recipes(b), builds)
+    if not builds and not shown:
+        raise Skipped("no candidate of this cycle served a build")
+    fail_on(problems)
+    return "; ".join(shown) + " (records recompute and match the recipes served)"

@@ -66,11 +66,28 @@ def copy_inputs(home: Home, bundle: Path) -> None:
         for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
             (inputs / "registry" / prefix).mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, inputs / "registry" / prefix / path.name)
+    copy_generated(home, inputs / "registry" / "generated")
     for suite in suite_names(plan) if plan else []:
         path = SUITES_DIR / f"{suite}.yaml"
         if path.is_file():
             (inputs / "suites").mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, inputs / "suites" / path.name)
+
+
+def copy_generated(home: Home, folder: Path) -> None:
+    """The manifests the home loads unlike any file says: the catalog generated for its model,
+    and manifests whose "configured target" was written in (``HomeContext.manifests``), each
+    as the plan was judged by."""
+    from mcp_infra.core.preflight import manifest_hash
+    from mcp_infra.state.catalog import read_registry
+    from mcp_infra.state.context import HomeContext
+
+    if not home.config.exists():
+        return
+    files, _ = read_registry(extra=home.user_registry)
+    for mid, manifest in HomeContext(home).manifests.items():
+        if mid not in files or manifest_hash(files[mid]) != manifest_hash(manifest):
+            write_model(folder / f"{mid}.yaml", manifest)
 
 
 def all_samples(bundle: Path) -> list[tuple[str, str, Sample]]:

@@ -326,6 +326,11 @@ class Home:
     def hf_cache(self) -> Path:
         return self.root / "hf-cache"
 
+    @property
+    def builds(self) -> Path:
+        """Quantized builds made by ``prepare`` (``state.builds``), each beside its record."""
+        return self.root / "builds"
+
     # state/: what serves now, who supervises, what a cycle is doing ---------------------------
     @property
     def active_file(self) -> Path:

@@ -24,6 +24,7 @@ from mcp_infra.contracts import (
 from mcp_infra.state import sealing, signing
 from mcp_infra.state.bundle import Bundle, Failed, Skipped, fail_on
 from mcp_infra.state.recomputed import (
+    check_builds,
     check_candidates_accounted,
     check_gates_recomputed,
     check_journal_agrees,
@@ -264,6 +265,7 @@ def verify(
         ("samples_covered", lambda: check_samples_covered(b)),
         ("sample_arithmetic", lambda: check_sample_arithmetic(b)),
         ("runtime_locks", lambda: check_runtime_locks(b)),
+        ("builds", lambda: check_builds(b)),
     ]
     checks: list[CheckResult] = []
     for name, run in plan:

@@ -11,7 +11,7 @@ from mcp_infra.contracts import (
     RuntimeHelp,
     TokenizerFacts,
 )
-from mcp_infra.core import catalog
+from mcp_infra.core import catalog, modelfacts
 from mcp_infra.core.templates import TEMPLATES, help_choices, help_flags, unknown_flags
 from tests.helpers.paths import REPO
 
@@ -46,6 +46,7 @@ def folder(path: str, weights: int, head_dim: int = 32, **shape: object) -> Fold
         ),
         tokenizer=TOKENIZER,
         weights_bytes=weights,
+        files_bytes=weights,
         loaders=["mlx_lm_server"],
         digest="b" * 64,
     )
@@ -68,9 +69,14 @@ def facts(**update: object) -> CatalogFacts:
 def test_a_model_gets_settings_kv_bits_and_its_smaller_drafters() -> None:
     manifests, notes = catalog.generate(facts())
     ids = {m.id for m in manifests}
-    assert ids == {"own-settings", "own-kv", "own-draft-small"}
+    assert ids == {"own-settings", "own-kv", "own-builds", "own-draft-small"}
     counts = catalog.candidate_count(manifests)
-    assert counts == {"server_tuning": 8, "kv_cache": 2, "acceleration_plugin": 2}
+    assert counts == {
+        "server_tuning": 8,
+        "kv_cache": 2,
+        "quantization": 7,
+        "acceleration_plugin": 2,
+    }
     assert all(m.target.configured for m in manifests)
     subjects = [n.subject for n in notes]
     assert subjects == ["own MTP head"]  # the big model is no drafter and needs no note
@@ -140,7 +146,11 @@ def test_the_same_name_twice_gets_two_ids() -> None:
 
 
 def test_a_model_with_an_mtp_head_gets_its_own_drafter_through_mlx_vlm() -> None:
-    target = folder("/models/mtp", 1_000_000, mtp_layers=1)
+    config = {  # a Qwen3.5-style config declaring its own MTP layer
+        "model_type": "qwen3_5",
+        "text_config": {"hidden_size": 128, "num_attention_heads": 4, "mtp_num_hidden_layers": 1},
+    }
+    target = TARGET.model_copy(update={"path": "/models/mtp", "shape": modelfacts.shape_of(config)})
     made, notes = catalog.mtp_manifest(facts(target=target))
     assert made is not None and notes == []
     assert made.runtime.template == "mlx_vlm_server" and made.runtime.platforms == ["darwin-arm64"]
@@ -160,3 +170,53 @@ def test_a_model_with_an_mtp_head_gets_its_own_drafter_through_mlx_vlm() -> None
     assert unknown_flags("mlx_vlm_server", variant.knobs, VLM.flags) == []
     missing, said = catalog.mtp_manifest(facts(target=target, runtimes=[LM]))
     assert missing is None and said[0].reason == "mlx-vlm is not installed"
+
+
+def test_builds_of_an_unquantized_target_in_the_fastest_dtype() -> None:
+    made, notes = catalog.builds_manifest(
+        facts(
+            target=folder(
+                "/models/mine", 1_000_000, hidden_size=64, intermediate_size=128, dtype="float32"
+            ),
+            compute_dtype="float32",
+        )
+    )
+    assert made is not None and notes == []
+    assert made.semantics.value == "lossy" and made.candidate_class.value == "quantization"
+    assert made.artifacts == []  # built from the target itself
+    assert [v.id for v in made.variants] == [
+        "q8-g64-affine-f32",
+        "q6-g64-affine-f32",
+        "q4-g64-affine-f32",
+        "mixed_3_6-g64-affine-f32",
+        "q4-g32-mxfp4-f32",
+        "q4-g16-nvfp4-f32",
+        "q8-g32-mxfp8-f32",
+    ]
+    assert made.resources.disk_gb > 0
+
+
+def test_a_converter_without_the_mx_formats_offers_affine_only() -> None:
+    old = CONVERT.model_copy(update={"choices": {"--dtype": ["float32", "bfloat16"]}})
+    made, notes = catalog.builds_manifest(
+        facts(target=folder("/m", 10, hidden_size=64, intermediate_size=128), runtimes=[LM, old])
+    )
+    assert made is not None and {v.build.q_mode for v in made.variants if v.build} == {"affine"}
+    assert [n.reason for n in notes] == [
+        f"{m}: mlx_lm.convert offers no --q-mode {m}" for m in ("mxfp4", "nvfp4", "mxfp8")
+    ]
+
+
+def test_a_quantized_target_is_built_only_from_a_source_of_higher_precision() -> None:
+    four_bit = {"bits": 4, "group_size": 64}
+    target = folder(
+        "/models/q4", 300_000, hidden_size=64, intermediate_size=128, quantized=four_bit
+    )
+    made, notes = catalog.builds_manifest(facts(target=target, others=[]))
+    assert made is None
+    assert notes[0].reason.startswith("the model is quantized already (4-bit affine)")
+    source = folder("/hub/bf16", 2_000_000, hidden_size=64, intermediate_size=128, dtype="bfloat16")
+    other = folder("/hub/other", 2_000_000, hidden_size=96, intermediate_size=128)
+    made, _ = catalog.builds_manifest(facts(target=target, others=[other, source]))
+    assert made is not None
+    assert [(a.role, a.path) for a in made.artifacts] == [("source", "/hub/bf16")]

@@ -1,4 +1,4 @@
-"""The rest of the machine's load around each server start (``core.machine``, ``flows.machine``):
+"""The rest of the machine's load around each server start (``core.machine``, ``flows.loadwatch``):
 the arithmetic from two readings, the bounded wait for a quiet machine, the words an open verdict
 gains, and the round loop carrying the figures. Pure parts run on made-up readings; the round loop
 runs over the cost model's simulated starts, with a scripted machine whose other load is known
@@ -53,7 +53,7 @@ from mcp_infra.core.machine import (
 from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, RETIRED_FIELDS, policy_hash
 from mcp_infra.core.selector import DRIFT_OPENED, drift_opened
 from mcp_infra.flows.confirm import heldout_check, heldout_machine
-from mcp_infra.flows.machine import Machine
+from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import StartResult, StartSpec
 from mcp_infra.flows.projection import simulated_plan
 from mcp_infra.flows.rounds import Bench, run_rounds

@@ -77,8 +77,7 @@ def test_another_model_s_candidate_is_refused() -> None:
     facts = host(other=folder("/models/other"))
     said = failures(manifest(target="/models/other", kv_bits=8, kv_group_size=32), facts)
     assert said == {
-        "same_target": "another model's candidate: its target is /models/other; this home "
-        "serves /models/mine"
+        "same_target": "another model's candidate: its target is /models/other, not the live model"
     }
 
 
@@ -121,3 +120,39 @@ def test_a_home_with_no_live_model_compares_nothing() -> None:
     result = preflight(manifest(kv_bits=4), manifest().variants[0], POLICY, facts)
     same = next(c for c in result.checks if c.name == "same_target")
     assert same.passed and same.detail == "no live model configured to compare with"
+
+
+def build_manifest(source: str | None = None) -> Manifest:
+    return Manifest.model_validate(
+        {
+            "id": "mine-builds",
+            "title": "t",
+            "class": "quantization",
+            "semantics": "lossy",
+            "license_reviewed": True,
+            "runtime": {"template": "mlx_lm_server", "platforms": ["linux-x86_64"]},
+            "target": {"role": "target", "path": LIVE},
+            "artifacts": [{"role": "source", "path": source}] if source else [],
+            "variants": [{"id": "q8", "build": {"q_bits": 8, "dtype": "float32"}}],
+        }
+    )
+
+
+def test_a_build_starts_from_a_source_of_higher_precision() -> None:
+    assert failures(build_manifest(), host()) == {}
+    quantized = folder(LIVE).model_copy(
+        update={"shape": ModelShape(model_type="llama", head_dim=32, quantized={"bits": 4})}
+    )
+    facts = host().model_copy(update={"target": quantized, "folders": {LIVE: quantized}})
+    assert failures(build_manifest(), facts) == {
+        "build_source": "its source is quantized already (4-bit affine): a build starts from a "
+        "source of higher precision"
+    }
+    other = folder("/hub/other", tokenizer=TOKENS.model_copy(update={"vocab_sha256": "c" * 64}))
+    said = failures(build_manifest("/hub/other"), host(other=other))
+    assert said == {
+        "build_source": "its source is not the live model in other weights (architecture, "
+        "shapes or tokenizer differ)"
+    }
+    same = folder("/hub/bf16", dtype="bfloat16")
+    assert failures(build_manifest("/hub/bf16"), host(same=same)) == {}

@@ -173,8 +173,9 @@ def test_an_unknown_sealing_outcome_never_raises(outcome: object) -> None:
 # ---------------------------------------------------------------------------------------------
 # Property: every journal a real cycle (and an interrupted recovery of it) can write maps to a
 # decision that leaves exactly one recipe serving, and it is the promoted one iff the outcome says
-# so. The journals follow cycle.run_cycle/_promote/_restore/_seal and cycle.recover line by line;
-# the world beside them is what the stable port runs and what state/active.json names.
+# so. The journals follow cycle.run_cycle, promotion.promote/restore/conclude and
+# supervisor.recover line by line; the world beside them is what the stable port runs and what
+# state/active.json names.
 # ---------------------------------------------------------------------------------------------
 
 OLD, NEW = "old", "new"
@@ -248,7 +249,7 @@ def apply(world: dict[str, str], effect: dict[str, str]) -> None:
 
 
 def recover_world(events: list[Event], world: dict[str, str]) -> RecoveryDecision:
-    """What cycle.recover does to the world for a decision (the live recipe is active.json)."""
+    """What supervisor.recover does to the world for a decision (the live recipe is active.json)."""
     decision = decide(events)
     if decision.action == Action.KEEP_PROMOTION:
         assert decision.promoted_recipe == RECIPE

@@ -105,7 +105,7 @@ def test_a_plan_with_nothing_runnable_is_refused() -> None:
         freeze({"hypothesis": "x", "candidates": ["nope:nope", "baseline"]})
 
 
-def test_candidate_identical_to_the_live_recipe_is_dropped() -> None:
+def test_the_live_recipe_proposed_as_a_candidate_is_refused_with_the_reason() -> None:
     manifest, variant = find_candidate(MANIFESTS, "demo-tiny:draft-k2")  # type: ignore[misc]
     from pathlib import Path
 
@@ -114,7 +114,42 @@ def test_candidate_identical_to_the_live_recipe_is_dropped() -> None:
         {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2", "demo-tiny:draft-k4"]}, live=live
     )
     assert frozen.candidates == [BASELINE_ID, "demo-tiny:draft-k4"]
-    assert any(c.reason == "identical to the recipe already serving" for c in frozen.changes)
+    assert [(r.id, r.reason) for r in frozen.refused] == [
+        (
+            "demo-tiny:draft-k2",
+            "it is the live recipe (it serves now and is measured first, as the baseline)",
+        )
+    ]
+    with pytest.raises(PlanRefused, match="demo-tiny:draft-k2: it is the live recipe"):
+        freeze({"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"]}, live=live)
+
+
+@pytest.mark.parametrize(
+    "acceptance",
+    [
+        {"min_speedup_pct": 10_000.0},
+        {"min_speedup_pct": -50.0},
+        {"max_peak_memory_gb": 10_000.0},
+        {"max_peak_memory_gb": -3.0},
+        {"min_speedup_pct": 1.0, "max_peak_memory_gb": 64.0},
+    ],
+)
+def test_one_change_per_acceptance_field_that_says_it_all(acceptance: dict[str, float]) -> None:
+    """A value outside the policy's range gets one change: clamped, and what came of it (taken,
+    or the policy's value kept), never two that contradict each other."""
+    frozen = freeze(
+        {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "acceptance": acceptance}
+    )
+    for field in acceptance:
+        changes = [c for c in frozen.changes if c.field == f"acceptance.{field}"]
+        assert len(changes) == 1, changes
+        (change,) = changes
+        assert change.value == getattr(frozen.thresholds, field), change
+        bounds = getattr(POLICY.thresholds, field)
+        if not bounds.low <= acceptance[field] <= bounds.high:
+            assert change.action == "clamped" and change.reason.startswith(
+                "clamped to the policy's range"
+            )
 
 
 def test_preflight_failure_refuses_the_candidate_with_its_reasons() -> None:

@@ -9,7 +9,7 @@ import yaml
 
 from mcp_infra.contracts import Window
 from mcp_infra.core.schedule import check, local_zone_name
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state.context import window_state
 from mcp_infra.state.store import Home
 

@@ -20,7 +20,7 @@ from mcp_infra.contracts import CycleState, Outcome
 from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
 from mcp_infra.errors import ExitCode
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.front import front_record
 from mcp_infra.procs.runtime import is_running, stop_server
 from mcp_infra.state import evidence

@@ -19,7 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp_infra.contracts import CycleSummary, Outcome, Verdict
 from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, write_test_policy
 from mcp_infra.faces.mcp_server import build_server
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs import bench
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence

@@ -28,7 +28,7 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.demo.homes import make_split_home
-from mcp_infra.flows.cycle import operator_recover, supervise
+from mcp_infra.flows.supervisor import operator_recover, supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.context import service_record
 from mcp_infra.state.store import CycleFiles, Home, file_safe, read_model, read_optional

@@ -18,7 +18,7 @@ import yaml
 from mcp_infra.contracts import CandidateRun, CycleState, JournalStep, ProcessUsage
 from mcp_infra.core.machine import load_sentence
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.context import load_config

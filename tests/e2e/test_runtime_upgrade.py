@@ -20,8 +20,8 @@ import yaml
 
 from mcp_infra.contracts import CandidateRun, Outcome, RuntimeEnvSpec, Verdict
 from mcp_infra.demo.homes import make_home
-from mcp_infra.flows.cycle import supervise
 from mcp_infra.flows.proposal import prepare_candidate
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence, runtimes
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy

@@ -19,7 +19,7 @@ import pytest
 
 from mcp_infra.contracts import CycleState, CycleSummary, Event, Outcome, Verdict
 from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, service_record
 from mcp_infra.state.store import Home, read_model

@@ -122,11 +122,59 @@ def test_a_busy_port_is_exit_6(spawn: Spawn, bare_home: Home) -> None:
 
 
 def test_the_system_refusing_is_exit_7(spawn: Spawn, tmp_path: Path) -> None:
+    """A home under a file: every command that reads the home says so (not "not configured")."""
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")
     result = spawn.mcp_infra(not_a_folder / "home", "propose", "-", input=json.dumps(PLAN))
     assert result.returncode == ExitCode.SYSTEM
     assert "Not a directory" in one_error_line(result.stderr, ExitCode.SYSTEM)
+    for argv in (["status"], ["plan"]):
+        refused = spawn.mcp_infra(not_a_folder / "home", *argv)
+        assert refused.returncode == ExitCode.SYSTEM, (argv, refused.stdout, refused.stderr)
+        assert "Not a directory" in one_error_line(refused.stderr, ExitCode.SYSTEM)
+
+
+def test_a_fresh_home_is_exit_2_naming_what_to_run(spawn: Spawn, tmp_path: Path) -> None:
+    """Nothing to act on until a person configures the home: usage (2), with the command; its
+    status is a plain answer (0)."""
+    fresh = tmp_path / "fresh"
+    for argv in (["plan"], ["propose", "-"], ["plan", "--local"]):
+        refused = spawn.mcp_infra(fresh, *argv, input=json.dumps(PLAN))
+        assert refused.returncode == ExitCode.USAGE, (argv, refused.stderr)
+        line = one_error_line(refused.stderr, ExitCode.USAGE)
+        assert "no managed service is configured" in line and "mcp-infra prepare" in line
+    status = spawn.mcp_infra(fresh, "status")
+    assert status.returncode == ExitCode.OK and "Not configured" in status.stdout
+
+
+def test_help_lists_every_command_and_a_typo_gets_a_guess(spawn: Spawn, bare_home: Home) -> None:
+    from mcp_infra.faces.cli import COMMANDS
+
+    listed = spawn.mcp_infra(bare_home, "--help")
+    assert listed.returncode == ExitCode.OK
+    for command in COMMANDS:
+        assert f"    {command.name} " in listed.stdout, command.name
+    example = spawn.mcp_infra(bare_home, "registry", "--help")
+    assert "example: mcp-infra registry " in example.stdout
+    typo = spawn.mcp_infra(bare_home, "--json", "registy")
+    assert typo.returncode == ExitCode.USAGE and typo.stderr == ""
+    assert "did you mean registry?" in json_error(typo.stdout, ExitCode.USAGE)
+
+
+def test_a_refused_plan_is_said_once_in_cli_words(
+    spawn: Spawn, bare_home: Home, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"hypothesis": "h", "candidates": ["demo-tiny:warp-drive"]}))
+    refused = spawn.mcp_infra(bare_home, "propose", str(plan))
+    assert refused.returncode == ExitCode.NO and refused.stderr == ""
+    assert refused.stdout.count("REFUSED") == 1 and refused.stdout.count("\n") == 1
+    assert "`mcp-infra registry`" in refused.stdout and "propose_plan" not in refused.stdout
+    assert "mcp-infra://" not in refused.stdout
+    as_json = spawn.mcp_infra(bare_home, "propose", str(plan), "--json")
+    assert as_json.returncode == ExitCode.NO and as_json.stderr == ""
+    view = json.loads(as_json.stdout)  # one JSON document, nothing around it
+    assert view["accepted"] is False and view["refused"][0]["id"] == "demo-tiny:warp-drive"
 
 
 def test_seal_failed_is_exit_5(spawn: Spawn, tmp_path: Path, demo_models: dict[str, Path]) -> None:

@@ -244,3 +244,63 @@ async def test_ids_complete(bare_home: Home, anyio_backend: str, era: str) -> No
         assert json.loads(one.contents[0].text)["id"] == "demo-tiny:draft-k2"
         with pytest.raises(Exception, match="nearest: demo-tiny:draft-k"):
             await client.read_resource("mcp-infra://candidates/demo-tiny:draft-k5")
+
+
+# ---------------------------------------------------------------------------------------------
+# Who can fix it: the agent, or a person (and what the person runs)
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_a_fresh_home_says_what_is_missing_and_who_provides_it(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """No config.yaml: the prompt says so (not a bare -32602), and a plan is refused as a
+    person's to fix, with the command to run, and audited."""
+    fresh = Home(tmp_path / "fresh")
+    async with Client(build_server(fresh, start_supervisor=False)) as client:
+        prompt = await client.get_prompt("propose_acceleration_plan", {})
+        body = prompt.messages[0].content.text
+        assert "no managed service is configured" in body and "mcp-infra prepare" in body
+        assert "A person must configure one" in body
+        refused = await client.call_tool("propose_plan", {"plan": PLAN})
+        view = assert_refused(refused, "no managed service is configured")
+        assert "A person must fix this: `mcp-infra prepare CANDIDATE --init-service`" in (
+            text(refused)
+        )
+        assert "calling again will not help" in view["message"]
+        assert "call propose_plan again" not in text(refused)
+    assert [r.accepted for r in audit(fresh)] == [False]
+
+
+async def test_nothing_runnable_here_is_a_persons_to_fix(
+    bare_home: Home, anyio_backend: str
+) -> None:
+    """Every candidate fails preflight (no model built): a plan of valid ids is refused as a
+    person's to fix; a mistake in the plan itself stays the caller's."""
+    async with Client(build_server(bare_home, start_supervisor=False)) as client:
+        refused = await client.call_tool("propose_plan", {"plan": PLAN})
+        assert_refused(refused, "preflight failed")
+        assert "A person must fix this: make a candidate runnable" in text(refused)
+        typo = await client.call_tool("propose_plan", {"plan": {**PLAN, "force": 1}})
+        assert "You can fix" not in text(typo) and "A person must" not in text(typo)
+        assert "call propose_plan again" in text(typo)
+        page = await client.call_tool("evidence", {"page": 0})
+        assert "You can fix this: change the call" in text(page)
+
+
+async def test_no_input_is_echoed_back(bare_home: Home, anyio_backend: str) -> None:
+    """A megabyte in every place a caller can put text comes back as our words only."""
+    big = "q" * 1_000_000
+    async with Client(build_server(bare_home, start_supervisor=False)) as client:
+        for plan in (
+            {"hypothesis": big, "candidates": ["demo-tiny:draft-k2"]},
+            json.dumps({"hypothesis": big, "candidates": ["demo-tiny:draft-k2"]}),
+            {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"], "notes": big},
+        ):
+            refused = await client.call_tool("propose_plan", {"plan": plan})
+            assert refused.is_error and "q" * 40 not in json.dumps(refused.structured_content)
+            assert len(text(refused)) < 1000 and "q" * 40 not in text(refused)
+        for name, args in (("registry", {"candidate_id": big}), ("evidence", {"cycle_id": big})):
+            answer = await client.call_tool(name, args)
+            assert answer.is_error and "q" * 40 not in text(answer)
+    assert all("q" * 40 not in r.detail for r in audit(bare_home))

@@ -28,7 +28,7 @@ def journal_event(home: Home, state: CycleState) -> None:
     """A state change as the supervisor makes it: the journal line and state/current.json, by
     the cycle's own ``Journal``, while the supervisor lock is held (status shows a cycle only
     then). The lock is held for the rest of the test (released when the handle is collected)."""
-    from mcp_infra.flows.cycle import Journal
+    from mcp_infra.flows.journal import Journal
 
     if not home.lock_is_held():
         _held.append(home.supervisor_lock())
@@ -197,15 +197,16 @@ async def test_an_idle_subscriber_beside_a_real_front_is_told_nothing(
 
     # A front whose process lives but does not answer (stopped, as a wedged event loop would
     # be) is no healthy service, whatever its last status file says; it is again once it runs.
-    front = front_record(home)
-    assert front is not None
-    os.kill(front.pid, signal.SIGSTOP)
+    # (The proxy is stopped, not the keeper that holds the port: it would replace the proxy.)
+    proxy = ask_front(home)
+    assert proxy is not None and front_record(home) is not None
+    os.kill(proxy.pid, signal.SIGSTOP)
     try:
         service = app.status(home).service
         assert service is not None and service.healthy is False
         assert "did not answer its own GET /health" in service.health_check
     finally:
-        os.kill(front.pid, signal.SIGCONT)
+        os.kill(proxy.pid, signal.SIGCONT)
     with anyio.fail_after(10):
         while not healthy():
             await anyio.sleep(0.2)

@@ -1,9 +1,12 @@
 """Planning: extracting a plan from what a model writes, and `mcp-infra plan --local`.
 
 `plan --local` runs as a real subprocess that starts `mcp-infra serve` over stdio, gets the
-`propose_acceleration_plan` prompt, asks an OpenAI-compatible endpoint, and submits through MCP.
-The demo's tiny model writes gibberish: its reply must change nothing. A test-only stand-in
-endpoint (a few lines of http.server below) returns a reply that does contain a plan.
+`propose_acceleration_plan` prompt (or builds the numbered menu), asks an OpenAI-compatible
+endpoint, and submits through MCP. The demo's tiny model writes gibberish: after one retry the
+fallback plan is proposed, and recorded as such. A test-only stand-in endpoint (a few lines of
+http.server below) returns a reply that does contain a plan. The table of model-written plans
+is tests/core/test_extraction.py; the retry and fallback over HTTP, fast, are
+tests/faces/test_self_plan.py.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from mcp_infra.core.gates import strip_thinking
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import Home
-from tests.helpers.mcp_clients import audit, child_env, files_under
+from tests.helpers.mcp_clients import audit, child_env
 
 GOOD = {"hypothesis": "A 4-token drafter is faster", "candidates": ["demo-tiny:draft-k4"]}
 DECOY = {"hypothesis": "thinking aloud", "candidates": ["demo-tiny:kv8"]}
@@ -176,20 +179,27 @@ def run_plan(home: Home, *args: str) -> tuple[int, dict[str, Any], str]:
     return result.returncode, json.loads(result.stdout), result.stderr
 
 
-def test_tiny_model_reply_changes_nothing(home: Home) -> None:
+def test_tiny_model_gibberish_ends_in_the_recorded_fallback(home: Home) -> None:
+    """The demo's tiny model (random weights) gets the menu, answers gibberish twice, and the
+    fallback plan is proposed over MCP: its frozen plan says `planner: fallback` with both of
+    the model's answers."""
     config = load_config(home)
     ensure_serving(home, config.baseline, config)
-    plans_before = files_under(home.plans)
-    code, result, stderr = run_plan(home, "--max-tokens", "48")
-    assert code == 1, stderr
-    assert result["submitted"] is False and result["accepted"] is False
+    code, result, stderr = run_plan(home, "--max-tokens", "24", "--no-supervisor")
+    assert code == 0, stderr
+    assert result["form"] == "menu" and result["planner"] == "fallback"
     assert result["endpoint"] == f"http://127.0.0.1:{config.port}/v1"
-    assert "no usable plan" in result["message"] and "nothing was proposed" in result["message"]
-    assert result["reply_excerpt"], "the tiny model did answer (with gibberish)"
-    assert result["extraction"]["plan"] is None
-    assert files_under(home.plans) == plans_before and not home.queued()
-    assert audit(home) == [], "propose_plan was never called"
-    assert not home.lock_is_held()
+    assert result["submitted"] is True and result["accepted"] is True
+    assert len(result["attempts"]) == 2 and all(a["problems"] for a in result["attempts"])
+    assert stderr.count("asking the model at") == 2
+    [entry] = home.queued()
+    frozen = json.loads(entry.read_text())
+    assert frozen["proposed_by"] == "mcp:mcp-infra-plan"
+    notes = frozen["proposed"]["notes"]
+    assert notes.startswith("planner: fallback\nwhy: ")
+    assert "\nmodel answer 1: " in notes and "\nmodel answer 2: " in notes
+    [record] = audit(home)
+    assert record.client == "mcp:mcp-infra-plan" and record.accepted
 
 
 def test_a_reply_with_a_plan_is_submitted_through_mcp(
@@ -203,10 +213,11 @@ def test_a_reply_with_a_plan_is_submitted_through_mcp(
         + "\n```\nIt should pass the lossless gate."
     )
     code, result, stderr = run_plan(
-        home, "--endpoint", url, "--no-supervisor", "--goal", "faster decoding"
+        home, "--endpoint", url, "--no-supervisor", "--goal", "faster decoding", "--prompt", "json"
     )
     assert code == 0, stderr
     assert result["submitted"] is True and result["accepted"] is True
+    assert result["planner"] == "model" and result["form"] == "json"
     assert result["extraction"]["source"] == "fenced"
     proposal = result["proposal"]
     assert proposal["candidates"] == ["baseline", "demo-tiny:draft-k4"]
@@ -226,33 +237,44 @@ def test_a_reply_with_a_plan_is_submitted_through_mcp(
     assert "## Policy test" in prompt and "propose_plan" in prompt
 
 
-def test_dry_run_and_refused_plans_queue_nothing(
+def test_dry_run_then_a_refused_plan_asked_again_then_the_fallback(
     home: Home, stand_in: tuple[str, type[StandIn]]
 ) -> None:
     url, handler = stand_in
     handler.reply = json.dumps(GOOD)
-    code, result, _ = run_plan(home, "--endpoint", url, "--dry-run")
+    code, result, _ = run_plan(home, "--endpoint", url, "--dry-run", "--prompt", "json")
     assert code == 0 and result["submitted"] and result["dry_run"]
     assert result["proposal"]["dry_run"] is True and not home.queued()
     handler.reply = json.dumps({"hypothesis": "warp", "candidates": ["demo-tiny:warp-drive"]})
-    code, result, _ = run_plan(home, "--endpoint", url)
-    assert code == 1 and result["submitted"] and not result["accepted"]
-    assert "not a candidate of the registry" in json.dumps(result["proposal"]["problems"])
-    assert not home.queued()
-    handler.reply = "I cannot help with that."
-    code, result, _ = run_plan(home, "--endpoint", url)
-    assert code == 1 and not result["submitted"]
-    assert [r.accepted for r in audit(home)] == [True, False]
+    code, result, _ = run_plan(home, "--endpoint", url, "--prompt", "json", "--no-supervisor")
+    assert code == 0 and result["planner"] == "fallback", result["message"]
+    refused = [a["problems"] for a in result["attempts"]]
+    assert len(refused) == 2 and all("not a candidate of the registry" in p[0] for p in refused)
+    retry = handler.requests[-1]["body"]["messages"][-1]["content"]
+    assert retry.startswith("Your answer could not be used: ") and "warp-drive" in retry
+    [entry] = home.queued()
+    assert json.loads(entry.read_text())["proposed"]["notes"].startswith("planner: fallback")
+    assert [r.accepted for r in audit(home)] == [True, False, False, True]
 
 
-def test_unreachable_model_changes_nothing(home: Home) -> None:
+def test_unreachable_model_is_exit_code_6_with_a_hint(home: Home) -> None:
     from mcp_infra.procs.runtime import free_port
 
-    code, result, _ = run_plan(
-        home, "--endpoint", f"http://127.0.0.1:{free_port()}/v1", "--timeout", "5"
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    code, result, _ = run_plan(home, "--endpoint", url, "--timeout", "5")
+    assert code == 6 and result["error"]["name"] == "UNAVAILABLE"
+    assert "nothing answers at" in result["error"]["message"]
+    assert "check --endpoint" in result["error"]["message"]
+    plain = subprocess.run(  # the managed service is not started: say how to start it
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "plan", "--local"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert code == 1 and not result["submitted"]
-    assert "did not answer" in result["message"]
+    assert plain.returncode == 6 and "Traceback" not in plain.stderr
+    [line] = [x for x in plain.stderr.splitlines() if x.startswith("mcp-infra: error:")]
+    assert "service start" in line
     assert not home.queued() and audit(home) == []
 
 
@@ -275,3 +297,12 @@ def test_plan_without_local_prints_the_prompt(home: Home) -> None:
     )
     assert result.returncode == 0
     assert "Goal: short answers" in result.stdout and "## Your answer" in result.stdout
+    menu = subprocess.run(
+        [sys.executable, "-m", "mcp_infra", "--home", str(home.root), "plan", "--prompt", "menu"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert menu.returncode == 0 and "\n1. demo-tiny:" in menu.stdout
+    assert "Answer with 1 to 3 numbers from the menu" in menu.stdout

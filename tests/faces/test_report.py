@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from mcp_infra.contracts import CandidateRun, FrozenPlan, Verdict
-from mcp_infra.faces import cli, report
+from mcp_infra.faces import cli, report, report_svg
 from mcp_infra.state import evidence
 from mcp_infra.state.store import Home, read_model
 from tests.helpers.paths import SHIPPED, shipped_key
@@ -117,7 +117,7 @@ def heldout_again(bundle: Path) -> Any:
     """The held-out check as the cycle that sealed the bundle reached it (flows.rounds.
     heldout_check's last step)."""
     from mcp_infra.core.selector import select
-    from mcp_infra.flows.rounds import as_measured, heldout_protocol
+    from mcp_infra.flows.confirm import as_measured, heldout_protocol
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
     verdict = read_model(bundle / "verdict.json", Verdict)
@@ -319,9 +319,12 @@ def test_a_forged_bundle_is_flagged_on_the_page(tmp_path: Path) -> None:
 def test_a_floor_of_zero_is_not_drawn_on_a_log_axis() -> None:
     """A policy may allow any per-prompt slowdown (tolerance 100%: a floor of 0×), which a log
     axis cannot show (the evidence fixture's policy does this)."""
-    point = report.Point("c", 1.4, 1.2, 1.7, "qualified", 1.1)
-    lines = [(0.0, "floor", "#000", "floor"), (1.05, "required", "#b00", "threshold")]
-    svg = report.interval_chart("t", [point], "title", lines, "x")
+    point = report_svg.Point("c", 1.4, 1.2, 1.7, "qualified", 1.1)
+    lines = [
+        report_svg.Line(0.0, "floor", "#000", "floor"),
+        report_svg.Line(1.05, "required", "#b00", "threshold"),
+    ]
+    svg = report_svg.interval_chart("t", [point], "title", lines, "x")
     assert 'id="t-threshold"' in svg and 'id="t-floor"' not in svg
 
 
@@ -397,3 +400,68 @@ def test_report_in_chromium(tmp_path: Path) -> None:
     ((name, colour),) = values["rejected_rows"]
     assert name.startswith("demo-tiny:draft-k4-cache") and colour == "rgb(128, 134, 143)"
     assert seen.screenshot.startswith(b"\x89PNG") and len(seen.screenshot) > 100_000
+
+
+DECISION = {
+    "word": "document.querySelector('#decision .outcome').textContent",
+    "colour": "getComputedStyle(document.getElementById('decision')).borderLeftColor",
+    "badge": "getComputedStyle(document.querySelector('#decision .outcome')).backgroundColor",
+    "top": "document.getElementById('decision').getBoundingClientRect().top",
+}
+OUTCOME_LOOK = {  # the decision box: its first word and its colour
+    "promoted": ("Promoted", "rgb(28, 124, 60)"),
+    "kept_baseline": ("Baseline kept", "rgb(91, 100, 114)"),
+    "rolled_back": ("Rolled back", "rgb(179, 38, 30)"),
+}
+
+
+@pytest.mark.slow
+def test_the_decision_box_says_the_outcome_in_words_and_colour(home: Home, tmp_path: Path) -> None:
+    """Promoted (the shipped bundle), baseline kept and rolled back (bundles sealed by the
+    product's own code from SYNTHETIC timings: tests/helpers/synthetic_bundle.py), each page in
+    headless Chromium: the box opens the page with the outcome's word in the outcome's colour.
+    Screenshots are left in the test's folder (printed)."""
+    from mcp_infra.contracts import CandidateRun, Outcome
+    from tests.helpers import chromium
+    from tests.helpers.synthetic_bundle import (
+        baseline_run,
+        cheap_seal,
+        freeze,
+        greedy_ids,
+        prompts,
+        seal,
+        timing,
+    )
+
+    if chromium.chromium() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    kept = cheap_seal(home, freeze(home, ["demo-tiny:kv8"]))
+    plan = freeze(home, ["demo-tiny:draft-k2"])
+    ids = {p: [1, 2, 3] for p in prompts(plan)}
+    winner = CandidateRun(
+        candidate="demo-tiny:draft-k2",
+        samples=timing("demo-tiny:draft-k2", plan, 20.0),
+        greedy=greedy_ids("demo-tiny:draft-k2", plan, ids),
+        peak_memory_gb=0.3,
+    )
+    base = baseline_run(plan, greedy_ids("baseline", plan, ids))
+    rolled = seal(home, plan, base, [winner], outcome=Outcome.ROLLED_BACK)
+    bundles = {
+        "promoted": (BUNDLE, ["--key", str(KEY)]),
+        "kept_baseline": (home.evidence / kept.cycle_id, []),
+        "rolled_back": (home.evidence / rolled.cycle_id, []),
+    }
+    for outcome, (bundle, key) in bundles.items():
+        out = tmp_path / f"{outcome}.html"
+        argv = ["--home", str(home.root), "evidence", "report", str(bundle), *key, "-o", str(out)]
+        assert cli.main(argv) == 0, outcome
+        assert "Evidence verified" in out.read_text(), f"{outcome}: the bundle verifies"
+        seen = chromium.render(out, width=1280, height=900, expressions=DECISION)
+        shot = tmp_path / f"{outcome}.png"
+        shot.write_bytes(seen.screenshot)
+        print(f"{outcome} screenshot: {shot}")
+        assert seen.requests == [out.resolve().as_uri()] and not seen.exceptions
+        word, colour = OUTCOME_LOOK[outcome]
+        assert seen.values["word"] == word
+        assert seen.values["colour"] == colour == seen.values["badge"]
+        assert seen.values["top"] < 200, "the outcome is the first thing on the page"

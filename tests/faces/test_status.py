@@ -25,7 +25,7 @@ from mcp_infra.faces import render
 from mcp_infra.faces.live_status import STATUS_URI, change_digest
 from mcp_infra.faces.mcp_server import build_server
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import Journal
+from mcp_infra.flows.journal import Journal
 from mcp_infra.state.store import Home, read_journal_file, utcnow
 from tests.helpers.paths import SHIPPED
 

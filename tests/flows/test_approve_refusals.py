@@ -18,8 +18,8 @@ import yaml
 
 from mcp_infra.contracts import CandidateRun, CycleSummary, EvidenceManifest
 from mcp_infra.faces import cli
-from mcp_infra.flows import cycle
 from mcp_infra.flows.approve import ApprovalRefused, approve
+from mcp_infra.state.context import load_config, mark_needs_operator
 from mcp_infra.state.store import Home, read_model, sha256_file, write_model
 from tests.helpers.synthetic_bundle import (
     baseline_run,
@@ -76,7 +76,7 @@ def test_no_sealed_evidence(home: Home) -> None:
 
 
 def test_needs_an_operator_first(home: Home, awaiting: CycleSummary) -> None:
-    cycle.mark_needs_operator(home, "c-earlier", "the live recipe could not be restored")
+    mark_needs_operator(home, "c-earlier", "the live recipe could not be restored")
     refused(home, awaiting.cycle_id, None, r"needs an operator first: run `mcp-infra recover`")
 
 
@@ -131,7 +131,7 @@ def test_a_candidate_that_did_not_qualify(home: Home, awaiting: CycleSummary) ->
 
 
 def test_the_live_recipe_changed(home: Home, awaiting: CycleSummary) -> None:
-    other = read_model(home.config, type(cycle.load_config(home))).baseline.model_copy(
+    other = read_model(home.config, type(load_config(home))).baseline.model_copy(
         update={"candidate_id": "demo-tiny:draft-k4"}
     )
     write_model(home.state / "active.json", other)

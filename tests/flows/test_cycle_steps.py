@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from mcp_infra.contracts import Outcome
-from mcp_infra.flows.cycle import PAST_BUDGET, STEPS, CycleResult, run_steps
+from mcp_infra.flows.cycle import PAST_BUDGET, STEPS, run_steps
+from mcp_infra.flows.promotion import CycleResult
 
 
 def context(clock: float, deadline: float) -> SimpleNamespace:

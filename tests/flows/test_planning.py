@@ -16,12 +16,14 @@ import pytest
 
 from mcp_infra.contracts import CandidateRun, Verdict
 from mcp_infra.core.extraction import extract_plan
+from mcp_infra.core.menu import fallback_plan
 from mcp_infra.core.preflight import find_candidate
+from mcp_infra.core.units import fmt_pct
 from mcp_infra.demo.homes import make_home
 from mcp_infra.demo.models import build_demo_models
-from mcp_infra.faces.render import plan_example, planning_prompt
+from mcp_infra.faces.render import menu_prompt, plan_example, planning_prompt
 from mcp_infra.flows import api as app
-from mcp_infra.flows.planning import build_context, whole
+from mcp_infra.flows.planning import build_context, menu_of, whole
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry
 from mcp_infra.state.store import Home, read_model, write_model
@@ -137,3 +139,22 @@ def test_reasons_are_never_cut_inside_a_word(planned_home: tuple[Home, str]) -> 
             kept = short.removesuffix("…").rstrip()
             assert text.startswith(kept), (limit, short)
             assert not (kept and kept[-1].isalnum() and text[len(kept)].isalnum()), (limit, short)
+
+
+def test_the_menu_shows_last_verdicts_and_the_fallback_takes_untried_first(
+    planned_home: tuple[Home, str],
+) -> None:
+    home, cycle_id = planned_home
+    verdict = read_model(home.bundle_files(cycle_id).verdict, Verdict)
+    decided = {c.candidate: c for c in verdict.candidates}
+    menu = menu_of(build_context(home))
+    [slower] = [i for i in menu.items if i.id == SLOWER]
+    judged = decided[SLOWER]
+    assert slower.last_verdict == f"{judged.decision.value} {fmt_pct(judged.speedup_estimate)}"
+    untried = [i.id for i in menu.items if i.id not in decided]
+    assert untried and all(i.last_verdict is None for i in menu.items if i.id in untried)
+    assert f": {slower.title} ({slower.candidate_class}, lossless, last {slower.last_verdict})" in (
+        menu_prompt(menu)
+    )
+    plan = fallback_plan(menu, ["no numbers here"], "why")
+    assert plan is not None and plan["candidates"] == [*untried, SLOWER][:3]

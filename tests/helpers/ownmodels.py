@@ -180,3 +180,23 @@ def into_hub_cache(cache: Path, repo: str, shape: Shape, revision: str = REVISIO
 
 def _dump(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def seed_help(home_root: Path) -> None:
+    """Put the recorded ``--help`` texts (tests/data/runtime-help) where the catalog keeps the
+    installed runtimes' own, so a fast test reads them instead of starting the runtimes."""
+    from importlib import metadata
+
+    from mcp_infra.state.owncatalog import help_path
+    from mcp_infra.state.store import Home
+    from tests.helpers.paths import REPO
+
+    recorded = REPO / "tests" / "data" / "runtime-help"
+    for name, package, file in (
+        ("mlx_lm_server", "mlx-lm", "mlx-lm-0.32.2-server.txt"),
+        ("mlx_vlm_server", "mlx-vlm", "mlx-vlm-0.7.10-server.txt"),
+        ("mlx_lm.convert", "mlx-lm", "mlx-lm-0.32.2-convert.txt"),
+    ):
+        target = help_path(Home(home_root), name, metadata.version(package))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text((recorded / file).read_text())

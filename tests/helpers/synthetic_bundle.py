@@ -8,9 +8,9 @@ this CPU) and, where the caller asks for them, the greedy token ids (`greedy_ids
 measured by these helpers is a figure about any machine; never read them as one.
 
 Everything else is the product's own code: the plan is frozen by `proposal.freeze_plan`, the verdict
-comes from `selector.select`, the journal is written by `cycle.Journal` in the order a real cycle
+comes from `selector.select`, the journal is written by `Journal` in the order a real cycle
 writes it (QUEUED, PREFLIGHT, PREPARE, BASELINE, MAINTENANCE, EXPERIMENT per candidate, SELECT,
-SEALED), and `cycle.conclude` seals the bundle (and records recipe memory). Greedy outputs may also
+SEALED), and `conclude` seals the bundle (and records recipe memory). Greedy outputs may also
 be real ones read from real servers (`real_greedy`).
 """
 
@@ -24,6 +24,7 @@ from mcp_infra.contracts import (
     CycleState,
     CycleSummary,
     FrozenPlan,
+    JournalStep,
     Outcome,
     Sample,
 )
@@ -31,7 +32,9 @@ from mcp_infra.core.preflight import find_candidate
 from mcp_infra.core.sanitize import parse_plan
 from mcp_infra.core.selector import select
 from mcp_infra.core.workload import request_class_of
-from mcp_infra.flows import cycle, proposal
+from mcp_infra.flows import proposal
+from mcp_infra.flows.journal import Journal
+from mcp_infra.flows.promotion import CycleResult, conclude
 from mcp_infra.procs import bench
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_registry, load_suite
@@ -99,13 +102,19 @@ def greedy_ids(candidate: str, plan: FrozenPlan, ids: dict[str, list[int]]) -> l
 
 
 def seal(
-    home: Home, plan: FrozenPlan, baseline: CandidateRun, runs: list[CandidateRun]
+    home: Home,
+    plan: FrozenPlan,
+    baseline: CandidateRun,
+    runs: list[CandidateRun],
+    outcome: Outcome = Outcome.KEPT_BASELINE,
 ) -> CycleSummary:
-    """Write the cycle's files as `run_cycle` does, select, and seal with the matching outcome."""
+    """Write the cycle's files as `run_cycle` does, select, and seal with the matching outcome
+    (``ROLLED_BACK``: the winner is switched in, fails its online check and is switched back,
+    as the journal of a real rollback says; nothing is started)."""
     cycle_id = f"c-{utcnow():%Y%m%d-%H%M%S%f}-{plan.content_hash[:6]}"
     cdir = home.cycle_dir(cycle_id)
     write_model(cdir / "plan.json", plan)
-    journal = cycle.Journal(home, cycle_id)
+    journal = Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
     journal(CycleState.PREFLIGHT, "checking candidates and the live service")
@@ -168,15 +177,26 @@ def seal(
     ]
     verdict = select(baseline, ordered, plan.thresholds, plan.protocol, plan.auto_promote)
     write_model(cdir / "verdict.json", verdict)
-    assert verdict.selected is None, "these helpers seal cycles that keep the baseline"
-    return cycle.conclude(
-        home,
-        plan,
-        cycle_id,
-        journal,
-        started,
-        cycle.CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason),
-    )
+    if outcome == Outcome.KEPT_BASELINE:
+        assert verdict.selected is None, "a cycle that keeps the baseline selected nothing"
+        result = CycleResult(Outcome.KEPT_BASELINE, None, verdict.reason)
+    else:
+        assert outcome == Outcome.ROLLED_BACK and verdict.selected, "a rollback needs a winner"
+        winner = recipes[verdict.selected].model_dump(mode="json")
+        journal(
+            CycleState.PROMOTE,
+            f"synthetic: {verdict.selected} started on its own port (nothing ran)",
+            step=JournalStep.ENTER,
+            recipe=winner,
+            previous=live.candidate_id,
+        )
+        journal(CycleState.VERIFY, "synthetic: the online check", step=JournalStep.ENTER)
+        why = f"synthetic: {verdict.selected} did not reproduce its greedy outputs online"
+        journal(CycleState.VERIFY, why, step=JournalStep.FAILED)
+        journal(CycleState.ROLLBACK, "verification failed", step=JournalStep.ENTER)
+        journal(CycleState.ROLLBACK, f"{live.candidate_id} serves", step=JournalStep.DONE)
+        result = CycleResult(Outcome.ROLLED_BACK, None, f"{why}; {live.candidate_id} serves")
+    return conclude(home, plan, cycle_id, journal, started, result)
 
 
 def baseline_run(plan: FrozenPlan, greedy: list[Sample], tps: float = 10.0) -> CandidateRun:

@@ -29,7 +29,7 @@ from mcp_infra.core.admission import (
     route_to,
 )
 from mcp_infra.core.preflight import find_candidate
-from mcp_infra.demo.homes import make_home, stop_home
+from mcp_infra.demo.homes import exclusive_fraction, make_home, stop_home
 from mcp_infra.flows import api as app
 from mcp_infra.procs.front import (
     front_record,
@@ -356,7 +356,7 @@ def test_supervisor_sigkilled_while_requests_are_held_leaves_none_hanging(
     home = make_home(tmp_path / "home", demo_models)
     try:
         # A memory budget no pair of servers fits: exclusive mode, the front holds requests.
-        _policy(home, service={"max_hold_s": 4.0, "memory_budget_fraction": 0.001})
+        _policy(home, service={"max_hold_s": 4.0, "memory_budget_fraction": exclusive_fraction()})
         config = load_config(home)
         ensure_serving(home, config.baseline, config)
         queue_plan(home, {"hypothesis": "h", "candidates": [WINNER]})

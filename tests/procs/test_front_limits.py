@@ -38,7 +38,6 @@ from mcp_infra.demo.frontkit import (
 from mcp_infra.flows import api as app
 from mcp_infra.procs.front import (
     current_status,
-    front_record,
     front_status,
     read_route,
     set_route,
@@ -200,7 +199,7 @@ def test_poison_bodies_reach_the_backend_at_most_once_and_a_poisoned_backend_is_
 
 def test_a_slowloris_is_bounded_and_real_clients_are_still_served(home: Home) -> None:
     config, base = serve(home, header_timeout_s=2.0, max_connections=64)
-    front = front_record(home)
+    front = current_status(home)  # the proxy, which holds the client connections
     assert front is not None
     socks = slow_clients(config.port, 150)
     try:
@@ -219,7 +218,7 @@ def test_a_slowloris_is_bounded_and_real_clients_are_still_served(home: Home) ->
 
 def test_a_200_mb_body_is_refused_early_and_the_front_stays_small(home: Home) -> None:
     config, base = serve(home)
-    front = front_record(home)
+    front = current_status(home)  # the proxy, which reads the bodies
     assert front is not None
     declared, sent = huge_body(config.port)
     assert declared == 413  # answered before a byte of the body was sent
@@ -306,7 +305,7 @@ def test_front_tasks_are_supervised_and_a_file_size_limit_does_not_stop_a_switch
 ) -> None:
     config, base = serve(home)
     old = live(home)
-    front = front_record(home)
+    front = current_status(home)  # the proxy, which writes the status file
     assert front is not None
     proc = psutil.Process(front.pid)
     soft, hard = proc.rlimit(psutil.RLIMIT_FSIZE)

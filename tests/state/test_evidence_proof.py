@@ -31,7 +31,7 @@ from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.sanitize import plan_content_hash
 from mcp_infra.demo.homes import PROMOTING_PROTOCOL, make_home, stop_home
 from mcp_infra.faces import cli
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence, sealing, signing
 from mcp_infra.state.store import Home, read_model, sha256_file, write_model
 from tests.helpers import chromium
