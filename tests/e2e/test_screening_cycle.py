@@ -14,7 +14,7 @@ import yaml
 from mcp_infra.contracts import BASELINE_ID, CandidateRun, Decision, JournalStep, Verdict
 from mcp_infra.demo.homes import write_test_policy
 from mcp_infra.flows import api as app
-from mcp_infra.flows.cycle import supervise
+from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state import evidence
 from mcp_infra.state.context import load_config
