@@ -42,6 +42,7 @@ speedups, 100 resamples, one process: a few seconds.
 
 from __future__ import annotations
 
+import argparse
 import math
 import multiprocessing
 import random
@@ -243,7 +244,7 @@ def _rates(outcomes: list[Outcome]) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ap = _common.parser(__doc__)
     ap.add_argument("--true-speedups", default="1.00,1.03,1.10,1.30")
     ap.add_argument("--threshold-pct", type=float, default=5.0)
@@ -286,7 +287,29 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.smoke:
         args.true_speedups, args.seeds, args.resamples, args.jobs = "1.00,1.10", 5, 100, 1
+    return args
 
+
+def _print_rows(rows: list[dict[str, float]]) -> None:
+    head = (
+        f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "
+        f"{'requests':>8} {'screened':>8} | fixed: {'qualified':>9} {'rejected':>8} "
+        f"{'coverage':>8} {'requests':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['true_speedup']:>6.3f} | {r['qualified_rate']:>9.1%} {r['rejected_rate']:>8.1%} "
+            f"{r['coverage']:>8.1%} {r['mean_starts']:>6.2f} {r['mean_requests']:>8.1f} "
+            f"{r['screened_rate']:>8.1%} | "
+            f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
+            f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     setup = Setup(
         args.threshold_pct,
         args.start_noise,
@@ -331,21 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         + (", screening" if args.screening else "")
         + f"; {took:.0f} s"
     )
-    head = (
-        f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "
-        f"{'requests':>8} {'screened':>8} | fixed: {'qualified':>9} {'rejected':>8} "
-        f"{'coverage':>8} {'requests':>8}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(
-            f"{r['true_speedup']:>6.3f} | {r['qualified_rate']:>9.1%} {r['rejected_rate']:>8.1%} "
-            f"{r['coverage']:>8.1%} {r['mean_starts']:>6.2f} {r['mean_requests']:>8.1f} "
-            f"{r['screened_rate']:>8.1%} | "
-            f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
-            f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
-        )
+    _print_rows(rows)
     _common.emit({"smoke": args.smoke, "rows": rows}, args.json)
     return 0
 
