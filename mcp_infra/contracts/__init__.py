@@ -96,6 +96,7 @@ from mcp_infra.contracts.models import (
     TokenizerFacts,
 )
 from mcp_infra.contracts.plan import (
+    MAX_PLAN_CANDIDATES,
     Acceptance,
     EffectiveThresholds,
     FrozenPlan,
@@ -166,6 +167,7 @@ from mcp_infra.contracts.verdicts import (
     Interval,
     PromptStat,
     QualityMeasure,
+    Screening,
     TaskOutcome,
     Verdict,
 )
@@ -245,6 +247,7 @@ __all__ = [
     "LockedPackage",
     "MODE_DEFAULTS",
     "MachineLoad",
+    "MAX_PLAN_CANDIDATES",
     "Manifest",
     "MeasureProtocol",
     "ModelShape",
@@ -283,6 +286,7 @@ __all__ = [
     "RuntimeLock",
     "RuntimeSpec",
     "SCHEMA_VERSION",
+    "Screening",
     "SHA256_PATTERN",
     "Sample",
     "Semantics",

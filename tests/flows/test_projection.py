@@ -257,6 +257,10 @@ def test_status_sets_the_projection_against_the_elapsed_time(bare_home: Home) ->
 # ---------------------------------------------------------------------------------------------
 
 PLAN = {"hypothesis": "a 4-token drafter speeds up decoding", "candidates": ["demo-tiny:draft-k4"]}
+UNMEASURED = {
+    "hypothesis": "a 6-token drafter speeds up decoding",
+    "candidates": ["demo-tiny:draft-k6"],
+}
 
 
 def set_service(home: Home, window: dict[str, str], **service: object) -> None:
@@ -285,12 +289,12 @@ def test_a_dry_run_on_a_home_with_a_sealed_cycle_says_its_cost(home: Home) -> No
 
 def test_an_exclusive_plan_over_the_unserved_limit_is_held_for_the_window(home: Home) -> None:
     copy_bundle(home)
-    # A budget of 0.6 GiB holds one tiny demo server (about 0.31 GiB) but not the candidate's
-    # 1 GB peak beside the live backend: exclusive mode.
+    # A budget of 0.6 GiB holds one tiny demo server (estimated 0.31 GiB) but not the 1 GB peak
+    # the manifest declares for a drafter no cycle here measured: exclusive mode.
     fraction = round(0.6 / (psutil.virtual_memory().total / 2**30), 5)
     window = {"mode": "window", "start": "02:00", "end": "04:00"}
     set_service(home, window, memory_budget_fraction=fraction, max_unserved_s=5)
-    view = app.propose(home, PLAN, proposed_by="test", start_supervisor=False)
+    view = app.propose(home, UNMEASURED, proposed_by="test", start_supervisor=False)
     assert view.accepted and view.memory_mode == "exclusive", view.memory_mode_reason
     assert view.cost is not None and view.cost.unserved_s and view.cost.unserved_s > 5
     assert view.cost.held and "maintenance window 02:00-04:00 UTC" in view.cost.held
@@ -298,11 +302,13 @@ def test_an_exclusive_plan_over_the_unserved_limit_is_held_for_the_window(home: 
     kept = read_model(cost_sidecar(home, str(view.plan_id)), PlanCost)
     assert kept == view.cost  # what `status` sets against the elapsed time
     set_service(home, {"mode": "never"}, memory_budget_fraction=fraction, max_unserved_s=5)
-    refused = app.propose(home, PLAN, proposed_by="test", start_supervisor=False)
+    refused = app.propose(home, UNMEASURED, proposed_by="test", start_supervisor=False)
     assert not refused.accepted and "window is 'never'" in refused.message
     assert len(home.queued()) == 1  # nothing more queued
     set_service(home, window, memory_budget_fraction=fraction, max_unserved_s=None)
-    unlimited = app.propose(home, PLAN, proposed_by="test", dry_run=True, start_supervisor=False)
+    unlimited = app.propose(
+        home, UNMEASURED, proposed_by="test", dry_run=True, start_supervisor=False
+    )
     assert unlimited.accepted and unlimited.cost is not None and unlimited.cost.held is None
 
 
