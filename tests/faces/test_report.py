@@ -122,8 +122,8 @@ def heldout_again(bundle: Path) -> Any:
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
     verdict = read_model(bundle / "verdict.json", Verdict)
-    if verdict.selected is None:
-        return None
+    if verdict.selected is None or not (bundle / "runs" / "heldout--baseline.json").is_file():
+        return None  # nothing selected, or a synthetic bundle sealed without a held-out check
     base = read_model(bundle / "runs" / "heldout--baseline.json", CandidateRun)
     winner = read_model(
         bundle / "runs" / f"heldout--{verdict.selected.replace(':', '__')}.json", CandidateRun
