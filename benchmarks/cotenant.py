@@ -6,16 +6,12 @@ runs `mcp-infra --home <fresh temporary home> demo --json` N times, one after an
 co-tenant, and reads each sealed bundle: the outcome, each candidate's decision, the demo's wall
 time, the round records' machine load (the mean and the highest share of the CPUs that processes
 other than the cycle's own took during a server start, the highest 1-minute load average, the
-seconds the starts waited for a quiet machine, the starts set aside and measured again because
-other processes slowed them) and whether a verdict left open names the load in the outcome's
-reason. The shipped demo policy waits before each server start (at most 30 s)
-for other processes to use at most a quarter of the CPUs (a home policy with
-service.redo_busy_starts also measures a start again where they took more than that over its
-window: the `set aside` column). --quiet F runs each demo under a home policy of its own: the
-demo policy with service.quiet_cpu_fraction F and service.quiet_wait_s --quiet-wait; --no-wait
-the demo policy without the wait (the row the wait is judged against). --paired / --no-paired
-run each demo with protocol.paired on or off (each round's configurations alive at once,
-requests alternating, judged by round).
+seconds the starts waited for a quiet machine, the held-out starts set aside and measured again
+because other processes slowed them) and whether a verdict left open names the load in the
+outcome's reason. The shipped demo policy waits before each server start (at most 30 s) for
+other processes to use at most a quarter of the CPUs. --quiet F runs each demo under a home
+policy of its own: the demo policy with service.quiet_cpu_fraction F and service.quiet_wait_s
+--quiet-wait; --no-wait the demo policy without the wait (the row the wait is judged against).
 --no-cotenant runs the same demos without the co-tenant (the
 comparison row). --same-home runs every demo in one home, as a user's repeated demos are: from
 the second on, a demo learns the machine's start-to-start spread from the earlier ones' sealed
@@ -35,13 +31,12 @@ in 1-second phases, no demo.
 
     .venv/bin/python benchmarks/cotenant.py [--demo N] [--on 20] [--off 20] [--seconds 3600]
         [--quiet F] [--quiet-wait S] [--no-wait] [--no-cotenant] [--same-home] [--home DIR]
-        [--paired | --no-paired] [--json]
+        [--json]
         [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -110,16 +105,11 @@ class Cotenant:
             self.figures = json.loads(lines[-1])
 
 
-def demo_policy(
-    home: Path, setting: tuple[float | None, float] | None, paired: bool | None = None
-) -> None:
+def demo_policy(home: Path, setting: tuple[float | None, float] | None) -> None:
     """The shipped demo policy with the quiet wait ``setting`` (fraction or None for no wait,
-    seconds; None: the shipped wait) and ``protocol.paired`` (None: the shipped value), as the
-    home's own `demo` policy."""
+    seconds; None: the shipped wait), as the home's own `demo` policy."""
     data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
     service = data.setdefault("service", {})
-    if paired is not None:
-        data["protocol"]["paired"] = paired
     if setting is not None and setting[0] is None:
         service.pop("quiet_cpu_fraction", None)
     elif setting is not None:
@@ -203,12 +193,6 @@ def main() -> int:
     ap.add_argument("--no-cotenant", action="store_true", help="the demos without it")
     ap.add_argument("--same-home", action="store_true", help="every demo in one home")
     ap.add_argument("--home", type=Path, default=None, help="that one home, kept afterwards")
-    ap.add_argument(
-        "--paired",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="protocol.paired on (--paired) or off (--no-paired); default: the shipped policy's",
-    )
     args = ap.parse_args()
     if args.smoke:
         args.demo, args.on, args.off, args.seconds = 0, 1.0, 1.0, 4.0
@@ -278,9 +262,6 @@ def main() -> int:
             "cotenant_wall_s": figures.get("wall_s"),
             "quiet_cpu_fraction": quiet,
             "quiet_wait_s": wait_s if quiet is not None else None,
-            "paired": bool(load_policy("demo").protocol.paired)
-            if args.paired is None
-            else args.paired,
             "seconds": round(time.monotonic() - began, 1),
             "same_home": args.same_home or args.home is not None,
             "rows": rows,
@@ -293,8 +274,8 @@ def main() -> int:
 def demo_row(work: Path, index: int, args: Any) -> dict[str, Any]:
     home = args.home or work / ("home" if args.same_home else f"home-{index + 1}")
     setting = wait_setting(args)
-    if setting is not None or args.paired is not None:
-        demo_policy(home, setting, args.paired)
+    if setting is not None:
+        demo_policy(home, setting)
     loadavg = os.getloadavg()[0]
     print(f"demo {index + 1}/{args.demo} (load average {loadavg:.1f})", file=sys.stderr)
     answer, seconds = run_demo(home)

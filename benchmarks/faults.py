@@ -12,7 +12,9 @@ rows send real clients to the stable port: 200 and 1,000 streamed clients at onc
 SIGKILLed live backend mid-stream, a body that kills mlx_lm.server's generation thread, a
 200 MB body, paths outside the API, an Origin, the front's proxy SIGSTOPped six times, a hung
 (SIGSTOPped) live backend. The full-disk row holds the home's disk full for 10 minutes while
-a client asks every 5 s and a plan waits in the queue. Columns: the sealed outcome, whether
+a client asks every 5 s and a plan waits in the queue. Load rows: ten MCP sessions on
+streamable HTTP propose plans at one moment while a cycle measures, then the queue runs out;
+a cycle promotes while 8 clients send mixed traffic. Columns: the sealed outcome, whether
 the live service answers afterwards, project servers left over besides it, records lost
 (journal lines unreadable + cycles never sealed), whether the row's own target held, and what
 was seen.
@@ -27,9 +29,12 @@ refused, no Access-Control-Allow-Origin; exit 5 and a sealed, verified bundle af
 disk; a failed switch rolled back with what serves named; a stopped proxy replaced 6 of 6
 times and a hung backend restarted, without a person; with the disk held full every request
 answered, `status` saying logging is degraded, the plan refused, no cycle started (the
-supervisor exits 7) and the dropped log lines counted.
-Takes: twenty-four faults, each with up to one cycle under the lean `test` policy (about
-30 min on 2 cores, 10 of them the full disk). --smoke: the first cycle fault (SIGKILL at
+supervisor exits 7) and the dropped log lines counted; of ten agents nine queued in distinct
+positions and one refused with its reason, each plan then run exactly once, every bundle
+verifying; a promotion under load with 0 failed requests.
+Takes: twenty-six faults, each with up to one cycle under the lean `test` policy (ten
+agents: ten short cycles; a promotion: up to 3), about an hour on 2 cores, 10 minutes of it
+the full disk. --smoke: the first cycle fault (SIGKILL at
 BASELINE, then recovery) and the first front fault (paths and CORS) under the smoke protocol
 (about 30 s).
 
@@ -53,12 +58,13 @@ from pathlib import Path
 from typing import Any
 
 import _common
+import anyio
 import httpx2 as httpx
 import psutil
 import yaml
 
 from mcp_infra.contracts import Recipe
-from mcp_infra.demo import frontkit
+from mcp_infra.demo import agents, frontkit
 from mcp_infra.demo.faults import (
     SmallDisk,
     candidate_records,
@@ -75,8 +81,15 @@ from mcp_infra.demo.faults import (
     wait_for,
     wait_paused,
 )
-from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, exclusive_fraction, make_home, stop_home
+from mcp_infra.demo.homes import (
+    ONE_START,
+    PROMOTE_ANY_GAIN,
+    exclusive_fraction,
+    make_home,
+    stop_home,
+)
 from mcp_infra.demo.models import build_demo_models
+from mcp_infra.demo.traffic import Traffic
 from mcp_infra.flows import api as app
 from mcp_infra.procs.front import current_status, front_record, raise_fd_limit, read_route
 from mcp_infra.procs.runtime import free_port, is_running, start_server, stop_server
@@ -384,15 +397,79 @@ def disk_held_full(home: Home, disk: SmallDisk) -> tuple[str, bool]:
     )
 
 
+AGENTS = 10
+HELD_AT = "EXPERIMENT:measuring"
+
+
+def ten_agents(home: Home) -> tuple[str, bool]:
+    """Ten MCP sessions on streamable HTTP propose at one moment while the queued plan's cycle
+    measures; then the queue runs out. Each plan is run once or refused with the reason."""
+    proc = supervisor(home, pause_at=HELD_AT)
+    try:
+        wait_paused(home, HELD_AT, proc, 300)
+        with agents.http_face(home) as face:
+            answers = anyio.run(agents.propose_at_once, face, agents.agent_plans(AGENTS))
+        release(home, HELD_AT)
+        code = proc.wait(timeout=3600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    seen = agents.tally(home, answers)
+    ok = len(seen.accepted) == AGENTS - 1 and len(seen.refused) == 1 and code == 0
+    ok = ok and seen.positions == list(range(1, AGENTS)) and not seen.lost and not seen.twice
+    ok = ok and seen.verified == seen.sealed == len(seen.accepted) + 1 and not seen.queued
+    return (
+        f"{len(seen.accepted)} queued (positions {seen.positions[0]}-{seen.positions[-1]}, "
+        f"{len(set(seen.positions))} distinct), {len(seen.refused)} refused "
+        f"({seen.refused[0][:40] if seen.refused else '-'}); {seen.sealed} cycles sealed, "
+        f"{seen.verified} verify; {len(seen.lost)} lost, {len(seen.twice)} run twice",
+        ok,
+    )
+
+
+LOAD_CLIENTS = 8
+
+
+def promotion_under_load(home: Home) -> tuple[str, bool]:
+    """``LOAD_CLIENTS`` clients send mixed traffic (streamed and not, some leaving mid-stream)
+    while the queued plan's cycle runs and promotes; up to ``ATTEMPTS`` cycles until one
+    promotes (on a loaded machine the drafter may not win). No request may fail."""
+    port, base = _served(home)
+    load = Traffic(base, LOAD_CLIENTS)
+    load.start()
+    outcomes: list[str] = []
+    try:
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                queue_plan(home)
+            run_supervisor(home, timeout=1800)
+            outcomes.append(evidence.list_cycles(home)[0].outcome.value)
+            if outcomes[-1] == "promoted":
+                break
+        time.sleep(2.0)
+    finally:
+        load.stop()
+    failed = sorted({f.why[:40] for f in load.failures})
+    ok = outcomes[-1] == "promoted" and not load.failures
+    return (
+        f"{', '.join(outcomes)}; {load.total()} requests ({load.left} left on purpose), "
+        f"{len(load.failures)} failed{': ' + '; '.join(failed[:2]) if failed else ''}",
+        ok,
+    )
+
+
 def queue_plan_body() -> dict[str, Any]:
     return {"hypothesis": "a drafter speeds up decoding", "candidates": ["demo-tiny:draft-k4"]}
 
 
-def _service_policy(home: Home, service: dict[str, Any]) -> None:
-    """The home's policy with this ``service:`` section, before any plan is frozen under it."""
+def _policy(home: Home, service: dict[str, Any] | None, sections: dict[str, Any]) -> None:
+    """The home's policy with this ``service:`` section (if given) and these other sections,
+    before any plan is frozen under it."""
     path = home.user_policy / "test.yaml"
-    data = yaml.safe_load(path.read_text())
-    data["service"] = service
+    data = yaml.safe_load(path.read_text()) | sections
+    if service is not None:
+        data["service"] = service
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -571,6 +648,8 @@ class Fault:
     kind: str = "cycle"
     home: dict[str, Any] = field(default_factory=dict)
     service: dict[str, Any] | None = None  # the policy's service section, if not the default
+    protocol: dict[str, Any] | None = None  # what its cycles measure, if not ``PROTOCOL``
+    policy: dict[str, Any] = field(default_factory=dict)  # other sections of its policy
 
 
 WINS = {"thresholds": PROMOTE_ANY_GAIN}  # a winner on any measured gain: the rows past SELECT
@@ -608,6 +687,17 @@ FAULTS: list[Fault] = [
     Fault(f"front's proxy SIGSTOPped x{STOPS}", front_stopped, kind="front"),
     Fault("live backend hung (SIGSTOP)", backend_hung, kind="front"),
     Fault(f"home disk full for {FULL_FOR_S / 60:.0f} min", disk_held_full, kind="full"),
+    Fault(
+        f"{AGENTS} agents propose at once over MCP HTTP while a cycle runs",
+        ten_agents,
+        protocol={**ONE_START, "warmup": 0, "max_tokens": 8},
+    ),
+    Fault(
+        "promotion under load (8 clients)",
+        promotion_under_load,
+        home=WINS,
+        policy={"recipe_memory": False},  # a second attempt measures the drafter again
+    ),
 ]
 
 
@@ -615,10 +705,10 @@ def run_fault(fault: Fault, root: Path, models: dict[str, Path], protocol: dict)
     with contextlib.ExitStack() as stack:
         small = fault.kind in ("disk", "full")
         disk = stack.enter_context(small_disk(root)) if small else None
-        home = make_home(root, models, **fault.home, **protocol)
+        home = make_home(root, models, **fault.home, **(fault.protocol or protocol))
         stack.callback(stop_home, home)  # before the small disk is unmounted
-        if fault.service is not None:
-            _service_policy(home, fault.service)
+        if fault.service is not None or fault.policy:
+            _policy(home, fault.service, fault.policy)
         start_live(home)
         cycle = fault.kind in ("cycle", "disk")
         if fault.kind == "front":
@@ -627,7 +717,8 @@ def run_fault(fault: Fault, root: Path, models: dict[str, Path], protocol: dict)
             note, held = fault.run(home, disk)
         else:
             queue_plan(home)
-            note, held = (fault.run(home, disk) if disk else fault.run(home)), True
+            said = fault.run(home, disk) if disk else fault.run(home)
+            note, held = said if isinstance(said, tuple) else (said, True)
         after = inspect(home)
         sealed = 1 if not cycle or after.sealed else 0
         if cycle:

@@ -56,12 +56,10 @@ from mcp_infra.contracts.home import (
     LockedPackage,
     NeedsOperatorRecord,
     ProcessUsage,
-    RecheckAttempt,
     RememberedGate,
     RememberedOutcome,
     RuntimeLock,
     UsageStart,
-    WatchState,
 )
 from mcp_infra.contracts.journal import (
     CycleState,
@@ -98,6 +96,7 @@ from mcp_infra.contracts.models import (
     TokenizerFacts,
 )
 from mcp_infra.contracts.plan import (
+    MAX_PLAN_CANDIDATES,
     Acceptance,
     EffectiveThresholds,
     FrozenPlan,
@@ -117,7 +116,6 @@ from mcp_infra.contracts.policy import (
     QualityBudgets,
     ServicePolicy,
     Thresholds,
-    Watch,
     Window,
     WorkloadCell,
 )
@@ -169,6 +167,7 @@ from mcp_infra.contracts.verdicts import (
     Interval,
     PromptStat,
     QualityMeasure,
+    Screening,
     TaskOutcome,
     Verdict,
 )
@@ -248,6 +247,7 @@ __all__ = [
     "LockedPackage",
     "MODE_DEFAULTS",
     "MachineLoad",
+    "MAX_PLAN_CANDIDATES",
     "Manifest",
     "MeasureProtocol",
     "ModelShape",
@@ -274,7 +274,6 @@ __all__ = [
     "REPO_PATTERN",
     "REVISION_PATTERN",
     "RankRecord",
-    "RecheckAttempt",
     "Recipe",
     "RecipeRuntime",
     "RefusedCandidate",
@@ -287,6 +286,7 @@ __all__ = [
     "RuntimeLock",
     "RuntimeSpec",
     "SCHEMA_VERSION",
+    "Screening",
     "SHA256_PATTERN",
     "Sample",
     "Semantics",
@@ -305,8 +305,6 @@ __all__ = [
     "UsageStart",
     "Variant",
     "Verdict",
-    "Watch",
-    "WatchState",
     "Watchdog",
     "Window",
     "WorkloadCell",

@@ -82,17 +82,6 @@ class CycleMemory(Contract):
     outcomes: list[RememberedOutcome] = Field(default_factory=list)
 
 
-class RecheckAttempt(Part):
-    count: int = Field(0, ge=0)
-    last: float = Field(0.0, description="epoch seconds of the latest attempt")
-
-
-class WatchState(Contract):
-    """state/watch.json: re-checks `supervise --watch` proposed, per (candidate, conditions)."""
-
-    rechecks: dict[str, RecheckAttempt] = Field(default_factory=dict)
-
-
 class ArtifactInventory(Contract):
     """The sha256 of every file of a prepared hub snapshot, checked before each use."""
 

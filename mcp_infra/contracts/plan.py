@@ -19,6 +19,14 @@ from mcp_infra.contracts.base import (
 from mcp_infra.contracts.manifest import CandidateClass
 from mcp_infra.contracts.policy import MeasureProtocol, QualityBudgets
 
+MAX_PLAN_CANDIDATES = 16
+"""The most candidates one plan may name. A plan of more than a few is screened
+(``core.screening``): every gate and one short start each, then the full decision for the
+survivors. 16 because the screening round is paid in full, one fresh start per candidate with
+all its gates: on the real target of ``benchmarks/profiles/qwen27b-m5pro.yaml`` the screening
+round of a 14-candidate generated catalog takes 70 (single-user) to 85 (default) of the shipped
+policies' 120-minute cycle budget (docs/benchmarks.md); a longer list belongs in two plans."""
+
 
 def _finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
@@ -49,7 +57,7 @@ class Plan(Part):
                 min_length=1, max_length=130, json_schema_extra={"pattern": CANDIDATE_ID_PATTERN}
             ),
         ]
-    ] = Field(min_length=1, max_length=3)
+    ] = Field(min_length=1, max_length=MAX_PLAN_CANDIDATES)
     acceptance: Acceptance | None = None
     notes: str = Field("", max_length=2000)
 
@@ -99,7 +107,6 @@ class EffectiveThresholds(Part):
     max_peak_memory_gb: float
     max_error_rate: float
     worst_prompt_tolerance_pct: float
-    tie_tolerance_pct: float
     quality_budget: QualityBudgets | None = Field(
         None, exclude_if=unset, description="the policy's quality budgets (core.budget)"
     )

@@ -26,20 +26,22 @@ class Bounded(Part):
 
 class QualityBudget(Part):
     """How far a lossy candidate may move from the baseline (core.budget). Each limit is held
-    against the worse end of its measure's interval; a limit left out is reported, not held."""
+    against the worse end of its measure's interval; null turns a limit off (reported, not
+    held). The defaults keep an 8-bit build of SmolLM2-135M-Instruct and refuse its 4-bit build
+    (docs/benchmarks.md has the figures)."""
 
     min_identical_share: float = Field(
-        0.5, ge=0, le=1, description="greedy outputs identical to the baseline's, at least"
+        0.2, ge=0, le=1, description="greedy outputs identical to the baseline's, at least"
     )
     min_top_agreement: float | None = Field(
-        None,
+        0.9,
         ge=0,
         le=1,
         description="positions up to the first differing token whose most likely next token is "
         "the baseline's, at least",
     )
     max_mean_kl: float | None = Field(
-        None,
+        0.1,
         ge=0,
         description="mean KL divergence (nats) of the next-token distributions up to the first "
         "differing token, at most; a runtime without log-probabilities cannot show it",
@@ -74,7 +76,6 @@ class Thresholds(Part):
     worst_prompt_tolerance_pct: float = Field(
         10.0, ge=0, le=100, description="largest per-prompt slowdown a qualified candidate may show"
     )
-    tie_tolerance_pct: float = Field(2.0, ge=0, le=50)
     quality_budget: QualityBudgets = Field(default_factory=QualityBudgets)
 
     @model_validator(mode="before")
@@ -146,7 +147,6 @@ class MeasureProtocol(Part):
         "decode speed needs enough tokens to be measured, not the whole answer (greedy passes "
         "for the equality gate still ask the full budget)",
     )
-    seed: int = 20261129
     bootstrap_resamples: int = Field(2000, ge=100, le=100_000)
     confidence: float = Field(
         0.96,
@@ -163,15 +163,15 @@ class MeasureProtocol(Part):
     workload: list[WorkloadCell] = Field(
         default_factory=_default_workload, min_length=1, max_length=8
     )
-    learn_spread: bool | None = Field(
-        None,
+    learn_spread: bool = Field(
+        False,
         description="learn the start-to-start spread from this home's sealed cycles when a "
         "plan is frozen (state.spread)",
     )
     learned_spread: LearnedSpread | None = Field(
         None,
         description="set when the plan is frozen, from this home's history: pooled with each "
-        "cycle's own start-to-start spread where the two agree (core.stats.pooled_variance)",
+        "cycle's own start-to-start spread where the two agree (core.intervals.pooled_variance)",
     )
     heldout_repeats: int | None = Field(
         None,
@@ -201,16 +201,6 @@ class MeasureProtocol(Part):
         "decision is still open (13: enough to qualify a true gain 10 points above the threshold "
         "at 5% start-to-start noise, see core.stats)",
     )
-    paired: bool | None = Field(
-        None,
-        description="each round starts the baseline and every open candidate at once, on ports "
-        "of their own, and sends each request to each of them in turn, so other load on the "
-        "machine lands on all of them alike; the speedup is judged on the per-round "
-        "differences (core.stats, decision method 6), with no drift re-measure (drift between "
-        "rounds cancels in each difference). Where their memory does not fit at once "
-        "the rounds run one start after another and are still judged by round. None or false: "
-        "one start at a time, judged as independent starts",
-    )
 
 
 class Window(Part):
@@ -235,19 +225,6 @@ class Window(Part):
         except (ZoneInfoNotFoundError, ValueError) as exc:
             raise ValueError(f"unknown IANA time zone {value[:64]!r} (or use 'local')") from exc
         return value
-
-
-class Watch(Part):
-    """`mcp-infra supervise --watch`: how often to look, and whether to re-check changed
-    candidates on its own (each change at most ``budgets.retries`` + 1 times, waiting
-    ``budgets.retry_backoff_s``, doubled per attempt, between attempts)."""
-
-    recheck_changed: bool = Field(
-        False,
-        description="propose a re-check of candidates measured before whose manifest, "
-        "policy or environment has changed since",
-    )
-    interval_s: float = Field(300, ge=1, le=86_400, description="seconds between looks")
 
 
 class Budgets(Part):
@@ -295,15 +272,6 @@ class ServicePolicy(Part):
         "the front and the servers it measures use at most this share of the CPUs (over a "
         "0.3-second look), at most quiet_wait_s; None: never wait (core.machine)",
     )
-    redo_busy_starts: int | None = Field(
-        None,
-        ge=1,
-        le=3,
-        description="measure a server start again, at most this many times in a row, where "
-        "other processes took more than the busy line (quiet_cpu_fraction, else a quarter) of "
-        "the CPUs over its window; its timed samples stay in the evidence as phase busy and "
-        "are never selected; None: every start is kept (core.machine.set_aside_reason)",
-    )
     max_unserved_s: float | None = Field(
         None,
         ge=0,
@@ -328,14 +296,13 @@ class Policy(Contract):
     )
     window: Window = Field(default_factory=Window)
     budgets: Budgets = Field(default_factory=Budgets)
-    watch: Watch = Field(default_factory=Watch)
     service: ServicePolicy = Field(default_factory=ServicePolicy)
-    recipe_memory: bool | None = Field(
-        None,
+    recipe_memory: bool = Field(
+        True,
         description="refuse a candidate whose remembered outcome under the same manifest, "
-        "policy and environment failed a gate that does not depend on the plan (state.memory); "
-        "None or true: on. The demo turns it off: each demo judges every candidate afresh, its "
-        "earlier bundles kept only for the start-to-start spread they teach",
+        "policy and environment failed a gate that does not depend on the plan (state.memory). "
+        "The demo turns it off: each demo judges every candidate afresh, its earlier bundles "
+        "kept only for the start-to-start spread they teach",
     )
 
     @field_validator("auto_promote")

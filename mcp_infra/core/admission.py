@@ -3,7 +3,6 @@ route transitions. No I/O: the supervisor and the front call these with what the
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from types import EllipsisType
 from typing import Literal
@@ -65,36 +64,6 @@ def admit(
         f"({budget_fraction:.0%} of {total_memory_gb:.1f} GB): the live backend "
         "is stopped while candidates run",
     )
-
-
-def together_fits(
-    peaks: dict[str, float | None],
-    live_footprint_gb: float | None,
-    total_memory_gb: float,
-    budget_fraction: float,
-    *,
-    exclusive: bool,
-) -> tuple[bool, str]:
-    """Whether paired starts (``MeasureProtocol.paired``) fit: every configuration of a round
-    alive at once (``peaks``, the baseline's included), beside the live backend unless the
-    cycle is exclusive. An unknown figure cannot prove a fit."""
-    budget = round(total_memory_gb * budget_fraction, 2)
-    unknown = [name for name, gb in peaks.items() if gb is None or gb <= 0]
-    if unknown:
-        return False, (
-            f"the peak memory of {', '.join(unknown)} is unknown, so running every "
-            "configuration of a round at once cannot be shown to fit"
-        )
-    need = math.fsum(gb or 0.0 for gb in peaks.values())
-    live = 0.0 if exclusive else (live_footprint_gb or 0.0)
-    words = (
-        f"{len(peaks)} configurations at once need {need:.2f} GB"
-        + ("" if exclusive else f" + the live backend {live:.2f} GB")
-        + f" against the memory budget of {budget:.2f} GB"
-    )
-    if need + live <= budget:
-        return True, words
-    return False, words + ", so the rounds run one start after another"
 
 
 def combine(admissions: list[Admission]) -> Admission | None:

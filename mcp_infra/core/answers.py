@@ -181,9 +181,13 @@ def negated(text: str, mention: Mention) -> bool:
     )
 
 
+def _clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (a reply is untrusted and may be of any length)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _short(text: str, limit: int = 60) -> str:
-    text = text.strip()
-    return repr(text if len(text) <= limit else text[:limit] + "…")
+    return repr(_clip(text.strip(), limit))
 
 
 def _plain(value: Decimal) -> str:
@@ -201,15 +205,15 @@ def check_number(answer: NumberAnswer, prompt: str, reply: str) -> tuple[bool, s
     stated = numbers(reply)
     malformed = [m for m in stated if m.leading_zero]
     if malformed:
-        return False, f"{malformed[0].literal!r} is not how a number is written"
+        return False, f"{_short(malformed[0].literal)} is not how a number is written"
     hits = [m for m in stated if m.value == want]
     others = [m for m in stated if m.value != want and m.value not in given]
     if not hits:
         if others:
-            return False, f"expected {_plain(want)}, got {others[0].literal}"
+            return False, f"expected {_plain(want)}, got {_clip(others[0].literal)}"
         return False, f"no number stated: {_short(reply)}"
     if others:
-        return False, f"states {_plain(want)} but also {others[0].literal}"
+        return False, f"states {_plain(want)} but also {_clip(others[0].literal)}"
     denied = [m for m in hits if negated(reply, m)]
     if denied:
         return False, f"negates {_plain(want)}: {_short(reply)}"
@@ -287,10 +291,12 @@ def check_json(answer: JsonAnswer, reply: str) -> tuple[bool, str]:
     for index, data in enumerate(objects):
         which = "the JSON object" if len(objects) == 1 else f"JSON object {index + 1}"
         if set(data) != set(want):
-            return False, f"{which} has the keys {sorted(data)}, expected {sorted(want)}"
+            keys = _clip(str(sorted(data)))
+            return False, f"{which} has the keys {keys}, expected {sorted(want)}"
         for key, expected in want.items():
             if not _same(data[key], expected):
-                return False, f"{which}: {key} is {data[key]!r}, expected {expected!r}"
+                got = _clip(repr(data[key]))
+                return False, f"{which}: {key} is {got}, expected {expected!r}"
     return True, json.dumps(want)
 
 

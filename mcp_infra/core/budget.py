@@ -41,7 +41,7 @@ from mcp_infra.core.gates import (
     quality_gate,
     split_agreement,
 )
-from mcp_infra.core.stats import derive_seed
+from mcp_infra.core.stats import SEED, derive_seed
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,27 @@ def legacy_fraction(budgets: QualityBudgets) -> float | None:
     return share
 
 
+FRACTION_BEFORE_BUDGETS = 0.5
+"""The ``lossy_min_identical_fraction`` of a policy that named neither it nor a quality budget,
+while that field was the one lossy bar (its default then)."""
+
+
+def policy_as_frozen(data: object, plan: EffectiveThresholds) -> object:
+    """A bundled policy's parsed text read as the plan it froze read it: under a plan frozen
+    before quality budgets, a policy naming neither lossy bar meant ``FRACTION_BEFORE_BUDGETS``."""
+    if plan.lossy_min_identical_fraction is None or not isinstance(data, dict):
+        return data
+    named = data.get("thresholds")
+    if not isinstance(named, dict) or {"quality_budget", "lossy_min_identical_fraction"} & set(
+        named
+    ):
+        return data
+    return {
+        **data,
+        "thresholds": {**named, "lossy_min_identical_fraction": FRACTION_BEFORE_BUDGETS},
+    }
+
+
 def frozen_as(thresholds: EffectiveThresholds, plan: EffectiveThresholds) -> EffectiveThresholds:
     """``thresholds`` re-derived from a bundle's policy, in the form ``plan`` was frozen in: a
     plan frozen before quality budgets holds the one fraction its policy named."""
@@ -77,8 +98,9 @@ def frozen_as(thresholds: EffectiveThresholds, plan: EffectiveThresholds) -> Eff
 
 
 def resampling_for(protocol: MeasureProtocol, candidate: str) -> Resampling:
-    """The protocol's confidence and resamples, and a seed of the candidate's own."""
-    seed = derive_seed(protocol.seed, f"quality:{candidate}")
+    """The protocol's confidence and resamples, and a seed of the candidate's own (from the
+    cycle's ``stats.SEED``)."""
+    seed = derive_seed(SEED, f"quality:{candidate}")
     return Resampling(protocol.confidence, protocol.bootstrap_resamples, seed)
 
 

@@ -232,6 +232,14 @@ def list_tasks() -> list[TaskSpec]:
     return list(TASKS.values())
 
 
+DETAIL_LIMIT = 300
+"""The longest detail a task check reports: the checkers quote the reply, which is untrusted."""
+
+
+def _capped(detail: str) -> str:
+    return detail if len(detail) <= DETAIL_LIMIT else detail[:DETAIL_LIMIT] + "…"
+
+
 def check_task(task_id: str, text: str, code_run: CodeRun | None = None) -> TaskCheck:
     """Check one reply against its task, after removing a leading reasoning block. A code task
     needs the ``CodeRun`` that ran this reply's code (``procs.sandbox``)."""
@@ -242,7 +250,7 @@ def check_task(task_id: str, text: str, code_run: CodeRun | None = None) -> Task
     if reply is None:
         return TaskCheck(task=task_id, passed=False, detail="reasoning block never closed")
     passed, detail = check_answer(spec.answer, spec.prompt, reply, code_run)
-    return TaskCheck(task=task_id, passed=passed, detail=detail)
+    return TaskCheck(task=task_id, passed=passed, detail=_capped(detail))
 
 
 def check_sample(sample: Sample) -> TaskCheck:

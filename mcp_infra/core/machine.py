@@ -12,10 +12,8 @@ started and reaped (the measured one) and the front used, so short-lived process
 went inside the window count too. On a virtual machine the hypervisor's *steal* (CPU time the
 guest wanted and another guest got) takes CPU the same way, unseen by any process of the guest:
 every rule here reads the share *taken* from the measurement, other processes' and steal
-together (``taken_fraction``). Measured on this 2-CPU VM over 195 starts of five demo homes
-(2026-12-03): a start's level against its configuration's median fell by 0.19 in log tok/s on
-average at 20-30% steal and by 0.65 above 30%, while other processes' CPU stayed under 6%; the
-steal share correlated at -0.57 with the level, other processes' at none.
+together (``taken_fraction``): on a 2-CPU VM steal, not other processes, is what slowed starts
+(docs/cycle.md, "A busy machine").
 """
 
 from __future__ import annotations
@@ -186,37 +184,29 @@ def quiet_step(
 
 class RedoRule(NamedTuple):
     """Measure a start again where other processes took more than ``cpu_fraction`` of the CPUs
-    over its window, at most ``times`` times in a row."""
+    over its window, at most ``times`` times in a row (the held-out check's rule:
+    ``flows.confirm.heldout_machine``)."""
 
     cpu_fraction: float
     times: int
-
-
-def redo_rule(service: ServicePolicy) -> RedoRule | None:
-    """The policy's rule, or None where every start is kept."""
-    if not service.redo_busy_starts:
-        return None
-    return RedoRule(busy_fraction(service), service.redo_busy_starts)
 
 
 def set_aside_reason(load: MachineLoad | None, rule: RedoRule | None, redone: int) -> str | None:
     """Why a start just measured is set aside and measured again; None: it is kept.
 
     Why: a wait for a quiet machine sees only the moment before a start; a burst that begins
-    inside the start slows it by up to 40% here (a co-tenant taking one core: baseline starts at
-    0.35-0.43 of the CPUs measured 0.6-0.7x the quiet ones), and one such start can reject a
-    1.5x drafter after its first round or fail a held-out check. The rule reads only what other
-    processes took, never the measured speed, and applies to every configuration alike, so
-    setting a start aside moves no configuration's expected level; it removes load from the
-    spread. Bounded: after ``rule.times`` redos in a row the start is kept, load and all (its
-    round records it)."""
+    inside the start slows it by up to 40% on a 2-CPU machine, and one such start decides a
+    one-start comparison alone. The rule reads only what other processes took, never the
+    measured speed, and applies to every configuration alike, so setting a start aside moves no
+    configuration's expected level. Bounded: after ``rule.times`` redos in a row the start is
+    kept, load and all (its round records it)."""
     if rule is None or load is None or redone >= rule.times:
         return None
     if taken_fraction(load) <= rule.cpu_fraction:
         return None
     return (
-        f"{cpu_words(load)} over its {load.window_s:.0f} s, more than the policy's "
-        f"{rule.cpu_fraction:.0%}; measured again"
+        f"{cpu_words(load)} over its {load.window_s:.0f} s, more than the "
+        f"{rule.cpu_fraction:.0%} busy line; measured again"
     )
 
 

@@ -559,8 +559,8 @@ def artifacts_present(s: Subject) -> list[Check]:
 def integrity(s: Subject) -> list[Check]:
     have = set(s.facts.available_artifacts)
     keys = [artifact_key(a) for a in s.hub_refs]
-    tampered = {k: s.facts.artifact_problems[k] for k in keys if k in have}
-    tampered = {k: v for k, v in tampered.items() if k in s.facts.artifact_problems}
+    problems = s.facts.artifact_problems
+    tampered = {k: problems[k] for k in keys if k in have and k in problems}
     return [
         _check(
             "integrity",

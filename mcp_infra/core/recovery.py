@@ -84,6 +84,12 @@ def decide(events: list[Event]) -> RecoveryDecision:
         if sealing
         else ""
     )
+    return _from_the_cycles_lines(events, unreadable)
+
+
+def _from_the_cycles_lines(events: list[Event], unreadable: str) -> RecoveryDecision:
+    """What to do for a cycle with no decided outcome: by how far its own lines got."""
+    last = events[-1].state
     # The cycle's own lines: a recovery's lines (after RECOVER) replay a decision, never make one.
     first_recover = next(
         (i for i, e in enumerate(events) if e.state == CycleState.RECOVER), len(events)

@@ -62,12 +62,8 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "learned_spread",
         "futility_confidence",
         "heldout_repeats",
-        "learn_spread",
         "max_unserved_s",
         "quiet_cpu_fraction",
-        "recipe_memory",
-        "redo_busy_starts",
-        "paired",
     }
 )
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""
@@ -488,7 +484,6 @@ def combined_thresholds(
         max_peak_memory_gb=memory,
         max_error_rate=bounds.max_error_rate,
         worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
-        tie_tolerance_pct=bounds.tie_tolerance_pct,
         quality_budget=bounds.quality_budget,
     )
 

@@ -1,76 +1,16 @@
-"""Pure statistics over measured samples: how much faster is a candidate than the baseline?
+"""How much faster is a candidate than the baseline: a speedup summary from measured samples.
 
-Only successful ``measure`` samples count; the metric is decode tokens per second. The data has
-two levels: a configuration is measured in several fresh server processes ("starts"), and in each
-start every prompt is requested a few times ("repeats"). A fresh process can run a few percent
-faster or slower as a whole, so repeats of one start are not independent evidence: the statistics
-must see the starts.
+Only successful ``measure`` samples count; the metric is decode tokens per second. A
+configuration is measured in several fresh server processes ("starts"), each prompt a few times
+per start ("repeats"); the starts are the independent observations. Per start and prompt the
+median of the repeats (log tok/s); a prompt's level is the mean over starts; the speedup is the
+geometric mean over prompts of candidate over baseline. Its interval is a Welch t interval over
+the starts (what a two-stage bootstrap of starts and repeats gives, computed exactly), a
+prompt's own interval pools the spread over prompts, and the A/A noise floor is how far two sets
+of the baseline's own starts differ. Seeded and deterministic: ``evidence verify`` recomputes it.
 
-The method (``speedup_summary``):
-
-* Per start and prompt, the median of the repeats' log tok/s (robust to one slow request). A
-  prompt's level in a configuration is the mean of those over the starts (a geometric mean of
-  per-start medians); a prompt's speedup is the ratio of levels; the headline estimate is the
-  geometric mean of the per-prompt speedups (the right mean for ratios: 2x and 0.5x cancel).
-* Uncertainty comes from a hierarchical (two-stage) bootstrap, seeded and deterministic: each
-  configuration independently draws its starts with replacement, then, inside each drawn start,
-  each prompt's repeats with replacement (drawn exactly from the resampled median's distribution).
-  Resampling both stages counts the within-start noise twice (it is already inside the spread
-  between starts); with that second count removed, the bootstrap variance of a configuration's
-  mean level is, in the limit of many resamples, exactly the plug-in variance of the mean of its
-  per-start values, so for S >= 2 starts that is computed directly, free of Monte Carlo noise
-  (``_Resampled.variance``). Few starts make it too narrow (low by (S-1)/S, and the variance is
-  itself estimated from S values), so it is scaled by S/(S-1) and the interval is a Student t
-  interval in log space with Welch-Satterthwaite degrees of freedom (S-1 per configuration). In
-  effect each start is one independent observation, as it should be. A prompt's own interval
-  takes the spread of its per-start values pooled over the configuration's prompts (P(S-1)
-  degrees of freedom instead of S-1; ``_Resampled.prompt_spread``), around its own estimate.
-  A configuration measured in one start (each side of the held-out check) pools the same way:
-  each prompt's within-start bootstrap variance is the mean of its prompts' (``one_start_pooled``;
-  decision method 5).
-  The interval's confidence is the protocol's, adjusted for early stopping: the error rate is
-  spent over the looks (one per start from min_starts to max_starts), Haybittle-Peto style
-  (``look_level``), so stopping at the first decisive look does not inflate the error rate.
-* What the error rate means. A candidate qualifies only if the interval's lower bound clears the
-  bar (below), a one-sided question: the lower bound of a two-sided interval at confidence C is a
-  one-sided (1 + C)/2 bound, so a candidate whose true speedup is at the bar qualifies at most
-  (1 - C)/2 of the time, over all looks together (the per-look rates add up to 1 - C, and the
-  union bound holds however correlated the looks are). The default C is 0.96 (``MeasureProtocol``):
-  at most 2% wrongly qualified; the looks being correlated, the benchmark sees 1.3% to 1.7% at
-  a true speedup equal to the threshold. The upper bound, which rejects a candidate as too slow,
-  has the same 2% on its side.
-* How many starts that takes. Each start is one observation of a configuration's level, so with
-  start-to-start spread s (log sd) and S starts each, the standard error of the log speedup is
-  about s * sqrt(2 / S). Telling a true 1.15x from a 1.05x threshold (0.091 apart in log space)
-  at that 2% bound (1% at the last look, the rest spent on the early ones) with 90% power needs
-  0.091 to be about 4.5 standard errors, once the t quantiles' few degrees of freedom and the
-  looks are paid for: a standard error of about 0.02, S about 13 at s = 5% and 5 at s = 3%.
-  Hence the default ``max_starts`` of 13; early stopping ends a clear case far sooner
-  (benchmarks/decision_quality.py measures all of this; figures in the README).
-* A configuration measured in a single start cannot show its start-to-start spread: its variance
-  is the bootstrap's (the repeats, resampled) plus ``ASSUMED_START_NOISE`` squared (5% per start,
-  the largest this method is validated for, see benchmarks/decision_quality.py), taken as known
-  (normal quantiles on that side).
-* A/A noise floor: the baseline resampled against itself the same way (two independent two-stage
-  draws of its own starts, scaled like the variance above to remove the double count); the floor
-  is the confidence quantile of that ratio (at least 1): how far two equally sized sets of the
-  baseline's own starts can differ by chance. A candidate must clear it as well as the
-  threshold. It exists for the candidate that is the baseline under another name: identical
-  measurements never qualify (the estimate is not above 1), and one measured in starts of its
-  own must clear both its interval and the floor. At a threshold of 0, where nothing else
-  stands in its way, the benchmark qualified such a candidate in 0 of 300 cycles (1.7% with
-  the floor switched off, 0.7% with the floor at the median A/A distance). The floor is about as
-  wide as the interval's half-width, so with few starts it sits above a 5% threshold and costs
-  power: with the old 2 to 4 starts at 5% start noise a few points of the chance to qualify a
-  true 1.15x (the starts, not the floor, were what was missing). At the default 13 starts it
-  mostly lies below a 5% threshold and costs under one point of that power (94.7% against
-  95.3% with the median floor, on the same simulated cycles), so it stays at the confidence
-  quantile. With one baseline start it is
-  unknown and is computed from the assumed start noise instead:
-  exp(z * sqrt(2) * ASSUMED_START_NOISE), about 1.148x at 95% and 1.157x at 96%.
-
-Token-weighted speedup is Σ output tokens / Σ decode time of the candidate over the same of the
-baseline (a time-weighted rate, not a mean of ratios).
+The distributions, intervals and the learned spread are ``core.intervals``; the method, its
+derivation and its measured error rates are docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -83,9 +23,18 @@ import random
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
-from mcp_infra.contracts import PromptStat, Sample
+from mcp_infra.contracts import MeasureProtocol, PromptStat, Sample
+from mcp_infra.core.intervals import (
+    ASSUMED_START_NOISE,
+    Spread,
+    corrected_variance,
+    geometric_mean,
+    pooled_variance,
+    quantile,
+    sample_variance,
+    welch_half_width,
+)
 
 
 @dataclass(frozen=True)
@@ -168,67 +117,15 @@ def error_count(samples: Iterable[Sample]) -> tuple[int, int]:
     return sum(1 for s in measure if s.error is not None), len(measure)
 
 
-def geometric_mean(values: Sequence[float]) -> float:
-    """exp(mean(log x)); math.fsum makes the sum exact, hence independent of order."""
-    if not values:
-        raise ValueError("geometric mean of nothing")
-    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (type 7) of already sorted values."""
-    if not sorted_values:
-        raise ValueError("quantile of nothing")
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+SEED = 20261129
+"""The seed every shuffle and resample of a cycle derives from (``derive_seed``): the same samples
+always reach the same verdict, in the cycle and in ``evidence verify``."""
 
 
 def derive_seed(seed: int, key: str) -> int:
     """A stable per-candidate seed: sha256, not ``hash()``, which is salted per process."""
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
-
-
-def bootstrap_interval(
-    baseline: Mapping[str, Sequence[float]],
-    candidate: Mapping[str, Sequence[float]],
-    *,
-    confidence: float,
-    resamples: int,
-    seed: int,
-) -> tuple[float, float]:
-    """Percentile interval of the geometric-mean speedup, resampling each prompt's repeats.
-
-    The method before issue 10, blind to server starts; the selector no longer uses it (see
-    ``speedup_summary``). Kept as a reference point for the one-start case.
-
-    Baseline and candidate repeats are resampled independently (they are independent runs);
-    prompts are fixed (the suite is chosen, not sampled). Prompts are visited in sorted order and
-    all draws come from one ``random.Random(seed)``, so the result is reproducible bit for bit.
-    """
-    prompts = sorted(set(baseline) & set(candidate))
-    if not prompts:
-        raise ValueError("no prompt measured on both sides")
-    rng = random.Random(seed)
-    estimates: list[float] = []
-    for _ in range(resamples):
-        logs = []
-        for pid in prompts:
-            b, c = baseline[pid], candidate[pid]
-            b_med = statistics.median(rng.choices(b, k=len(b)))
-            c_med = statistics.median(rng.choices(c, k=len(c)))
-            logs.append(math.log(c_med) - math.log(b_med))
-        estimates.append(math.exp(math.fsum(logs) / len(logs)))
-    estimates.sort()
-    alpha = 1.0 - confidence
-    return quantile(estimates, alpha / 2), quantile(estimates, 1 - alpha / 2)
-
-
-ASSUMED_START_NOISE = 0.05
-"""Start-to-start spread (log sd per start) assumed when a configuration has a single start."""
 
 
 def in_cell(sample: Sample, cell: tuple[str, int] | None) -> bool:
@@ -335,11 +232,11 @@ class _Resampled:
         own mean, pooled over the prompts (one-way analysis of variance).
 
         Why pooled: a prompt's own S values give S - 1 degrees of freedom, and with 2 or 3
-        starts the t quantile (4.3 to 12.7 at 95%) made every per-prompt interval so wide that
-        one slow request straddled the worst-prompt floor (demo runs: 0.56x to 5.9x around
-        1.8x). In log space the prompts of a configuration share one noise level, so pooling
-        gives the sum of their degrees of freedom; each prompt keeps its own estimate. Asked
-        only for a prompt with two starts or more, so the degrees of freedom are at least 1."""
+        starts the t quantile (4.3 to 12.7 at 95%) makes a per-prompt interval so wide that one
+        slow request straddles the worst-prompt floor. In log space the prompts of a
+        configuration share one noise level, so pooling gives the sum of their degrees of
+        freedom; each prompt keeps its own estimate. Asked only for a prompt with two starts or
+        more, so the degrees of freedom are at least 1."""
         squares = 0.0
         df = 0
         for prompt in self.cells:
@@ -391,74 +288,9 @@ def _draw_levels(rng: random.Random, cfg: _Resampled, prompts: Sequence[str]) ->
     return out
 
 
-def _common_starts(
-    base: Mapping[str, Mapping[int, list[float]]], cand: Mapping[str, Mapping[int, list[float]]]
-) -> list[int]:
-    """The starts both sides measured some prompt in, in order."""
-    ours = {st for per in base.values() for st in per}
-    return sorted(ours & {st for per in cand.values() for st in per})
-
-
-class Paired(NamedTuple):
-    """(variance, degrees of freedom) of the mean per-start difference in log tok/s, overall
-    and for one prompt, where the two sides were measured start by start together."""
-
-    mean: tuple[float, float]
-    prompt: tuple[float, float]
-    source: str = "this cycle"  # where the spread of the differences came from
-
-
-def paired_variances(
-    base: _Resampled, cand: _Resampled, prior: Spread | None = None
-) -> Paired | None:
-    """A paired design's variances over the starts both sides measured; None with fewer than
-    two such starts.
-
-    Why: with ``MeasureProtocol.paired`` each start of a candidate ran at the same time as the
-    baseline's start of the same number, requests alternating, so whatever else the machine did
-    then slowed both alike. The difference of the two per-start levels cancels it, and the
-    spread of those differences over the starts (S - 1 degrees of freedom) is the whole
-    uncertainty of their mean: a paired t interval. Load that comes and goes between starts
-    (a co-tenant's phases, another process's bursts) no longer widens the interval; the
-    per-process spread of either side still does. A prompt's own interval takes the spread of
-    its per-start differences around its own mean, pooled over the prompts (as
-    ``_Resampled.prompt_spread``). A learned spread (a paired plan learns it from earlier
-    paired cycles' differences, per side: ``state.spread``) is pooled with the differences'
-    own as ``pooled_variance`` pools it for one side."""
-    common = [st for st in base.starts if st in set(cand.starts)]
-    if len(common) < 2:
-        return None
-    medians: dict[str, dict[int, float]] = {}
-    for prompt, per in base.cells.items():
-        other = cand.cells.get(prompt, {})
-        medians[prompt] = {
-            st: _median_sorted(other[st][0]) - _median_sorted(per[st][0])
-            for st in common
-            if st in per and st in other
-        }
-    overall = []
-    for st in common:
-        values = [d[st] for d in medians.values() if st in d]
-        if values:
-            overall.append(math.fsum(values) / len(values))
-    squares, df = 0.0, 0
-    for per_start in medians.values():
-        values = list(per_start.values())
-        if len(values) >= 2:
-            mean = math.fsum(values) / len(values)
-            squares += math.fsum((v - mean) ** 2 for v in values)
-            df += len(values) - 1
-    if len(overall) < 2 or df == 0:
-        return None
-    n = len(overall)
-    difference = Spread(prior.sd * math.sqrt(2), prior.df) if prior is not None else None
-    var, dof, source = pooled_variance(overall, difference)
-    return Paired(mean=(var, dof), prompt=(squares / df / n, float(df)), source=source)
-
-
 def _prompt_variances(draws: Sequence[Sequence[float]], prompts: int) -> list[float]:
     """Per prompt: the bootstrap variance of its level over the resamples ``draws``."""
-    return [_variance([d[i] for d in draws]) for i in range(prompts)]
+    return [sample_variance([d[i] for d in draws]) for i in range(prompts)]
 
 
 def one_start_pooled(cfg: _Resampled, variances: list[float]) -> list[float]:
@@ -467,65 +299,15 @@ def one_start_pooled(cfg: _Resampled, variances: list[float]) -> list[float]:
 
     Why: a start's few repeats per prompt (3 in the demo's held-out check) make each prompt's
     own bootstrap variance an estimate from 3 values, and one slow request among them made a
-    held-out prompt's interval 0.83x to 1.92x around 1.26x, straddling the worst-prompt floor:
-    7 of 11 demo held-out checks failed so on 2026-12-03. In log space the prompts of one start
-    share one noise level (the premise of ``_Resampled.prompt_spread`` for several starts), so
-    the mean over prompts estimates it from all the start's requests; each prompt keeps its
-    own estimate (the median of its repeats), so a prompt that is slower stays slower."""
+    held-out prompt's interval straddle the worst-prompt floor. In log space the prompts of one
+    start share one noise level (the premise of ``_Resampled.prompt_spread`` for several
+    starts), so the mean over prompts estimates it from all the start's requests; each prompt
+    keeps its own estimate (the median of its repeats), so a prompt that is slower stays
+    slower."""
     if len(cfg.starts) != 1 or not variances:
         return variances
     mean = math.fsum(variances) / len(variances)
     return [mean] * len(variances)
-
-
-def _variance(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = math.fsum(values) / len(values)
-    return math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
-
-
-def corrected_variance(boot_variance: float, starts: int) -> tuple[float, float]:
-    """(variance, degrees of freedom) of a configuration's mean log level from its starts.
-
-    S >= 2 starts: the bootstrap variance scaled by S/(S-1), with S-1 degrees of freedom. One
-    start: its within-start variance plus the assumed start-to-start variance, taken as known.
-    """
-    if starts >= 2:
-        return boot_variance * starts / (starts - 1), float(starts - 1)
-    return boot_variance + ASSUMED_START_NOISE**2, math.inf
-
-
-class Spread(NamedTuple):
-    """A learned start-to-start spread: the sd of a configuration's per-start log level, and
-    the degrees of freedom it was estimated with (``MeasureProtocol.learned_spread``)."""
-
-    sd: float
-    df: int
-
-
-PRIOR_STARTS = 3
-"""History speaks for the first looks only: from this many starts on a side's own spread decides
-alone, so a learned spread that is wrong (a noisier or a quieter machine then) cannot cost the
-long cycles their power or their error rate."""
-
-PRIOR_MAX_DF = 4
-"""History counts as at most this many degrees of freedom in the pool, however many it has: a
-machine that became noisier than its history cannot be seen by an F test on one or two starts,
-so history may narrow an early look only as much as four starts of this cycle would
-(decision_quality.py with the learned spread half the truth: 2.8% qualified at the threshold
-with history's full weight, 1.5% capped at 4; docs/statistics.md)."""
-
-SPREAD_CONSISTENCY = 0.99
-"""A cycle's own spread that exceeds the learned one beyond this F quantile disagrees with
-history: the cycle's spread alone is used, as without history."""
-
-
-def f_cdf(x: float, d1: float, d2: float) -> float:
-    """Fisher's F distribution function."""
-    if x <= 0:
-        return 0.0
-    return _betainc(d1 / 2, d2 / 2, d1 * x / (d1 * x + d2))
 
 
 def start_levels(samples: Iterable[Sample], cell: tuple[str, int] | None) -> list[float]:
@@ -537,333 +319,149 @@ def start_levels(samples: Iterable[Sample], cell: tuple[str, int] | None) -> lis
     return _prepare(table, sorted(table)).start_values(None)
 
 
-def pooled_spread(level_sets: Iterable[Sequence[float]]) -> tuple[float, int]:
-    """(sd, degrees of freedom) of per-start levels around each set's own mean, pooled over the
-    sets (one set per cycle: day-to-day drift between cycles does not count as spread)."""
-    squares, df = 0.0, 0
-    for levels in level_sets:
-        if len(levels) >= 2:
-            mean = math.fsum(levels) / len(levels)
-            squares += math.fsum((v - mean) ** 2 for v in levels)
-            df += len(levels) - 1
-    return (math.sqrt(squares / df) if df else 0.0), df
+@dataclass(frozen=True)
+class SummaryOptions:
+    """How one summary is computed: the protocol's confidence, resamples and learned spread,
+    the candidate's seed and the look's level (``look_level``; None: ``confidence``)."""
+
+    confidence: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+    level: float | None = None
+    prior: Spread | None = None  # the home's learned start-to-start spread, if any
+
+    @classmethod
+    def of(cls, protocol: MeasureProtocol, seed: int, level: float) -> SummaryOptions:
+        """The options a frozen protocol gives one candidate (``seed``) at one look."""
+        learned = protocol.learned_spread
+        prior = Spread(learned.sd, learned.df) if learned is not None else None
+        return cls(protocol.confidence, protocol.bootstrap_resamples, seed, level, prior)
+
+    @property
+    def look(self) -> float:
+        return self.confidence if self.level is None else self.level
 
 
-def pooled_variance(
-    values: Sequence[float], prior: Spread | None, *, guarded: bool = True
-) -> tuple[float, float, str]:
-    """(variance, degrees of freedom, source) of the mean of per-start ``values`` (two or more).
+@dataclass
+class _Draws:
+    """The two-stage resamples of one comparison: per resample each side's prompt levels, and
+    the A/A distance of the baseline from a second draw of itself."""
 
-    Without a prior, the sample variance over S starts, S - 1 degrees of freedom (as
-    ``corrected_variance``). With a learned spread from this home's history and at most
-    ``PRIOR_STARTS`` starts, the two estimates pooled (degrees of freedom add, history's capped
-    at ``PRIOR_MAX_DF``), never below the cycle's own figure, unless this cycle's spread is
-    larger than history allows at ``SPREAD_CONSISTENCY`` (an F test): then the cycle disagrees
-    with history and its own spread is used alone. A cycle quieter than history keeps the wider
-    pooled figure (conservative) until it has starts enough of its own.
+    base: list[list[float]]
+    cand: list[list[float]]
+    aa: list[float]
 
-    ``guarded=False`` is for the futility stop, which can only reject: there history counts
-    with all its degrees of freedom and may narrow the interval below the cycle's own figure
-    (a wrong history then costs a good candidate its chance, never a false qualification)."""
-    n = len(values)
-    own = _variance(values)
-    if prior is None or prior.df <= 0 or prior.sd <= 0:
-        return own / n, float(n - 1), "this cycle"
-    if n > PRIOR_STARTS:
-        return own / n, float(n - 1), "this cycle"
-    ratio = own / prior.sd**2
-    if f_cdf(ratio, n - 1, prior.df) > SPREAD_CONSISTENCY:
-        return own / n, float(n - 1), "this cycle (it disagrees with the learned spread)"
-    weight = min(prior.df, PRIOR_MAX_DF) if guarded else prior.df
-    pooled = (weight * prior.sd**2 + (n - 1) * own) / (weight + n - 1)
-    if guarded:
-        pooled = max(pooled, own)
-    return pooled / n, float(weight + n - 1), "learned, pooled with this cycle"
+    @staticmethod
+    def mean_variance(draws: list[list[float]]) -> float:
+        """The bootstrap variance of a side's mean level over the prompts."""
+        return sample_variance([math.fsum(d) / len(d) for d in draws])
 
 
-def welch_half_width(parts: Sequence[tuple[float, float]], level: float) -> float:
-    """Half-width (log space) of a two-sided ``level`` t interval of a difference of means,
-    from each side's (variance, degrees of freedom), Welch-Satterthwaite."""
-    total = math.fsum(v for v, _ in parts)
-    if total <= 0:
-        return 0.0
-    denom = math.fsum(v * v / df for v, df in parts if math.isfinite(df) and v > 0)
-    df = total * total / denom if denom > 0 else math.inf
-    return t_quantile(1 - (1 - level) / 2, df) * math.sqrt(total)
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1, a - 1
-    c, d = 1.0, 1 - qab * x / qap
-    d = 1 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1 + aa * d
-        d = 1 / (d if abs(d) > tiny else tiny)
-        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1 + aa * d
-        d = 1 / (d if abs(d) > tiny else tiny)
-        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1) < 1e-14:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1 - front * _betacf(b, a, 1 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """Student t distribution function (df may be fractional or infinite)."""
-    if math.isinf(df):
-        return statistics.NormalDist().cdf(t)
-    tail = 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
-    return 1 - tail if t > 0 else tail
-
-
-@functools.lru_cache(maxsize=8192)
-def _t_quantile(p: float, df: float) -> float:
-    if math.isinf(df):
-        return statistics.NormalDist().inv_cdf(p)
-    hi = 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2
-    lo = 0.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if mid <= lo or mid >= hi:  # converged to adjacent floats
-            break
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
-def t_quantile(p: float, df: float) -> float:
-    """Upper quantile (p > 0.5) of Student's t; df rounded down to 1/1000 (conservative)."""
-    if not 0.5 < p < 1:
-        raise ValueError("t_quantile needs 0.5 < p < 1")
-    df = math.inf if df > 1e6 else max(math.floor(df * 1000) / 1000, 0.001)
-    return _t_quantile(p, df)
-
-
-EARLY_LOOK_ALPHA = 2 * (1 - statistics.NormalDist().cdf(3.0))
-"""Error rate spent at each look before the last (Haybittle-Peto: |z| >= 3, about 0.27%)."""
-
-
-def look_level(confidence: float, starts: int, min_starts: int, max_starts: int) -> float:
-    """Confidence of the interval at the look taken after ``starts`` starts, when early stopping
-    may decide after every start from ``min_starts`` to ``max_starts``.
-
-    Haybittle-Peto spending: each look before the last spends a small error rate
-    (``EARLY_LOOK_ALPHA``, at most half the total shared among them), the last look spends what
-    is left. The per-look rates add up to the total 1 - confidence, so by the union bound the
-    chance of a wrong decision at any look stays within it however correlated the looks are.
-    Early looks, with few starts and few degrees of freedom, seldom decide anyway; keeping
-    nearly all of the error rate for the last look keeps its power close to a fixed protocol's.
-    A single look (min_starts == max_starts) gets the full confidence, and so does a decision
-    on fewer starts than ``min_starts``: that is no early-stopping look but a protocol without
-    rounds (a cycle or bundle from before them). Early stopping must not decide before
-    ``min_starts`` rounds.
-    """
-    alpha = 1 - confidence
-    top = max(1, max_starts)
-    first = min(max(1, min_starts), top)
-    early_looks = top - first
-    if early_looks == 0 or starts < first:
-        return confidence
-    early = min(EARLY_LOOK_ALPHA, alpha / (2 * early_looks))
-    if starts < top:
-        return 1 - early
-    return 1 - (alpha - early * early_looks)
-
-
-def log_interval(
-    baseline: Sequence[float],
-    candidate: Sequence[float],
-    level: float,
-    prior: Spread | None = None,
-    *,
-    guarded: bool = True,
-) -> tuple[float, float, float]:
-    """(estimate, low, high) of exp(mean(candidate) - mean(baseline)) from per-start log values
-    (one value per start), Welch t; a side with one start gets the assumed start noise.
-    ``guarded``: as ``pooled_variance``."""
-    if not baseline or not candidate:
-        raise ValueError("an interval needs at least one start on each side")
-    est = math.fsum(candidate) / len(candidate) - math.fsum(baseline) / len(baseline)
-    parts = [_side_variance(side, prior, guarded) for side in (baseline, candidate)]
-    hw = welch_half_width(parts, level)
-    return math.exp(est), math.exp(est - hw), math.exp(est + hw)
-
-
-def paired_log_interval(
-    baseline: Sequence[float], candidate: Sequence[float], level: float
-) -> tuple[float, float, float]:
-    """(estimate, low, high) of exp(mean(candidate - baseline)) from per-start log values paired
-    start by start (two or more each, in the same order): a paired t interval."""
-    if len(baseline) != len(candidate) or len(baseline) < 2:
-        raise ValueError("a paired interval needs two or more starts on each side, paired")
-    diffs = [c - b for b, c in zip(baseline, candidate, strict=True)]
-    est = math.fsum(diffs) / len(diffs)
-    hw = welch_half_width([(_variance(diffs) / len(diffs), float(len(diffs) - 1))], level)
-    return math.exp(est), math.exp(est - hw), math.exp(est + hw)
-
-
-def _side_variance(
-    side: Sequence[float], prior: Spread | None, guarded: bool
-) -> tuple[float, float]:
-    if len(side) >= 2:
-        return pooled_variance(side, prior, guarded=guarded)[:2]
-    if prior is not None:
-        return prior.sd**2, float(prior.df)
-    return ASSUMED_START_NOISE**2, math.inf
-
-
-def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each named at its call
-    baseline: Iterable[Sample],
-    candidate: Iterable[Sample],
-    *,
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-    level: float | None = None,
-    cell: tuple[str, int] | None = None,
-    prior: Spread | None = None,
-    pool_one_start: bool = True,
-    paired: bool = False,
-) -> SpeedupSummary | None:
-    """Summarise candidate vs baseline over the prompts both measured; None if there are none.
-
-    See the module docstring for the method. ``level`` is the interval's confidence at this
-    look of early stopping (``look_level``); None: ``confidence``.
-    ``cell`` restricts the samples to one workload cell. ``missing_prompts`` lists baseline
-    prompts the candidate has no successful measurement of; the selector treats those as a
-    failure (a candidate cannot win by skipping slow prompts). ``pool_one_start``: a side
-    measured in one start gives each prompt's interval the within-start variance pooled over
-    its prompts (``one_start_pooled``); False is decision method 4, each prompt its own.
-    ``paired``: the two were measured round by round together (``MeasureProtocol.paired``):
-    with two or more starts common to both, only those count, and the intervals and the A/A
-    floor come from the per-start differences (``paired_variances``).
-    """
-    baseline = [s for s in baseline if in_cell(s, cell)]
-    candidate = [s for s in candidate if in_cell(s, cell)]
-    base_t = log_table(baseline)
-    cand_t = log_table(candidate)
-    common = _common_starts(base_t, cand_t) if paired else []
-    if len(common) >= 2:
-        baseline = [s for s in baseline if s.start in common]
-        candidate = [s for s in candidate if s.start in common]
-        base_t, cand_t = log_table(baseline), log_table(candidate)
-    prompts = sorted(set(base_t) & set(cand_t))
-    if not prompts:
-        return None
-    base = _prepare(base_t, prompts, prior)
-    cand = _prepare(cand_t, prompts, prior)
-    level = confidence if level is None else level
-
-    rng = random.Random(seed)
-    b_draws: list[list[float]] = []
-    c_draws: list[list[float]] = []
-    aa: list[float] = []
-    for _ in range(resamples):
+def _bootstrap(
+    base: _Resampled, cand: _Resampled, prompts: Sequence[str], opts: SummaryOptions
+) -> _Draws:
+    """``opts.resamples`` two-stage resamples, one ``random.Random(opts.seed)``, in a fixed
+    order (baseline, candidate, baseline again), so the result is reproducible bit for bit."""
+    rng = random.Random(opts.seed)
+    out = _Draws([], [], [])
+    for _ in range(opts.resamples):
         b = _draw_levels(rng, base, prompts)
         c = _draw_levels(rng, cand, prompts)
         again = _draw_levels(rng, base, prompts)
-        b_draws.append(b)
-        c_draws.append(c)
-        aa.append(abs(math.fsum(b) - math.fsum(again)) / len(prompts))
+        out.base.append(b)
+        out.cand.append(c)
+        out.aa.append(abs(math.fsum(b) - math.fsum(again)) / len(prompts))
+    return out
 
-    nb, nc = len(base.starts), len(cand.starts)
 
-    def parts(b_var: float, c_var: float, prompt: str | None = None) -> list[tuple[float, float]]:
-        return [base.variance(b_var, prompt), cand.variance(c_var, prompt)]
-
-    b_boot = _prompt_variances(b_draws, len(prompts))
-    c_boot = _prompt_variances(c_draws, len(prompts))
-    if pool_one_start:
-        b_boot, c_boot = one_start_pooled(base, b_boot), one_start_pooled(cand, c_boot)
-
-    b_mean = [math.fsum(d) / len(d) for d in b_draws]
-    c_mean = [math.fsum(d) / len(d) for d in c_draws]
-    hw = welch_half_width(parts(_variance(b_mean), _variance(c_mean)), level)
-    pairs = paired_variances(base, cand, prior) if len(common) >= 2 else None
-
-    boot = _variance(b_mean)
-    source = "this cycle"
-    if nb >= 2:
-        source = pooled_variance(base.start_values(None), prior)[2]
-    if pairs is not None:
-        # Each round's difference is one observation: what the rounds shared cancels in it.
-        hw = welch_half_width([pairs.mean], level)
-        z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
-        floor_log = z * math.sqrt(pairs.mean[0])
-        source = f"paired by start over {len(common)} starts ({pairs.source})"
-    elif nb >= 2 and source.startswith("learned"):
-        # Two equally sized sets of the baseline's starts differ by a normal difference of
-        # variance twice the pooled variance of one set's mean.
-        z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
-        floor_log = z * math.sqrt(2 * base.variance(boot)[0])
-    elif nb >= 2:
-        # The A/A draws carry the same double count of within-start noise as the two-stage
-        # variance: they are scaled by the same factor (plug-in over two-stage variance).
-        aa.sort()
-        plug_in = base.variance(boot)[0] * (nb - 1) / nb
-        floor_log = quantile(aa, confidence) * (math.sqrt(plug_in / boot) if boot > 0 else 0.0)
-    else:
+def _noise_floor_log(base: _Resampled, draws: _Draws, opts: SummaryOptions) -> tuple[float, str]:
+    """(log of the A/A noise floor, where the baseline's start spread came from)."""
+    nb = len(base.starts)
+    boot = _Draws.mean_variance(draws.base)
+    z = statistics.NormalDist().inv_cdf((1 + opts.confidence) / 2)
+    if nb < 2:
         # Unknown: what two starts of the baseline would show if they differ by the assumed
         # start-to-start spread (the repeats' own noise is in the interval already).
-        z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
-        floor_log = z * math.sqrt(2) * ASSUMED_START_NOISE
+        return z * math.sqrt(2) * ASSUMED_START_NOISE, "this cycle"
+    source = pooled_variance(base.start_values(None), opts.prior)[2]
+    if source.startswith("learned"):
+        # Two equally sized sets of the baseline's starts differ by a normal difference of
+        # variance twice the pooled variance of one set's mean.
+        return z * math.sqrt(2 * base.variance(boot)[0]), source
+    # The A/A draws carry the same double count of within-start noise as the two-stage
+    # variance: they are scaled by the same factor (plug-in over two-stage variance).
+    aa = sorted(draws.aa)
+    plug_in = base.variance(boot)[0] * (nb - 1) / nb
+    return quantile(aa, opts.confidence) * (math.sqrt(plug_in / boot) if boot > 0 else 0.0), source
 
-    # Point figures from the raw tok/s: per start the median of the repeats, per prompt their
-    # geometric mean over starts (with one start exactly the old median of repeats).
-    raw_b, raw_c = _point_tps(baseline, cell), _point_tps(candidate, cell)
-    per_prompt = []
+
+def _prompt_stats(
+    sides: tuple[_Resampled, _Resampled],
+    raw: tuple[dict[str, float], dict[str, float]],
+    draws: _Draws,
+    prompts: Sequence[str],
+    level: float,
+) -> list[PromptStat]:
+    """Each prompt's speedup from the raw tok/s, with its interval: the spread of its per-start
+    values pooled over the prompts (one-start sides: ``one_start_pooled``)."""
+    base, cand = sides
+    b_boot = one_start_pooled(base, _prompt_variances(draws.base, len(prompts)))
+    c_boot = one_start_pooled(cand, _prompt_variances(draws.cand, len(prompts)))
+    out = []
     for i, pid in enumerate(prompts):
-        speedup = raw_c[pid] / raw_b[pid]
+        speedup = raw[1][pid] / raw[0][pid]
+        parts = [base.variance(b_boot[i], pid), cand.variance(c_boot[i], pid)]
+        phw = welch_half_width(parts, level)
         lp = math.log(speedup)
-        phw = welch_half_width(
-            [pairs.prompt] if pairs is not None else parts(b_boot[i], c_boot[i], pid), level
-        )
-        per_prompt.append(
+        out.append(
             PromptStat(
                 prompt_id=pid,
-                baseline_tps=raw_b[pid],
-                candidate_tps=raw_c[pid],
+                baseline_tps=raw[0][pid],
+                candidate_tps=raw[1][pid],
                 speedup=speedup,
                 ci_low=math.exp(lp - phw),
                 ci_high=math.exp(lp + phw),
             )
         )
+    return out
+
+
+def speedup_summary(
+    baseline: Iterable[Sample],
+    candidate: Iterable[Sample],
+    options: SummaryOptions | None = None,
+    cell: tuple[str, int] | None = None,
+) -> SpeedupSummary | None:
+    """Summarise candidate vs baseline over the prompts both measured; None if there are none.
+
+    ``cell`` restricts the samples to one workload cell. ``missing_prompts`` lists baseline
+    prompts the candidate has no successful measurement of; the selector treats those as a
+    failure (a candidate cannot win by skipping slow prompts). The method: module docstring.
+    """
+    opts = options or SummaryOptions()
+    baseline = [s for s in baseline if in_cell(s, cell)]
+    candidate = [s for s in candidate if in_cell(s, cell)]
+    base_t, cand_t = log_table(baseline), log_table(candidate)
+    prompts = sorted(set(base_t) & set(cand_t))
+    if not prompts:
+        return None
+    base = _prepare(base_t, prompts, opts.prior)
+    cand = _prepare(cand_t, prompts, opts.prior)
+    level = opts.look
+    draws = _bootstrap(base, cand, prompts, opts)
+    b_var, c_var = _Draws.mean_variance(draws.base), _Draws.mean_variance(draws.cand)
+    hw = welch_half_width([base.variance(b_var), cand.variance(c_var)], level)
+    floor_log, source = _noise_floor_log(base, draws, opts)
+    # Point figures from the raw tok/s: per start the median of the repeats, per prompt their
+    # geometric mean over starts (with one start exactly the median of repeats).
+    raw = (_point_tps(baseline, cell), _point_tps(candidate, cell))
+    per_prompt = _prompt_stats((base, cand), raw, draws, prompts, level)
     speedups = [p.speedup for p in per_prompt]
     estimate = geometric_mean(speedups)
     log_est = math.log(estimate)
     reject_high = None
-    if prior is not None and pairs is None:  # the futility stop's end: history at full weight
-        unguarded = [
-            base.variance(_variance(b_mean), guarded=False),
-            cand.variance(_variance(c_mean), guarded=False),
-        ]
+    if opts.prior is not None:  # the futility stop's end: history at full weight
+        unguarded = [base.variance(b_var, guarded=False), cand.variance(c_var, guarded=False)]
         reject_high = max(math.exp(log_est + welch_half_width(unguarded, level)), estimate)
     worst = min(per_prompt, key=lambda p: (p.speedup, p.prompt_id))
     return SpeedupSummary(
@@ -871,7 +469,7 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
         estimate=estimate,
         ci_low=min(math.exp(log_est - hw), estimate),
         ci_high=max(math.exp(log_est + hw), estimate),
-        confidence=confidence,
+        confidence=opts.confidence,
         mean=math.fsum(speedups) / len(speedups),
         median=float(statistics.median(speedups)),
         token_weighted=token_weighted_speedup(baseline, candidate, prompts),
@@ -882,9 +480,9 @@ def speedup_summary(  # noqa: PLR0913  keyword-only options of one summary, each
         repeats=min(len(v) for t in (base_t, cand_t) for p in prompts for v in t[p].values()),
         missing_prompts=sorted(set(base_t) - set(cand_t)),
         noise_floor=math.exp(max(floor_log, 0.0)),
-        noise_floor_assumed=nb < 2,
-        baseline_starts=nb,
-        candidate_starts=nc,
+        noise_floor_assumed=len(base.starts) < 2,
+        baseline_starts=len(base.starts),
+        candidate_starts=len(cand.starts),
         level=level,
         spread=source,
         reject_high=reject_high,

@@ -2,7 +2,7 @@
 
 A speed suite says what the benchmark sends; a quality suite's prompt ids are task ids of
 ``gates.check_task`` and its prompts must be exactly the checker's prompts, so a checker can never
-be paired with a question it was not written for.
+be matched with a question it was not written for.
 """
 
 from __future__ import annotations

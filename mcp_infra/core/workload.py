@@ -31,7 +31,7 @@ from mcp_infra.contracts import (
     Sample,
     WorkloadCell,
 )
-from mcp_infra.core.stats import geometric_mean
+from mcp_infra.core.intervals import geometric_mean
 
 TIMED_PHASES = ("measure", "drift", "heldout")
 
@@ -83,13 +83,9 @@ def _span(rows: Sequence[Sample]) -> float | None:
     return max(t + e for t, e in stamps) - min(t for t, _ in stamps)
 
 
-def output_tps_by_start(
-    samples: Sequence[Sample], concurrency: int, *, per_batch: bool = False
-) -> dict[int, float]:
+def output_tps_by_start(samples: Sequence[Sample], concurrency: int) -> dict[int, float]:
     """Aggregate output tok/s per start: Σ completion tokens / wall span of the requests (first
-    send to last finish, from t_mono + e2e_s); one request at a time may use Σ e2e_s instead.
-    ``per_batch``: the span is the sum of each batch's own (its requests share ``order``), for
-    a paired protocol, whose batches alternate with the other configurations' in one window."""
+    send to last finish, from t_mono + e2e_s); one request at a time may use Σ e2e_s instead."""
     by: dict[int, list[Sample]] = {}
     for s in samples:
         by.setdefault(s.start, []).append(s)
@@ -98,30 +94,19 @@ def output_tps_by_start(
         tokens = sum(s.completion_tokens or 0 for s in rows)
         if tokens <= 0:
             continue
-        span = None
+        span = _span(rows)
         durations = [s.e2e_s for s in rows if s.e2e_s is not None]
-        whole = _span(rows)
-        if per_batch and whole is not None:
-            groups: dict[int | None, list[Sample]] = {}
-            for s in rows:
-                groups.setdefault(s.order, []).append(s)
-            spans = [_span(g) for g in groups.values()]
-            span = math.fsum(x for x in spans if x is not None)
-        elif whole is not None:
-            span = whole
-        elif concurrency == 1 and len(durations) == len(rows):
+        if span is None and concurrency == 1 and len(durations) == len(rows):
             span = math.fsum(durations)
         if span is not None and span > 0:
             out[start] = tokens / span
     return out
 
 
-def aggregate_tps(
-    samples: Sequence[Sample], concurrency: int, *, per_batch: bool = False
-) -> float | None:
+def aggregate_tps(samples: Sequence[Sample], concurrency: int) -> float | None:
     """A cell's aggregate output tok/s: the geometric mean over starts of
     ``output_tps_by_start`` (None without one)."""
-    per_start = output_tps_by_start(samples, concurrency, per_batch=per_batch)
+    per_start = output_tps_by_start(samples, concurrency)
     return geometric_mean(list(per_start.values())) if per_start else None
 
 
@@ -149,7 +134,7 @@ def cell_figures(
             ttft_p50_s=_quantile(ttft, 0.5) if ttft else None,
             ttft_p99_s=_quantile(ttft, 0.99) if ttft else None,
             decode_tps=statistics.median(decode) if decode else None,
-            aggregate_tps=aggregate_tps(rows, cell.concurrency, per_batch=bool(protocol.paired)),
+            aggregate_tps=aggregate_tps(rows, cell.concurrency),
         )
         ref = base.get(cell_key(cell))
         if ref is not None:

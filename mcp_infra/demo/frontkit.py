@@ -1,6 +1,7 @@
 """Clients that probe the front: streamed chat clients in bulk, raw HTTP over a socket (for
-what an HTTP library would refuse to send), slow and hostile clients. In the package (not in
-tests/) so `benchmarks/faults.py` runs them from a plain install, as the front's tests do.
+what an HTTP library would refuse to send), slow and hostile clients; and the front's footprint
+(memory and open files of its keeper and proxy). In the package (not in tests/) so
+`benchmarks/faults.py` runs them from a plain install, as the front's tests do.
 
 Everything goes to 127.0.0.1 or ::1 only, bounded in count and time.
 """
@@ -17,6 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2 as httpx
+import psutil
+
+from mcp_infra.procs.front import current_status, front_record
+from mcp_infra.state.store import Home
 
 CHAT = "/v1/chat/completions"
 
@@ -29,6 +34,7 @@ class StreamResult:
     error: str | None = None  # transport failure: reset, refused, closed without an answer
     seconds: float = 0.0
     ttft_s: float | None = None
+    done_s: float | None = None  # when `data: [DONE]` came (the server may close later)
     retry_after: str | None = None
 
 
@@ -53,6 +59,7 @@ async def _one(client: httpx.AsyncClient, url: str, body: dict, timeout: float) 
                     result.ttft_s = time.monotonic() - start
                 if line.strip() == "data: [DONE]":
                     result.done = True
+                    result.done_s = time.monotonic() - start
                 elif line.startswith("data: {") and '"error"' in line[:20]:
                     result.error_event = str(json.loads(line[6:]).get("error"))[:200]
     except httpx.HTTPError as exc:
@@ -207,6 +214,66 @@ def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
         return False
     except OSError:
         return True
+
+
+@dataclass
+class Footprint:
+    """The front's two processes as the system sees them: the keeper (the stable port's
+    sockets) and its proxy (the requests)."""
+
+    keeper_pid: int
+    proxy_pid: int
+    rss_bytes: int  # resident memory, keeper + proxy
+    open_files: int  # file descriptors, keeper + proxy
+    fd_limit: int  # the proxy's soft open-files limit
+
+
+def footprint(home: Home) -> Footprint | None:
+    """The front's footprint now (None: no front, or it did not say which proxy serves)."""
+    keeper, status = front_record(home), current_status(home)
+    if keeper is None or status is None:
+        return None
+    try:
+        procs = [psutil.Process(keeper.pid), psutil.Process(status.pid)]
+        return Footprint(
+            keeper_pid=keeper.pid,
+            proxy_pid=status.pid,
+            rss_bytes=sum(p.memory_info().rss for p in procs),
+            open_files=sum(p.num_fds() for p in procs),
+            fd_limit=procs[1].rlimit(psutil.RLIMIT_NOFILE)[0],
+        )
+    except psutil.Error:
+        return None
+
+
+class PeakMemory(threading.Thread):
+    """The peak resident memory of the front (keeper + proxy, the pids of ``footprint`` when it
+    starts) over a ``with`` block, sampled every ``every_s``; ``peak_bytes`` after it."""
+
+    def __init__(self, home: Home, every_s: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        found = footprint(home)
+        assert found is not None, "no front serves this home"
+        self.procs = [psutil.Process(found.keeper_pid), psutil.Process(found.proxy_pid)]
+        self.every_s = every_s
+        self.peak_bytes = found.rss_bytes
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every_s):
+            try:
+                rss = sum(p.memory_info().rss for p in self.procs)
+            except psutil.Error:
+                continue
+            self.peak_bytes = max(self.peak_bytes, rss)
+
+    def __enter__(self) -> PeakMemory:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.join(5)
 
 
 # Hostile inputs shared by the front's tests and benchmarks/faults.py -------------------------

@@ -39,7 +39,7 @@ LEAN_PROTOCOL: dict[str, object] = {
 
 # Thresholds that let a measured gain promote whatever its size (a promotion by policy, not
 # by this machine's speed): any estimate above 1.000x with an interval above 0.5x, and no
-# per-prompt floor. Identical measurements still never qualify (selector.judge: "No gain").
+# per-prompt floor. Identical measurements still never qualify (judging.judge: "No gain").
 PROMOTE_ANY_GAIN: dict[str, object] = {
     "min_speedup_pct": {"default": -50.0, "low": -50.0, "high": 200.0},
     "worst_prompt_tolerance_pct": 100.0,
@@ -109,10 +109,7 @@ def write_test_policy(
     # The demo waits for a quiet machine before each start (policy/demo.yaml); a test home does
     # not, unless its test asks (tests/e2e/test_machine_cycle.py): on a loaded CI machine every
     # start would otherwise wait its full bound, and what a test asserts is not the machine's.
-    # Nor does it measure a start again that other processes slowed (redo_busy_starts): the
-    # test suite's own processes would decide how many starts a test's cycle runs.
     data.get("service", {}).pop("quiet_cpu_fraction", None)
-    data.get("service", {}).pop("redo_busy_starts", None)
     home.user_policy.mkdir(parents=True, exist_ok=True)
     (home.user_policy / f"{TEST_POLICY}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 

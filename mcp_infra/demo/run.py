@@ -34,13 +34,17 @@ from mcp_infra.errors import ExitCode, McpInfraError
 from mcp_infra.procs.identity import same_start
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.procs.service import ensure_serving, stop_service
+from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
 from mcp_infra.state.evidence import list_cycles
 from mcp_infra.state.store import CorruptFile, Home, default_home, read_optional, write_model
 
 DEMO_CANDIDATES = ["demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:draft-k4-cache"]
 DEMO_HYPOTHESIS = "A same-tokenizer drafter speeds up greedy decoding without changing outputs."
-FOLLOW_TIMEOUT_S = 900
+FOLLOW_MARGIN_S = 300
+"""How long past the demo policy's cycle budget the demo follows its cycle: the last round may
+run past the budget, then the cycle seals. A demo that stopped following sooner would stop the
+service under a cycle still running (on a loaded 2-core machine a demo takes 15-20 minutes)."""
 
 
 @dataclass(frozen=True)
@@ -178,13 +182,24 @@ def cost_line(cost: dict[str, Any] | None) -> str:
     """What the plan was projected to cost before it ran, as the proposal said."""
     if not cost:
         return "projected cost: none was returned"
+    mode = cost.get("mode") or "concurrent"
     if cost.get("basis") == "this-home" and cost.get("minutes") is not None:
         source = (cost.get("source") or ["an earlier cycle"])[0]
         return (
             f"projected on this machine: about {cost['minutes'] * 60:.0f} s of cycle, "
-            f"{cost.get('rounds')} round(s), from the timings measured in {source}"
+            f"{cost.get('rounds')} round(s), {cost.get('unserved_s') or 0:.0f} s unserved "
+            f"({mode}), from the timings measured in {source}"
         )
-    return f"projected cost: {cost.get('basis')} ({cost.get('why') or 'no reason given'})"
+    down = "unserved time unknown" if mode == "exclusive" else "0 s unserved"
+    why = cost.get("why") or "no reason given"
+    return f"projected cost: {cost.get('basis')} ({why}; {down}, {mode})"
+
+
+def follow_timeout_s(home: Home) -> float:
+    """Seconds the demo follows its cycle: the demo policy's cycle budget (the home's own
+    ``demo`` policy where it has one) and ``FOLLOW_MARGIN_S``."""
+    policy = load_policy("demo", extra=home.user_policy)
+    return policy.budgets.cycle_minutes * 60 + FOLLOW_MARGIN_S
 
 
 async def drive(
@@ -210,7 +225,8 @@ async def drive(
             raise RuntimeError(f"plan refused: {proposal.get('message') if proposal else text}")
         log(f"plan {proposal['plan_id']} queued: {', '.join(proposal['candidates'])}")
         log(cost_line(proposal.get("cost")))
-        deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+        follow_s = follow_timeout_s(home)
+        deadline = time.monotonic() + follow_s
         last, last_printed = "", 0.0
         while time.monotonic() < deadline:
             status = (await client.call_tool("status", {})).structured_content
@@ -230,7 +246,7 @@ async def drive(
                 raise KeyboardInterrupt
             await anyio.sleep(1.0)
         else:
-            raise RuntimeError(f"the cycle did not seal within {FOLLOW_TIMEOUT_S} s")
+            raise RuntimeError(f"the cycle did not seal within {follow_s:.0f} s")
         cycle_id = sealed["cycle_id"]
         ev = await client.call_tool("evidence", {"cycle_id": cycle_id})
         return ev.structured_content

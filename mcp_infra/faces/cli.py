@@ -186,7 +186,7 @@ COMMANDS: tuple[Command, ...] = (
             opt("--watch", help="keep running: run queued plans when the window allows", **FLAG),
             opt(
                 "--interval",
-                help="--watch: seconds between looks (default: the policy's)",
+                help="--watch: seconds between looks (default: 300)",
                 type=float,
             ),
             opt("--max-cycles", help="--watch: stop after this many cycles", type=int),

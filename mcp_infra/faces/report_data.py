@@ -44,6 +44,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "gb": lambda v: f"{v:.2f} GB",
     "j1": lambda v: f"{v:.1f} J",
     "int": lambda v: f"{int(v)}",
+    "utc": lambda v: f"{v[:10]} {v[11:19]} UTC",  # an ISO 8601 time, to the second
 }
 
 
@@ -212,11 +213,10 @@ def heldout_check(data: Loaded) -> HeldOut | None:
     if data.plan is None or data.verdict is None:
         held.why_not = "the bundle has no plan or verdict to re-derive it from"
         return held
-    from mcp_infra.core.selector import replay_method, select
-    from mcp_infra.flows.rounds import as_measured, heldout_protocol
+    from mcp_infra.core.selector import DECISION_METHOD, select
+    from mcp_infra.flows.confirm import as_measured, heldout_protocol
 
-    method = replay_method(data.verdict.method, data.plan.protocol)
-    if method is None:
+    if data.verdict.method != DECISION_METHOD:
         held.why_not = "the verdict was reached by another decision method than this mcp-infra's"
         return held
     base, win = data.heldout.get("baseline"), data.heldout.get(candidate)
@@ -230,7 +230,6 @@ def heldout_check(data: Loaded) -> HeldOut | None:
         heldout_protocol(data.plan.protocol),
         data.plan.auto_promote,
         confirmation=True,
-        method=method,
     )
     (judged,) = again.candidates
     words = " ".join(judged.reasons)

@@ -37,13 +37,14 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.admission import expected_downtime_s
-from mcp_infra.core.machine import busy_fraction, open_verdict_words, quiet_rule, redo_rule
+from mcp_infra.core.machine import busy_fraction, open_verdict_words, quiet_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
-from mcp_infra.core.selector import drift_checked
+from mcp_infra.core.screening import screens
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.flows import impact
+from mcp_infra.flows.confirm import heldout_check, measure_drift
 from mcp_infra.flows.journal import Journal
 from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import (
@@ -51,7 +52,6 @@ from mcp_infra.flows.measure import (
     annotate_cells,
     measure_live,
     server_starter,
-    together_starter,
 )
 from mcp_infra.flows.own import build_recipes
 from mcp_infra.flows.promotion import (
@@ -62,14 +62,7 @@ from mcp_infra.flows.promotion import (
     restore,
     restore_after_error,
 )
-from mcp_infra.flows.rounds import (
-    Bench,
-    LiveTraffic,
-    decide_cycle,
-    heldout_check,
-    measure_drift,
-    run_rounds,
-)
+from mcp_infra.flows.rounds import Bench, LiveTraffic, decide_cycle, run_rounds
 from mcp_infra.procs import usage
 from mcp_infra.procs.distributed import preflight_hosts
 from mcp_infra.procs.front import live_request_count
@@ -175,7 +168,6 @@ class CycleContext:
     baseline_s: float = 0.0
     traffic: LiveTraffic | None = None
     exclusive: bool = False
-    together: bool = False  # paired rounds: the protocol asks and the memory fits
     baseline: CandidateRun | None = None
     verdict: Verdict | None = None
 
@@ -210,15 +202,11 @@ class CycleContext:
             plan=self.plan,
             journal=self.journal,
             run_start=server_starter(self.home, self.config, self.cycle_id),
-            run_together=together_starter(self.home, self.config, self.cycle_id)
-            if self.together
-            else None,
             start_errors=SERVER_START_ERRORS,
             live_traffic=self.traffic,
             machine=Machine(
                 usage.machine_reader(self.home),
                 quiet_rule(self.loaded.policy.service),
-                redo=redo_rule(self.loaded.policy.service),
                 busy=busy_fraction(self.loaded.policy.service),
             ),
         )
@@ -392,20 +380,6 @@ def maintenance_step(c: CycleContext) -> CycleResult | None:
         load_s=(c.record.ready_s if c.record and c.record.ready_s else protocol.ready_timeout_s),
     )
     impact.decided(c.home, c.cycle_id, admission, expected)
-    if protocol.paired and todo:
-        c.together, why = impact.together_admission(
-            c.home,
-            c.loaded.policy,
-            c.record,
-            [a for a in c.admitted if a.candidate in todo],
-            exclusive=c.exclusive,
-        )
-        c.journal(
-            CycleState.MAINTENANCE,
-            ("paired rounds: " if c.together else "paired rounds refused: ") + why,
-            step=JournalStep.PAIRED,
-            paired=c.together,
-        )
     c.journal(
         CycleState.MAINTENANCE,
         impact.downtime_words(
@@ -460,7 +434,7 @@ def experiment_step(c: CycleContext) -> CycleResult | None:
 
 def drift_step(c: CycleContext) -> CycleResult | None:
     """With the policy's drift check on, the baseline once more after the experiments."""
-    if not drift_checked(c.plan.protocol) or c.baseline is None:
+    if not c.plan.protocol.drift_check or c.baseline is None:
         return None
     c.journal(
         CycleState.SELECT,
@@ -482,7 +456,13 @@ def select_step(c: CycleContext) -> CycleResult | None:
     for candidate, run in c.runs.items():  # candidates that never started are recorded too
         write_model(c.files.run(candidate), run)
     c.journal(CycleState.SELECT, "selecting by the frozen thresholds")
-    c.verdict, losses = decide_cycle(c.baseline, c.runs, c.plan)
+    c.verdict, losses = decide_cycle(
+        c.baseline,
+        c.runs,
+        c.plan,
+        screened=screens(c.plan),
+        busy_line=busy_fraction(c.loaded.policy.service),
+    )
     write_model(c.files.verdict, c.verdict)
     if c.verdict.selected is None:
         reason = c.verdict.reason + _workload_words(c.runs, c.plan)
@@ -513,7 +493,7 @@ def select_step(c: CycleContext) -> CycleResult | None:
 
 def confirm_step(c: CycleContext) -> CycleResult | None:
     """The winner and the baseline on held-out prompts, each in a fresh start: the gain must be
-    confirmed there (``rounds.heldout_check``)."""
+    confirmed there (``confirm.heldout_check``)."""
     assert c.verdict is not None and c.verdict.selected is not None
     selected = c.verdict.selected
     c.journal(

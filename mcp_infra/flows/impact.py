@@ -18,7 +18,6 @@ from mcp_infra.core.admission import (
     admit,
     combine,
     expected_downtime_s,
-    together_fits,
 )
 from mcp_infra.core.distributed import local_ranks
 from mcp_infra.procs.front import fresh_status, front_status, read_route, set_route
@@ -82,27 +81,6 @@ def plan_admission(
             )
         )
     return combine(items) or admit(0.0, live_gb, total, policy.service.memory_budget_fraction)
-
-
-def together_admission(
-    home: Home,
-    policy: Policy,
-    live: ProcessRecord | None,
-    found: list[tuple[str, Manifest, Variant]],
-    *,
-    exclusive: bool,
-) -> tuple[bool, str]:
-    """Whether a paired plan's configurations fit in memory at once (``core.admission.
-    together_fits``): the baseline as the live backend measures now, each candidate as
-    ``expected_peak_gb`` says."""
-    total = psutil.virtual_memory().total / 2**30
-    live_gb = footprint_gb(live)
-    peaks: dict[str, float | None] = {"the baseline": live_gb}
-    for candidate, manifest, variant in found:
-        peaks[candidate] = expected_peak_gb(home, manifest, variant, candidate)[0]
-    return together_fits(
-        peaks, live_gb, total, policy.service.memory_budget_fraction, exclusive=exclusive
-    )
 
 
 def downtime_words(mode: Mode, expected_s: float, max_hold_s: float) -> str:

@@ -55,7 +55,8 @@ from mcp_infra.contracts import (
     ServiceConfig,
     WorkloadCell,
 )
-from mcp_infra.core.stats import derive_seed
+from mcp_infra.core.screening import screen_cell
+from mcp_infra.core.stats import SEED, derive_seed
 from mcp_infra.core.suites import Suite, SuitePrompt
 from mcp_infra.core.workload import cell_figures, request_class_of
 from mcp_infra.procs import bench, usage
@@ -80,7 +81,7 @@ from mcp_infra.state.store import Home, read_optional, utcnow, write_model
 def batches(
     prompt_ids: Sequence[str], concurrency: int, repeats: int, seed: int
 ) -> list[list[tuple[int, str]]]:
-    """Batches of (repeat, prompt id) sent together. Each repeat visits every prompt in a seeded
+    """Batches of (repeat, prompt id) sent at once. Each repeat visits every prompt in a seeded
     shuffled order; at concurrency n the order is dealt into batches of exactly n in flight at
     once, a short last batch filled by cycling the prompts again (one long prompt at
     concurrency 4 is 4 copies of it, each with its own nonce)."""
@@ -100,12 +101,18 @@ def batches(
     return out
 
 
-def cells_for_start(protocol: MeasureProtocol, start: int) -> list[WorkloadCell]:
+def cells_for_start(
+    protocol: MeasureProtocol, start: int, first_full: int = 0
+) -> list[WorkloadCell]:
     """The workload cells measured in a configuration's start ``start`` (0-based): every
     decisive cell always; a guard cell in the first start only; a reported cell in the first
     ``max(2, min_starts)`` starts, enough for its interval, or the first alone where a learned
     start-to-start spread gives one start an interval (later rounds exist to settle the
-    decisions)."""
+    decisions). ``first_full``: the configuration's first full start (1 in a screened plan,
+    whose screening start times the headline cell alone, ``core.screening.screen_cell``)."""
+    if start < first_full:
+        return [screen_cell(protocol)]
+    start -= first_full
     first = 1 if protocol.learned_spread is not None else max(2, protocol.min_starts)
     return [
         c
@@ -135,9 +142,28 @@ class ServerDied(RuntimeError):
     """The measured server exited mid-benchmark: stop measuring it, keep what was measured."""
 
 
+@dataclass
+class StartResult:
+    samples: list[Sample] = field(default_factory=list)
+    greedy: list[Sample] = field(default_factory=list)
+    quality: list[Sample] = field(default_factory=list)
+    died: str | None = None
+    peak_gb: float | None = None
+    memory_source: str | None = None
+    port: int | None = None
+    gated: str | None = None  # why a screening start ended at a failed gate
+
+
+GateCheck = Callable[[StartResult, bool], str | None]
+"""A screening start's gate check between its untimed requests: the start's result so far and
+whether every untimed answer is in; why it ends the start (a failed gate), or None."""
+
+
 class StartSpec(NamedTuple):
     """What one fresh start measures: greedy passes first (0 after a configuration's first
-    start), warm-up, the workload cells of this start, then the quality suite if named."""
+    start), warm-up, the workload cells of this start, then the quality suite if named. A
+    screening start (``start < first_full``) takes its gates first, the quality suite before
+    any timing, and ``gate_check`` may end it there."""
 
     recipe: Recipe
     candidate: str
@@ -148,19 +174,13 @@ class StartSpec(NamedTuple):
     phase: str = "measure"
     greedy_times: int = 0
     quality_suite: str | None = None
-    cells_of: int | None = None  # a start measured again measures the cells of the one it replaces
     top_logprobs: int = 0  # asked with the greedy passes and quality tasks (a lossy plan's)
+    first_full: int = 0
+    gate_check: GateCheck | None = None
 
-
-@dataclass
-class StartResult:
-    samples: list[Sample] = field(default_factory=list)
-    greedy: list[Sample] = field(default_factory=list)
-    quality: list[Sample] = field(default_factory=list)
-    died: str | None = None
-    peak_gb: float | None = None
-    memory_source: str | None = None
-    port: int | None = None
+    @property
+    def screening(self) -> bool:
+        return self.start < self.first_full
 
 
 def _timed(
@@ -211,10 +231,9 @@ class Request(NamedTuple):
 
 
 class Batch(NamedTuple):
-    """Requests sent together (more than one only at concurrency > 1). ``greedy``: token ids
+    """Requests sent at once (more than one only at concurrency > 1). ``greedy``: token ids
     for the equality gate; ``timed``: streamed and timed (warm-up included, by its phase);
-    ``quality``: the quality suite's tasks at their own budgets, capped by the protocol's
-    ``max_tokens`` as every other request is."""
+    ``quality``: the quality suite's tasks at their own budgets."""
 
     kind: Literal["greedy", "timed", "quality"]
     requests: list[Request]
@@ -232,7 +251,7 @@ def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
 def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> list[Batch]:
     """Every request of one start, in order: greedy passes (a configuration's first start), the
     warm-up, each workload cell of this start in batches, then the quality tasks. Pure: the
-    cycle sends it (``measure_start``) and the cost model prices it (``flows.projection``)."""
+    cycle sends it (``measure_start``) and the cost model prices it (``flows.simulation``)."""
     protocol, prompts = spec.protocol, spec.prompts
     base = {"candidate": spec.candidate, "start": spec.start, "round": spec.round_index}
     classes = dict.fromkeys(c.request_class for c in protocol.workload)
@@ -258,11 +277,9 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             tags |= {"request_class": cls, "concurrency": 1}
             out.append(Batch("timed", [Request(prompt, timed_tokens(prompt, protocol), tags)]))
             order += 1
-    for cell in cells_for_start(protocol, spec.start if spec.cells_of is None else spec.cells_of):
+    for cell in cells_for_start(protocol, spec.start, spec.first_full):
         chosen = {p.id: p for p in prompts.get(cell.request_class, [])}
-        seed = derive_seed(
-            protocol.seed, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}"
-        )
+        seed = derive_seed(SEED, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}")
         for batch in batches(list(chosen), cell.concurrency, protocol.repeats, seed):
             requests = [
                 Request(
@@ -281,11 +298,33 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             ]
             out.append(Batch("timed", requests))
             order += 1
-    out += [
-        Batch("quality", [Request(t, t.token_budget(protocol.max_tokens), dict(base))])
-        for t in quality_tasks
-    ]
-    return out
+    cap = protocol.max_tokens  # a task's own budget, never above the protocol's, as any prompt's
+    tasks = [Batch("quality", [Request(t, t.token_budget(cap), dict(base))]) for t in quality_tasks]
+    if spec.screening:  # gates first: the quality suite before anything is timed
+        untimed = spec.greedy_times * len(every)
+        return [*out[:untimed], *tasks, *out[untimed:]]
+    return out + tasks
+
+
+def play(
+    spec: StartSpec, plan: Sequence[Batch], send: Callable[[Batch], None], result: StartResult
+) -> None:
+    """Send a start's plan in order, one batch after another, until the server dies or, in a
+    screening start, ``spec.gate_check`` ends it at a failed gate (asked after every untimed
+    batch). The cycle's sender and the cost model's simulated server both play a plan so."""
+    untimed_left = sum(b.kind != "timed" for b in plan)
+    for batch in plan:
+        send(batch)
+        if result.died:
+            return
+        if batch.kind == "timed":
+            continue
+        untimed_left -= 1
+        if spec.gate_check is not None:
+            why = spec.gate_check(result, untimed_left == 0)
+            if why is not None:
+                result.gated = why
+                return
 
 
 class _Sender:
@@ -358,40 +397,8 @@ def measure_start(
     """Send a start's plan (``start_plan``) to a server. A server that dies stops the
     measurement, recording why."""
     with _Sender(base_url, spec, server) as sender:
-        for batch in sender.plan:
-            sender.send(batch)
-            if sender.result.died:
-                break
+        play(spec, sender.plan, sender.send, sender.result)
     return sender.result
-
-
-def together_order(senders: Sequence[_Sender], index: int) -> list[_Sender]:
-    """Who is sent the ``index``-th timed batch first: the order turns by one each batch (B C1
-    C2, C1 C2 B, C2 B C1, ...), so no configuration always follows another."""
-    shift = index % len(senders) if senders else 0
-    return [*senders[shift:], *senders[:shift]]
-
-
-def measure_together(senders: Sequence[_Sender]) -> list[StartResult]:
-    """A paired start (``MeasureProtocol.paired``): every configuration's greedy passes, one
-    after another; then their timed batches alternating, batch by batch, so whatever else the
-    machine does lands on all of them alike; then their quality tasks. A server that dies is
-    sent nothing more; the others go on."""
-    for sender in senders:
-        for batch in sender.plan:
-            if batch.kind == "greedy":
-                sender.send(batch)
-    timed = [[b for b in s.plan if b.kind == "timed"] for s in senders]
-    for index in range(max((len(t) for t in timed), default=0)):
-        for sender in together_order(senders, index):
-            batches_of = timed[senders.index(sender)]
-            if index < len(batches_of):
-                sender.send(batches_of[index])
-    for sender in senders:
-        for batch in sender.plan:
-            if batch.kind == "quality":
-                sender.send(batch)
-    return [s.result for s in senders]
 
 
 def _send_timed(
@@ -448,57 +455,6 @@ def server_starter(
             stop_candidate(home, record)
         result.port = record.port
         return result
-
-    return run
-
-
-TogetherStarter = Callable[
-    [Sequence[StartSpec], Callable[[int, int], None]], list["StartResult | Exception"]
-]
-"""Measure one paired start (``rounds.Bench.run_together``): a server per spec, all alive at once,
-requests alternating; the second argument is called with (spec index, port) as each is ready.
-Per spec the result, or the exception its server did not start with."""
-
-
-def together_starter(home: Home, config: ServiceConfig, cycle_id: str) -> TogetherStarter:
-    """How a paired cycle measures one round: a fresh scratch server per configuration, each
-    on a port of its own, measured together (``measure_together``), then all stopped."""
-
-    def run(
-        specs: Sequence[StartSpec], ready: Callable[[int, int], None]
-    ) -> list[StartResult | Exception]:
-        started: dict[int, ProcessRecord] = {}
-        out: list[StartResult | Exception] = []
-        try:
-            for index, spec in enumerate(specs):
-                try:
-                    record = _start(home, config, spec.recipe, cycle_id, spec.protocol)
-                except SERVER_START_ERRORS as exc:
-                    out.append(exc)
-                    continue
-                started[index] = record
-                keep_launch(home, cycle_id, spec, record)
-                ready(index, record.port)
-                out.append(StartResult())
-            senders = [
-                _Sender(f"http://{config.host}:{started[i].port}", specs[i], started[i])
-                for i in sorted(started)
-            ]
-            for sender in senders:
-                sender.__enter__()
-            try:
-                results = measure_together(senders)
-            finally:
-                for sender in senders:
-                    sender.__exit__(None, None, None)
-            for i, result in zip(sorted(started), results, strict=True):
-                result.port = started[i].port
-                out[i] = result
-        finally:
-            for record in started.values():
-                usage.snapshot(home.cycle_dir(cycle_id), record)
-                stop_candidate(home, record)
-        return out
 
     return run
 

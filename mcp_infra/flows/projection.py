@@ -1,17 +1,5 @@
-"""What a plan costs before it runs: the product's own round loop over simulated starts.
-
-Why: a protocol that is honest on tiny CPU models can take an hour on a 27B model at 18 tok/s.
-The only projection worth trusting is the cycle's own code priced on the target: ``start_plan``
-(every request a start sends), ``rounds.run_rounds`` (``next_round``, the failed-gate stop, the
-per-round ``select``, the time budget), the drift re-measure, ``decide`` and the held-out check
-all run unchanged; only the server and the clock are simulated, from a ``TargetProfile``.
-
-A simulated start: the server loads (``load_s``), then each batch of ``start_plan`` takes the time
-the profile gives it: one request prefills its prompt at ``prefill_tps`` and decodes at
-``decode_tps``; n requests at once either batch (``batch_tps[n]`` aggregate output tok/s, shared)
-or, where the configuration has no batched figure (a drafter in ``mlx_lm.server``), are served
-one after another, each waiting for the ones before it. Every fresh start runs a log-normal
-factor faster or slower (``start_spread``) and every request varies on top (``request_spread``).
+"""What a plan costs before it runs, priced on this machine: the product's own round loop
+(``flows.simulation.project``) over the timings this home's sealed bundles measured.
 
 The ``this-home`` profile (``profile_from_bundle``) is this machine as a sealed bundle measured
 it; ``plan_cost`` prices a plan on this home's newest bundles, cached by what it was priced from,
@@ -24,13 +12,11 @@ import contextlib
 import json
 import math
 import queue
-import random
 import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -43,13 +29,10 @@ from mcp_infra.contracts import (
     ConfigTruth,
     CycleState,
     CycleSummary,
-    Decision,
     EffectiveThresholds,
     EnvironmentFingerprint,
     Event,
     FrozenPlan,
-    JournalStep,
-    LearnedSpread,
     MeasureProtocol,
     Plan,
     PlanCost,
@@ -59,19 +42,13 @@ from mcp_infra.contracts import (
     TargetProfile,
     Verdict,
 )
-from mcp_infra.core.admission import admit, together_fits
 from mcp_infra.core.digest import sha256_bytes
-from mcp_infra.core.selector import drift_checked
-from mcp_infra.core.stats import derive_seed
+from mcp_infra.core.screening import screens
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.flows.measure import (
-    StartResult,
-    StartSpec,
-    annotate_cells,
-    start_plan,
     timed_tokens,
 )
-from mcp_infra.flows.rounds import Bench, decide_cycle, heldout_check, measure_drift, run_rounds
+from mcp_infra.flows.simulation import Projection, Setting, project, prompt_tokens, sim_recipe
 from mcp_infra.state.catalog import load_policy, load_suite
 from mcp_infra.state.evidence import list_cycles
 from mcp_infra.state.filecache import load_yaml
@@ -88,319 +65,6 @@ from mcp_infra.state.store import (
 )
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-TEXT = "plain simulated answer words that do not repeat themselves at all"
-
-
-class SimClock:
-    """Seconds since the simulated cycle began; only simulated work moves it."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def wall(self) -> datetime:
-        return EPOCH + timedelta(seconds=self.t)
-
-
-class NullJournal:
-    """The simulation journals nothing (its cycle touches no home)."""
-
-    cycle_id = "projection"
-
-    def __call__(
-        self,
-        state: CycleState,
-        message: str,
-        step: JournalStep | None = None,
-        **fields: object,
-    ) -> None:
-        return None
-
-
-def prompt_tokens(prompt: SuitePrompt, chars_per_token: float) -> int:
-    return max(1, round(sum(len(m.content) for m in prompt.messages) / chars_per_token))
-
-
-@dataclass
-class SimServer:
-    """The simulated servers of one projected cycle: their truths, noise and clock."""
-
-    profile: TargetProfile
-    truths: dict[str, ConfigTruth]
-    seed: int
-    clock: SimClock = field(default_factory=SimClock)
-    requests: int = 0
-    # Other processes' load: the log slowdown over one start's window is |N(0, load_spread)|
-    # (load only slows). One start after another, each start draws its own; a paired start's
-    # configurations share one draw, as they share the window.
-    load_spread: float = 0.0
-
-    def truth(self, name: str) -> ConfigTruth:
-        return self.truths.get(name, self.profile.baseline)
-
-    def _load(self, key: str) -> float:
-        if self.load_spread <= 0:
-            return 1.0
-        rng = random.Random(derive_seed(self.seed, f"load:{key}"))
-        return math.exp(-abs(rng.gauss(0.0, self.load_spread)))
-
-    def __call__(self, spec: StartSpec, ready: Callable[[int], None]) -> StartResult:
-        key = f"{spec.candidate}:{spec.phase}:{spec.start}"
-        return self._start(spec, ready, self._load(key))
-
-    def together(
-        self, specs: Sequence[StartSpec], ready: Callable[[int, int], None]
-    ) -> list[StartResult | Exception]:
-        """A paired start (``rounds.together_start``): each configuration's own start spread,
-        one shared draw of the load; the clock pays every load and every request, as the real
-        paired start does (it loads one server after another and sends one batch at a time)."""
-        first = specs[0] if specs else None
-        shared = self._load(f"round:{first.phase}:{first.round_index}") if first else 1.0
-        out: list[StartResult | Exception] = []
-        for i, spec in enumerate(specs):
-            out.append(self._start(spec, partial(ready, i), shared))
-        return out
-
-    def _start(self, spec: StartSpec, ready: Callable[[int], None], load: float) -> StartResult:
-        truth = self.truth(spec.candidate)
-        rng = random.Random(derive_seed(self.seed, f"{spec.candidate}:{spec.phase}:{spec.start}"))
-        factor = math.exp(rng.gauss(0.0, self.profile.start_spread)) * load
-        self.clock.t += truth.load_s
-        ready(0)
-        tasks = load_suite(spec.quality_suite).prompts if spec.quality_suite else []  # as measure
-        result = StartResult(peak_gb=truth.peak_gb, memory_source="projected", port=0)
-        for batch in start_plan(spec, tasks):
-            samples = self._batch(truth, factor, rng, batch.requests, batch.kind)
-            into = {"greedy": result.greedy, "quality": result.quality}.get(batch.kind)
-            (into if into is not None else result.samples).extend(samples)
-        return result
-
-    def _batch(
-        self,
-        truth: ConfigTruth,
-        factor: float,
-        rng: random.Random,
-        requests: Sequence,
-        kind: str,
-    ) -> list[Sample]:
-        n = len(requests)
-        began = self.clock.t
-        aggregate = truth.batch_tps.get(n) if n > 1 else None
-        out: list[Sample] = []
-        waited = 0.0
-        for request in requests:
-            noise = math.exp(rng.gauss(0.0, self.profile.request_spread))
-            tokens = request.max_tokens
-            prefill = prompt_tokens(request.prompt, self.profile.chars_per_token) / (
-                truth.prefill_tps * factor
-            )
-            if aggregate is not None:  # batched: n requests share the aggregate rate
-                decode_tps = aggregate * factor * noise / n
-                ttft = n * prefill
-            else:  # one after another: each waits for the ones before it
-                decode_tps = truth.decode_tps * factor * noise
-                ttft = waited + prefill
-            e2e = ttft + tokens / decode_tps
-            waited = e2e if aggregate is None else 0.0
-            out.append(self._sample(request, kind, began, ttft, e2e, decode_tps, truth))
-        self.clock.t = began + max(s.e2e_s or 0.0 for s in out)
-        self.requests += n
-        return out
-
-    def _sample(
-        self,
-        request,
-        kind: str,
-        began: float,
-        ttft: float,
-        e2e: float,
-        decode_tps: float,
-        truth: ConfigTruth,
-    ) -> Sample:
-        tokens = request.max_tokens
-        pid = request.prompt.id
-        ids = [derive_seed(1, f"{pid}:{i}") % 50_000 for i in range(tokens)]
-        if truth.diverges and kind == "greedy":
-            ids[len(ids) // 2] += 1
-        fields = {
-            "candidate": request.tags["candidate"],
-            "prompt_id": pid,
-            "repeat": request.tags.get("repeat", 0),
-            "order": request.tags.get("order", 0),
-            "start": request.tags["start"],
-            "round": request.tags["round"],
-            "completion_tokens": tokens,
-            "ttft_s": ttft,
-            "decode_s": tokens / decode_tps,
-            "decode_tps": decode_tps,
-            "e2e_s": e2e,
-            "text": TEXT,
-            "token_ids": ids if kind != "timed" else None,
-            "started_at": EPOCH + timedelta(seconds=began),
-            "t_mono": began,
-        }
-        if kind == "timed":
-            fields |= {
-                "phase": request.tags["phase"],
-                "request_class": request.tags["request_class"],
-                "concurrency": request.tags["concurrency"],
-            }
-        elif kind == "greedy":
-            fields |= {"request_class": request.tags["request_class"]}
-        else:
-            fields |= {"phase": "quality"}
-        return Sample(**fields)
-
-
-class Projection(NamedTuple):
-    """One projected cycle."""
-
-    minutes: float
-    rounds: int
-    requests: int
-    outcome: str  # promoted | rejected | kept_baseline (inconclusive)
-    selected: str | None
-    decided: bool
-    unserved_s: float
-    reason: str
-    verdict: Verdict | None = None
-
-
-def _recipe(name: str, semantics: str = "lossless") -> Recipe:
-    return Recipe(
-        candidate_id=name,
-        template="mlx_lm_server",
-        model_path=f"/projected/{name}",
-        semantics=semantics,  # type: ignore[arg-type]
-        candidate_class="acceleration_plugin",  # type: ignore[arg-type]
-    )
-
-
-def history_spread(
-    plan: FrozenPlan, profile: TargetProfile, df: int, error: float = 1.0
-) -> LearnedSpread | None:
-    """The spread a home with ``df`` degrees of freedom of history would have learned on this
-    profile (times ``error``, to price a history that is wrong): the sd of a start's mean log
-    level over the headline cell's prompts, one request each."""
-    if df <= 0:
-        return None
-    per = max(1, len(_prompts(plan).get("short", []))) * plan.protocol.repeats
-    sd = math.sqrt(profile.start_spread**2 + profile.request_spread**2 / per) * error
-    return LearnedSpread(sd=sd, df=df, source=f"projected: {df} df of history, x{error:g}")
-
-
-def project(  # noqa: PLR0913  keyword-only: what the projected cycle meets, each named
-    plan: FrozenPlan,
-    profile: TargetProfile,
-    truths: dict[str, ConfigTruth],
-    *,
-    seed: int,
-    cycle_minutes: float,
-    memory_budget_fraction: float = 0.8,
-    recipes: Mapping[str, Recipe] | None = None,
-    exclusive: bool | None = None,
-    load_spread: float = 0.0,
-) -> Projection:
-    """One cycle of ``plan`` on ``profile`` with candidates behaving as ``truths``: the rounds,
-    the drift re-measure, the decision, the held-out check and the promotion, priced.
-    ``recipes``: the candidates' real recipes where known (their knobs and semantics decide the
-    greedy passes and the quality suite); ``exclusive``: the memory mode the cycle's own
-    admission chose (else it is decided here from the truths' peaks); ``load_spread``: other
-    processes' load (``SimServer.load_spread``). A paired protocol runs paired starts."""
-    server = SimServer(profile, truths, seed, load_spread=load_spread)
-    clock = server.clock
-    live = _recipe(BASELINE_ID)
-    candidates = {c: (recipes or {}).get(c) or _recipe(c) for c in plan.candidates[1:]}
-    if exclusive is None:
-        exclusive = any(
-            admit(
-                truths[c].peak_gb if c in truths else None,
-                profile.baseline.peak_gb,
-                profile.memory_gb,
-                memory_budget_fraction,
-            ).mode
-            == "exclusive"
-            for c in candidates
-        )
-    # Paired starts where the protocol asks and every configuration fits at once, as the
-    # cycle's own admission decides (core.admission.together_fits).
-    together = (
-        bool(plan.protocol.paired)
-        and together_fits(
-            {"baseline": profile.baseline.peak_gb}
-            | {c: truths[c].peak_gb if c in truths else None for c in candidates},
-            profile.baseline.peak_gb,
-            profile.memory_gb,
-            memory_budget_fraction,
-            exclusive=exclusive,
-        )[0]
-    )
-    bench = Bench(
-        plan=plan,
-        journal=NullJournal(),
-        run_start=server,
-        clock=clock,
-        now=clock.wall,
-        run_together=server.together if together else None,
-    )
-    # The live service's sanity measurement: short requests one at a time, once.
-    live_spec = StartSpec(live, BASELINE_ID, _prompts(plan), _short_c1(plan))
-    for batch in start_plan(live_spec):
-        server._batch(profile.baseline, 1.0, random.Random(seed), batch.requests, batch.kind)
-    held_from = clock()
-    baseline, runs = run_rounds(bench, live, candidates, deadline=cycle_minutes * 60)
-    rounds = max((r.round for r in baseline.rounds), default=-1) + 1
-    if drift_checked(plan.protocol) and clock() <= cycle_minutes * 60:
-        baseline = measure_drift(bench, live, baseline, rounds)
-    unserved = clock() - held_from if exclusive else 0.0
-    baseline, runs = annotate_cells(baseline, runs, plan.protocol)
-    verdict, losses = decide_cycle(baseline, runs, plan)
-    outcome, selected, reason = _judged(verdict, runs, losses)
-    if selected is not None and clock() <= cycle_minutes * 60:
-        held = heldout_check(bench, live, candidates[selected])
-        if not held.passed:
-            outcome, selected, reason = "kept_baseline", None, held.reason
-        else:
-            began = clock()
-            truth = server.truth(selected)
-            clock.t += truth.load_s
-            spec = StartSpec(candidates[selected], selected, _prompts(plan), plan.protocol)
-            for batch in start_plan(spec._replace(greedy_times=1)):
-                if batch.kind == "greedy":
-                    server._batch(truth, 1.0, random.Random(seed), batch.requests, batch.kind)
-            if exclusive:
-                unserved += clock() - began
-    elif selected is not None:
-        outcome, selected, reason = "kept_baseline", None, "time budget ran out"
-    decided = outcome in ("promoted", "rejected")
-    return Projection(
-        clock() / 60, rounds, server.requests, outcome, selected, decided, unserved, reason, verdict
-    )
-
-
-def _judged(
-    verdict: Verdict, runs: dict[str, CandidateRun], losses: list
-) -> tuple[str, str | None, str]:
-    if verdict.selected is not None and not losses:
-        return "promoted", verdict.selected, verdict.reason
-    every = [v.decision for v in verdict.candidates]
-    if every and all(d == Decision.REJECTED for d in every) or losses:
-        return "rejected", None, verdict.reason
-    return "kept_baseline", None, verdict.reason
-
-
-def _prompts(plan: FrozenPlan) -> dict[str, list[SuitePrompt]]:
-    from mcp_infra.flows.measure import prompts_by_class
-
-    return prompts_by_class(load_suite(plan.protocol.suite), "selection")
-
-
-def _short_c1(plan: FrozenPlan):
-    from mcp_infra.flows.measure import short_c1
-
-    return short_c1(plan.protocol).model_copy(update={"repeats": 1})
 
 
 def simulated_plan(policy: Policy, candidates: Sequence[str]) -> FrozenPlan:
@@ -412,7 +76,6 @@ def simulated_plan(policy: Policy, candidates: Sequence[str]) -> FrozenPlan:
         max_peak_memory_gb=t.max_peak_memory_gb.default,
         max_error_rate=t.max_error_rate,
         worst_prompt_tolerance_pct=t.worst_prompt_tolerance_pct,
-        tie_tolerance_pct=t.tie_tolerance_pct,
         quality_budget=t.quality_budget,
     )
     return FrozenPlan(
@@ -721,7 +384,7 @@ def recipes_of(plan: FrozenPlan, runs: Sequence[CandidateRun]) -> dict[str, Reci
     out: dict[str, Recipe] = {}
     for run in runs:
         if run.candidate in plan.candidates[1:] and run.purpose == "selection":
-            out[run.candidate] = _recipe(run.candidate, run.semantics.value).model_copy(
+            out[run.candidate] = sim_recipe(run.candidate, run.semantics.value).model_copy(
                 update={"knobs": run.knobs, "candidate_class": run.candidate_class}
             )
     return out
@@ -734,11 +397,8 @@ def replay(found: BundleProfile, seed: int, policy: Policy | None = None) -> Pro
         found.plan,
         found.profile,
         found.truths,
-        seed=seed,
-        cycle_minutes=policy.budgets.cycle_minutes,
-        memory_budget_fraction=policy.service.memory_budget_fraction,
-        recipes=found.recipes,
-        exclusive=found.exclusive,
+        Setting.of(policy, seed, exclusive=found.exclusive),
+        found.recipes,
     )
 
 
@@ -794,7 +454,7 @@ COST_RESAMPLES = 200
 requests, which do not move with the last digits of an interval's bound (a plan's own cycle
 keeps its protocol's resamples)."""
 COST_BUNDLES = 3
-COST_METHOD = 2
+COST_METHOD = 3
 """Part of every cached projection's key: raise it when what a projection prices changes."""
 CACHE_KEEP = 64
 NO_FIGURES = (
@@ -910,25 +570,27 @@ def project_cost(
     quick = plan.model_copy(update={"protocol": protocol})
     runs = [
         project(
-            quick,
-            profile,
-            truths,
-            seed=seed,
-            cycle_minutes=policy.budgets.cycle_minutes,
-            memory_budget_fraction=policy.service.memory_budget_fraction,
-            recipes=recipes,
-            exclusive=mode == "exclusive",
+            quick, profile, truths, Setting.of(policy, seed, exclusive=mode == "exclusive"), recipes
         )
         for seed in range(seeds)
     ]
     outcomes: dict[str, int] = {}
+    screened_out: dict[str, int] = {}
     for run in runs:
         outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
+        for name in run.screened_out:
+            screened_out[name] = screened_out.get(name, 0) + 1
+    screening = statistics.median(r.screening_s for r in runs) / 60
+    minutes = statistics.median(r.minutes for r in runs)
+    screened = screens(plan)
     return cost(
         basis="this-home",
         why=f"the product's own round loop over the timings measured in {cycles[0]}",
-        minutes=round(statistics.median(r.minutes for r in runs), 2),
+        minutes=round(minutes, 2),
         minutes_high=round(max(r.minutes for r in runs), 2),
+        screening_minutes=round(screening, 2) if screened else None,
+        deciding_minutes=round(statistics.median(r.minutes - r.screening_s / 60 for r in runs), 2),
+        screened_out=screened_out,
         rounds=round(statistics.median(r.rounds for r in runs)),
         requests=round(statistics.median(r.requests for r in runs)),
         unserved_s=round(statistics.median(r.unserved_s for r in runs), 1),

@@ -8,9 +8,11 @@ projected, queued and audited, and a detached supervisor (or watcher) made sure 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,8 +104,30 @@ def propose(
     dry_run: bool = False,
     start_supervisor: bool = True,
 ) -> ProposalView:
-    """Validate, sanitize, freeze and queue a plan. Refusals are answers, not exceptions."""
+    """Validate, sanitize, freeze and queue a plan. Refusals are answers, not exceptions.
+
+    Plans to be queued are frozen and queued one at a time (``queue_turn``): a plan's place
+    in the queue is the time it was frozen, so two proposals frozen side by side could be
+    queued in the other order, and both told the same queue position."""
     home.ensure()
+    with contextlib.nullcontext() if dry_run else queue_turn(home):
+        view = _freeze_and_queue(home, raw, proposed_by, dry_run)
+    if start_supervisor and view.accepted and not dry_run:
+        ensure_supervisor(home)
+    return view
+
+
+@contextlib.contextmanager
+def queue_turn(home: Home) -> Iterator[None]:
+    """One proposal at a time freezes and queues its plan: an flock on ``plans/.propose.lock``
+    (it dies with its holder; agents may each run an MCP server of their own), held for the
+    fraction of a second that takes."""
+    with (home.plans / ".propose.lock").open("a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+def _freeze_and_queue(home: Home, raw: Any, proposed_by: str, dry_run: bool) -> ProposalView:
     raw_hash = _raw_hash(raw)
     ctx = HomeContext(home)
     try:
@@ -164,8 +188,6 @@ def propose(
         "call `status` for progress and `evidence` once the cycle is sealed "
         "(CLI: mcp-infra status / mcp-infra evidence)"
     )
-    if start_supervisor:
-        ensure_supervisor(home)
     return view
 
 

@@ -1,5 +1,6 @@
-"""Interleaved rounds of fresh starts with early stopping, the drift re-measure and the held-out
-check: the decisions of the measurement protocol, over an injected way to measure one start.
+"""Interleaved rounds of fresh starts with early stopping: the decisions of the measurement
+protocol, over an injected way to measure one start (the drift re-measure and the held-out check
+measure theirs with the same ``one_start``: ``flows.confirm``).
 
 Why a seam: the same loop runs the cycle (``measure.server_starter`` starts a real scratch
 server) and the cost model (``benchmarks/cycle_cost.py`` passes simulated starts and a simulated
@@ -15,13 +16,18 @@ Where a learned start-to-start spread gives the first start an interval and the 
 futility stop, the rounds before ``min_starts`` are judged too, for rejections only
 (``early_rejections``): stopping a candidate that cannot qualify never makes a false
 qualification likelier, and it saves a whole round of starts on a plan that holds no gain.
+
+A plan of many candidates (``core.screening.screens``) makes its first round a screening round:
+each candidate's start takes its gates first and may end at a failed one (``_gate_check``), it
+times the headline cell alone, and after the round ``core.screening.screen`` drops the failed
+gates and the clear losers (``_screen_round``, journaled); the survivors go on as above.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -40,16 +46,24 @@ from mcp_infra.contracts import (
     Sample,
     Semantics,
     Verdict,
-    WorkloadCell,
 )
 from mcp_infra.core.fidelity import TOP_LOGPROBS
-from mcp_infra.core.machine import RedoRule, busy_starts
-from mcp_infra.core.selector import failed_gates, select
+from mcp_infra.core.gating import failed_gates
+from mcp_infra.core.machine import busy_starts
+from mcp_infra.core.screening import (
+    SCREEN_ROUND,
+    decide,
+    gate_stop,
+    screen,
+    screening_words,
+    screens,
+)
+from mcp_infra.core.selector import TIE_TOLERANCE_PCT, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.journal import JournalWriter
 from mcp_infra.flows.loadwatch import Machine
-from mcp_infra.flows.measure import StartResult, StartSpec, TogetherStarter, prompts_by_class
+from mcp_infra.flows.measure import GateCheck, StartResult, StartSpec, prompts_by_class
 from mcp_infra.state.catalog import load_suite
 
 # A round is added only if the time left exceeds this many times the last round's duration, so
@@ -84,13 +98,17 @@ class Bench:
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     live_traffic: LiveTraffic | None = None
     machine: Machine | None = None
-    run_together: TogetherStarter | None = None  # paired rounds (None: one start at a time)
+    screening: bool | None = None  # None: by the plan's size (core.screening.screens)
 
     @property
-    def together(self) -> bool:
-        """Whether rounds run as paired starts: the protocol asks and a way to is given (the
-        cycle gives none where the configurations' memory does not fit at once)."""
-        return bool(self.plan.protocol.paired) and self.run_together is not None
+    def screened(self) -> bool:
+        """Whether the plan's first round is a screening round."""
+        return screens(self.plan) if self.screening is None else self.screening
+
+    @property
+    def busy_line(self) -> float | None:
+        """The share of the CPUs taken above which a start counts as busy (None: unread)."""
+        return self.machine.busy if self.machine is not None else None
 
 
 class Slot(NamedTuple):
@@ -231,7 +249,7 @@ class Tally:
         ]
         self.rounds[-1] = self.rounds[-1].model_copy(update={"set_aside": reason})
 
-    def record(  # noqa: PLR0913  keyword-only: what one start's round record says
+    def record(
         self,
         start: int,
         slot: Slot,
@@ -295,11 +313,14 @@ def start_spec(
     prompts: dict[str, list[SuitePrompt]],
     slot: Slot,
     kind: Pass,
-    replaces: int | None = None,
+    *,
+    first_full: int = 0,
+    gate: GateCheck | None = None,
 ) -> StartSpec:
-    """What ``item``'s next start measures: greedy passes in its first, and the quality suite
-    there where its answers are judged (the baseline's and a lossy candidate's: a lossless one
-    is held to the baseline's greedy tokens)."""
+    """What ``item``'s next start measures: greedy passes and the quality suite in its first;
+    in a screened plan (``first_full`` 1) the first is its screening start, ``gate`` its gate
+    check. The quality suite runs where a gate reads it: a lossy candidate's answers, and the
+    baseline's beside them; a lossless candidate's would be judged by no gate."""
     first = item.starts == 0
     judged = item.name == BASELINE_ID or item.recipe.semantics == Semantics.LOSSY
     quality = first and kind.quality and judged
@@ -315,63 +336,10 @@ def start_spec(
         if first
         else 0,
         quality_suite=plan.protocol.quality_suite if quality else None,
-        cells_of=replaces,
         top_logprobs=TOP_LOGPROBS if quality else 0,
+        first_full=first_full,
+        gate_check=gate if first else None,
     )
-
-
-def together_start(
-    bench: Bench,
-    items: Sequence[Tally],
-    prompts: dict[str, list[SuitePrompt]],
-    round_index: int,
-    kind: Pass = SELECTION,
-) -> list[StartResult | None]:
-    """One paired start (``MeasureProtocol.paired``): every item's fresh server alive at once,
-    their requests alternating (``measure.measure_together``); each item's round records the
-    same window and the same reading of the machine. Per item its result, or None where its
-    server did not start. A start is not set aside and measured again here: what other
-    processes did in the window landed on every configuration of the round alike."""
-    assert bench.run_together is not None, "paired starts need Bench.run_together"
-    plan, journal = bench.plan, bench.journal
-    slots = [Slot(round_index, i, len(items)) for i in range(len(items))]
-    wheres = [_entered(journal, item, slot, kind) for item, slot in zip(items, slots, strict=True)]
-    specs = [
-        start_spec(plan, item, prompts, slot, kind) for item, slot in zip(items, slots, strict=True)
-    ]
-    opened = bench.machine.open(journal, wheres[0]) if bench.machine and items else None
-    began = bench.now()
-    live0 = bench.live_traffic() if bench.live_traffic else None
-
-    def ready(index: int, port: int) -> None:
-        journal(
-            CycleState.EXPERIMENT,
-            f"{items[index].name} is ready on port {port}; measuring with the round's others",
-            step=JournalStep.MEASURING,
-            port=port,
-            **wheres[index],
-        )
-
-    results = bench.run_together(specs, ready)
-    load = bench.machine.close(opened) if bench.machine and opened else None
-    ended = bench.now()
-    live1 = bench.live_traffic() if bench.live_traffic and live0 is not None else None
-    live = live1 - live0 if live0 is not None and live1 is not None else None
-    out: list[StartResult | None] = []
-    for item, slot, result in zip(items, slots, results, strict=True):
-        start = item.starts
-        error: str | None
-        if isinstance(result, Exception):
-            item.start_error = (
-                f"server did not start (round {round_index + 1}, start {start + 1}): {result}"
-            )
-            error, port, kept = item.start_error, None, None
-        else:
-            item.keep(result)
-            error, port, kept = result.died, result.port, result
-        item.record(start, slot, began, ended, port=port, live=live, error=error, machine=load)
-        out.append(kept)
-    return out
 
 
 def one_start(
@@ -382,12 +350,13 @@ def one_start(
     kind: Pass = SELECTION,
     *,
     redone: int = 0,
-    replaces: int | None = None,
+    gate: GateCheck | None = None,
 ) -> StartResult | None:
     """Start ``item`` fresh, measure it, stop it; record the round. None if it did not start.
     A start that other processes slowed is set aside and measured again where the machine's
-    rule says so (``Machine.set_aside``): ``redone`` counts the redos so far, ``replaces`` is
-    the start being measured again (its workload cells are measured)."""
+    rule says so (``Machine.set_aside``, the held-out check's): ``redone`` counts the redos so
+    far. In a screened plan a selection start counts from the second as full, and ``gate``
+    may end a candidate's screening start at a failed gate."""
     plan, journal = bench.plan, bench.journal
     start = item.starts
     where = _entered(journal, item, slot, kind)
@@ -417,7 +386,8 @@ def one_start(
             **where,
         )
 
-    spec = start_spec(plan, item, prompts, slot, kind, replaces)
+    first_full = 1 if bench.screened and kind.phase == SELECTION.phase else 0
+    spec = start_spec(plan, item, prompts, slot, kind, first_full=first_full, gate=gate)
     try:
         result = bench.run_start(spec, ready)
     except bench.start_errors as exc:
@@ -428,6 +398,7 @@ def one_start(
         return None
     item.keep(result)
     record_round(result.died, result.port)
+    item.rounds[-1] = item.rounds[-1].model_copy(update={"peak_gb": result.peak_gb})
     reason = (
         bench.machine.set_aside(item.rounds[-1].machine, redone)
         if bench.machine and not result.died
@@ -443,15 +414,7 @@ def one_start(
         reason=reason,
         **where,
     )
-    return one_start(
-        bench,
-        item,
-        prompts,
-        slot,
-        kind,
-        redone=redone + 1,
-        replaces=start if replaces is None else replaces,
-    )
+    return one_start(bench, item, prompts, slot, kind, redone=redone + 1, gate=gate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,7 +472,10 @@ def run_rounds(
         base_run = base.run()
         if on_round:
             on_round(base_run, [i.run() for i in items.values()])
-        open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
+        if bench.screened and rounds_done == SCREEN_ROUND + 1:
+            open_ = _screen_round(bench, base_run, items, open_)
+        else:
+            open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
         early = rounds_done < protocol.min_starts
         if open_ and (not early or early_rejections(protocol)):
             held = busy_so_far(bench, base_run, items, open_) if early else []
@@ -537,16 +503,50 @@ def _round_starts(
     round_index: int,
     quality: bool,
 ) -> Iterator[tuple[str, StartResult | None]]:
-    """A round's starts in ``order``, each (name, result) as it is measured: one paired start
-    of them all (``Bench.together``), else one start after another."""
-    tallies = [base if name == BASELINE_ID else items[name] for name in order]
-    if bench.together:
-        results = together_start(bench, tallies, prompts, round_index, Pass(quality=quality))
-        yield from zip(order, results, strict=True)
-        return
-    for position, (name, item) in enumerate(zip(order, tallies, strict=True)):
+    """A round's starts in ``order``, one after another, each (name, result) as it is
+    measured; in a screening round each candidate's start with its gate check."""
+    screening = bench.screened and round_index == SCREEN_ROUND
+    for position, name in enumerate(order):
+        item = base if name == BASELINE_ID else items[name]
         slot = Slot(round_index, position, len(order))
-        yield name, one_start(bench, item, prompts, slot, Pass(quality=quality))
+        gate = _gate_check(bench, base, item) if screening and item is not base else None
+        yield name, one_start(bench, item, prompts, slot, Pass(quality=quality), gate=gate)
+
+
+def _gate_check(bench: Bench, base: Tally, item: Tally) -> GateCheck:
+    """The screening start's gate check of ``item`` against the baseline's outputs so far
+    (``core.screening.gate_stop``): a failed gate ends the start, and costs nothing more."""
+
+    def check(result: StartResult, complete: bool) -> str | None:
+        partial = item.run().model_copy(
+            update={"samples": [*result.samples, *result.quality], "greedy": result.greedy}
+        )
+        plan = bench.plan
+        failed = gate_stop(base.run(), partial, plan.thresholds, plan.protocol, complete=complete)
+        return None if failed is None else f"the {failed.gate} gate failed: {failed.detail}"
+
+    return check
+
+
+def _screen_round(
+    bench: Bench, base_run: CandidateRun, items: dict[str, Tally], open_: list[str]
+) -> list[str]:
+    """After a screened plan's first round: what screening drops (``core.screening.screen``),
+    journaled; the survivors go on to the full decision."""
+    plan = bench.plan
+    runs = [items[name].run() for name in open_]
+    result = screen(base_run, runs, plan.thresholds, plan.protocol, bench.busy_line)
+    for name, why in result.dropped.items():
+        items[name].stopped = f"dropped by screening after {items[name].starts} start(s): {why}"
+    survivors = [name for name in open_ if name not in result.dropped]
+    bench.journal(
+        CycleState.EXPERIMENT,
+        screening_words(result, len(open_)),
+        step=JournalStep.SCREENED,
+        **result.model_dump(mode="json"),
+        survivors=survivors,
+    )
+    return survivors
 
 
 def early_rejections(protocol: MeasureProtocol) -> bool:
@@ -563,9 +563,8 @@ def busy_so_far(
 
     Why: before ``min_starts`` a side's interval is the learned spread, and that spread was
     learned from quiet starts only (``state.spread.quiet_starts``): it says nothing of how far a
-    start that other processes or the hypervisor slowed lands from the machine's level. Beside a
-    co-tenant one such start made an A/A candidate measure 0.565x and be rejected after its
-    first round; in a demo it rejected a drafter that way (docs/benchmarks.md). A candidate
+    start that other processes or the hypervisor slowed lands from the machine's level, and one
+    such start can reject a candidate after its first round (docs/benchmarks.md). A candidate
     held back is measured in the next round and judged there with the cycle's own spread
     beside history.
     Without a machine reading (the cost model) no start is busy."""
@@ -634,7 +633,7 @@ def _judge_round(
         if v.decision == Decision.QUALIFIED and v.auto_promote and not rejections_only:
             items[v.candidate].qualified_at = v.speedup_estimate
     best = max((i.qualified_at for i in items.values() if i.qualified_at), default=None)
-    for name in outrun(verdict, still, best, plan.thresholds.tie_tolerance_pct):
+    for name in outrun(verdict, still, best, TIE_TOLERANCE_PCT):
         still.remove(name)
         decided[name] = "outrun"
         items[name].stopped = (
@@ -660,162 +659,21 @@ def _judge_round(
 
 
 def decide_cycle(
-    baseline: CandidateRun, runs: dict[str, CandidateRun], plan: FrozenPlan
+    baseline: CandidateRun,
+    runs: dict[str, CandidateRun],
+    plan: FrozenPlan,
+    *,
+    screened: bool,
+    busy_line: float | None = None,
 ) -> tuple[Verdict, list[CellFigures]]:
-    """The cycle's decision on its annotated runs: the selector's verdict on the decisive view,
-    and the decisive workload cells the selected candidate loses (which keep the baseline)."""
+    """The cycle's decision on its annotated runs: the selector's verdict on the decisive view
+    (in a ``screened`` plan, with what its screening round dropped: ``core.screening``), and
+    the decisive workload cells the selected candidate loses (which keep the baseline)."""
     ordered = [runs[name] for name in plan.candidates[1:] if name in runs]
-    verdict = select(
-        decisive_view(baseline, plan.protocol),
-        [decisive_view(r, plan.protocol) for r in ordered],
-        plan.thresholds,
-        plan.protocol,
-        plan.auto_promote,
-    )
+    verdict = decide(baseline, ordered, plan, screened=screened, busy_line=busy_line)
     losses = (
         cell_regressions(runs[verdict.selected].cells, plan.thresholds)
         if verdict.selected is not None
         else []
     )
     return verdict, losses
-
-
-# ---------------------------------------------------------------------------------------------
-# Drift and held-out
-# ---------------------------------------------------------------------------------------------
-
-
-def drift_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
-    """The drift re-measure: the headline cell only (the first decisive cell at concurrency 1,
-    as the selector's headline), without warm-up: a short re-measure, not a whole start."""
-    decisive = [c for c in protocol.workload if c.role == "decisive"]
-    head = next((c for c in decisive if c.concurrency == 1), decisive[0] if decisive else None)
-    cells = [WorkloadCell(request_class=head.request_class, concurrency=1)] if head else []
-    return protocol.model_copy(
-        update={"workload": cells or protocol.workload[:1], "warmup": 0, "quality_suite": None}
-    )
-
-
-def measure_drift(
-    bench: Bench, baseline: Recipe, run: CandidateRun, round_index: int
-) -> CandidateRun:
-    """One more fresh baseline start after the rounds, its timed samples marked ``drift`` (the
-    selector compares them with the baseline's earlier starts). A start that fails adds no
-    drift samples, and the selector treats that as it treats missing drift."""
-    item = Tally(BASELINE_ID, baseline, starts=run.starts, rounds=list(run.rounds))
-    protocol = drift_protocol(bench.plan.protocol)
-    prompts = prompts_by_class(load_suite(protocol.suite), "selection")
-    short = replace(bench, plan=bench.plan.model_copy(update={"protocol": protocol}))
-    result = one_start(short, item, prompts, Slot(round_index), Pass("drift", quality=False))
-    drift = [s for s in (result.samples if result else []) if s.phase == "drift"]
-    return run.model_copy(
-        update={"samples": [*run.samples, *drift], "starts": item.starts, "rounds": item.rounds}
-    )
-
-
-@dataclass
-class HeldOut:
-    passed: bool
-    reason: str
-    baseline: CandidateRun
-    winner: CandidateRun
-    verdict: Verdict | None = None
-
-
-def heldout_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
-    """Held-out prompts at concurrency 1, for the classes the workload decides on."""
-    classes = [
-        c.request_class for c in protocol.workload if c.concurrency == 1 and c.role == "decisive"
-    ] or ["short"]
-    cells = [WorkloadCell(request_class=c, concurrency=1) for c in dict.fromkeys(classes)]
-    # Twice the timed requests per prompt that selection's first rounds gave each prompt (at
-    # least 6): the check runs in one start per side, and each held-out prompt's own interval
-    # must clear the worst-prompt floor.
-    repeats = protocol.heldout_repeats or min(
-        50, max(6, 2 * protocol.repeats * protocol.min_starts)
-    )
-    return protocol.model_copy(
-        update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
-    )
-
-
-def as_measured(run: CandidateRun) -> CandidateRun:
-    """A held-out run as the selector reads runs: its timed samples in phase ``measure``."""
-    return run.model_copy(
-        update={
-            "samples": [
-                s.model_copy(update={"phase": "measure"}) if s.phase == "heldout" else s
-                for s in run.samples
-            ],
-            "greedy": [s.model_copy(update={"phase": "measure"}) for s in run.greedy],
-        }
-    )
-
-
-def heldout_machine(machine: Machine | None) -> Machine | None:
-    """The held-out check's way of reading the machine: a start that ran busy (over
-    ``Machine.busy``) is measured again once, whatever the selection rounds do.
-
-    Why: the check is one start per side, so a burst of other load inside either start decides
-    it alone. Beside a co-tenant two of five demos that had selected a drafter kept the baseline
-    because a held-out start ran with 40% of the CPUs taken (docs/benchmarks.md, 2026-12-03).
-    The rule reads only the load, never the measured speed, and applies to both sides alike; and
-    the check can only remove a winner, so measuring again adds no false qualification. It costs
-    one start, and only on a busy machine. A policy's own ``service.redo_busy_starts`` stands."""
-    if machine is None or machine.redo is not None:
-        return machine
-    return replace(machine, redo=RedoRule(machine.busy, 1))
-
-
-def heldout_check(bench: Bench, baseline: Recipe, winner: Recipe) -> HeldOut:
-    """Measure the baseline and the winner on the held-out prompts, each in a fresh start, and
-    ask the selector: the winner must qualify there too (speed interval above the threshold and,
-    for a lossless winner, greedy token ids equal to the baseline's held-out outputs)."""
-    protocol = heldout_protocol(bench.plan.protocol)
-    prompts = prompts_by_class(load_suite(protocol.suite), "heldout")
-    held = replace(
-        bench,
-        plan=bench.plan.model_copy(update={"protocol": protocol}),
-        machine=heldout_machine(bench.machine),
-    )
-    runs: dict[str, CandidateRun] = {}
-    kind = Pass("heldout", False, heldout=True)
-    tallies = [Tally(BASELINE_ID, baseline), Tally(winner.candidate_id, winner)]
-    if held.together:  # one paired start of both: the held-out requests alternate too
-        results = together_start(held, tallies, prompts, 0, kind)
-    else:
-        results = [
-            one_start(held, item, prompts, Slot(0, position, 2), kind)
-            for position, item in enumerate(tallies)
-        ]
-    for item, result in zip(tallies, results, strict=True):
-        if result is None or result.died:
-            item.start_error = item.start_error or (result.died if result else None)
-        item.stopped = "held-out check"
-        runs[item.name] = item.run("heldout")
-    base_run, win_run = runs[BASELINE_ID], runs[winner.candidate_id]
-    if not any(prompts.values()):
-        return HeldOut(
-            False, "gain not seen on held-out prompts: the suite has none", base_run, win_run
-        )
-    if base_run.start_error:
-        return HeldOut(
-            False,
-            "gain not seen on held-out prompts: the baseline's held-out "
-            f"measurement failed: {base_run.start_error}",
-            base_run,
-            win_run,
-        )
-    verdict = select(
-        as_measured(base_run),
-        [as_measured(win_run)],
-        bench.plan.thresholds,
-        protocol,
-        bench.plan.auto_promote,
-        confirmation=True,
-    )
-    (judged,) = verdict.candidates
-    words = " ".join(judged.reasons)
-    if judged.decision == Decision.QUALIFIED:
-        return HeldOut(True, "held-out prompts: " + words, base_run, win_run, verdict)
-    return HeldOut(False, "gain not seen on held-out prompts: " + words, base_run, win_run, verdict)

@@ -41,6 +41,7 @@ from mcp_infra.state.context import (
 from mcp_infra.state.store import (
     CycleFiles,
     Home,
+    LockHeld,
     read_model,
     read_optional,
     utcnow,
@@ -154,31 +155,51 @@ def supervise(home: Home, *, ignore_window: bool = False) -> list[CycleSummary]:
     the policy's maintenance window does not let the next cycle start and finish in time
     (``window.window_state``; the plan stays queued). ``ignore_window``: an operator's override.
     With the home's disk full no cycle starts: ``OSError`` (ENOSPC) with the reason, before
-    anything is written; the plan stays queued."""
+    anything is written; the plan stays queued.
+
+    A plan queued after the last look at an empty queue, while the lock is still held, starts
+    no supervisor (``proposal.ensure_supervisor`` sees the lock held), so the queue is looked at
+    once more after the lock is released: a plan found then is run here, unless another
+    supervisor took the lock first (it runs the plan)."""
     home.ensure()
     if home.queued() and (full := room_problem(home.root, CYCLE_ROOM_BYTES)) is not None:
         raise OSError(errno.ENOSPC, f"no cycle starts: {full}; the plan stays queued")
     summaries: list[CycleSummary] = []
-    with supervising(home):
-        recover(home)
-        _revive_front(home)
-        while True:
-            if (home.needs_operator_file).exists():
-                break
-            queued = home.queued()
-            if not queued:
-                break
-            if not ignore_window and not window_state(home).may_start:
-                break  # the plan waits in the queue for the window
-            entry = queued[0]
-            plan = read_model(entry, FrozenPlan)
-            try:
-                summary = run_cycle(home, plan)
-            finally:
-                home.retire(entry)
-            summaries.append(summary)
-            _maybe_retry(home, plan, summary)
-    return summaries
+    looked_again = False
+    while True:
+        try:
+            with supervising(home):
+                recover(home)
+                _revive_front(home)
+                emptied = _run_queue(home, summaries, ignore_window)
+        except LockHeld:
+            if looked_again:  # another supervisor took the lock after ours: it runs the plan
+                return summaries
+            raise
+        if not (emptied and home.queued()):
+            return summaries
+        looked_again = True
+
+
+def _run_queue(home: Home, summaries: list[CycleSummary], ignore_window: bool) -> bool:
+    """Run queued plans in order, each summary added to ``summaries``; True when the queue was
+    found empty (not stopped by the window or a need for a person)."""
+    while True:
+        if (home.needs_operator_file).exists():
+            return False
+        queued = home.queued()
+        if not queued:
+            return True
+        if not ignore_window and not window_state(home).may_start:
+            return False  # the plan waits in the queue for the window
+        entry = queued[0]
+        plan = read_model(entry, FrozenPlan)
+        try:
+            summary = run_cycle(home, plan)
+        finally:
+            home.retire(entry)
+        summaries.append(summary)
+        _maybe_retry(home, plan, summary)
 
 
 def _revive_front(home: Home) -> None:

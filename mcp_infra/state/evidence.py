@@ -15,6 +15,7 @@ from pathlib import Path
 from mcp_infra.contracts import CheckResult, CycleCost, CycleSummary, EvidenceManifest, JSONValue
 from mcp_infra.core.sanitize import nearest_text
 from mcp_infra.state import sealing, signing, verification
+from mcp_infra.state.bundle import Bundle, Failed, Skipped, load_runs, recompute
 from mcp_infra.state.store import (
     CorruptFile,
     CycleFiles,
@@ -24,7 +25,7 @@ from mcp_infra.state.store import (
     sha256_file,
     write_model,
 )
-from mcp_infra.state.verification import Verification, load_runs, recompute
+from mcp_infra.state.verification import Verification
 
 BUNDLE_FILES = (
     CycleFiles.PLAN,
@@ -169,7 +170,7 @@ def integrity(bundle: Path, home: Home | None = None) -> Verification:
         hit = _cache.get(cache_key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    b = verification.Bundle(bundle)
+    b = Bundle(bundle)
     checks: list[CheckResult] = []
     plan: list[tuple[str, Callable[[], str]]] = [
         ("file_hashes", lambda: verification.check_file_hashes(b)),
@@ -179,10 +180,10 @@ def integrity(bundle: Path, home: Home | None = None) -> Verification:
     for name, run in plan:
         try:
             checks.append(CheckResult(name=name, status="ok", detail=run()))
-        except verification.Skipped as exc:
+        except Skipped as exc:
             checks.append(CheckResult(name=name, status="skipped", detail=str(exc)))
         except (
-            verification.Failed,
+            Failed,
             FileNotFoundError,
             CorruptFile,
             ValueError,

@@ -60,7 +60,6 @@ from mcp_infra.state.store import (
 
 __all__ = [
     "PLAN_INDEPENDENT_GATES",
-    "changed_candidates",
     "environment",
     "environment_key",
     "latest",
@@ -384,7 +383,7 @@ def skips(
     """candidate id → reason to skip it now (see the module notes), none where the policy
     turns recipe memory off (``Policy.recipe_memory``). Deterministic."""
     out: dict[str, str] = {}
-    if policy.recipe_memory is False:
+    if not policy.recipe_memory:
         return out
     for cid, recipe, remembered, env_key in _measured_before(home, recipes, env):
         last = latest(
@@ -396,24 +395,4 @@ def skips(
         reason = skip_reason(last, policy)
         if reason:
             out[cid] = reason
-    return out
-
-
-def changed_candidates(
-    home: Home, recipes: dict[str, Recipe], policy_hash: str, env: dict[str, str] | None = None
-) -> dict[str, str]:
-    """Candidates measured before whose manifest, policy or environment changed since their
-    latest outcome: candidate id → what changed. Candidates never measured are not listed."""
-    out = {}
-    for cid, recipe, remembered, env_key in _measured_before(home, recipes, env):
-        last = remembered[-1]
-        what = []
-        if last.manifest_hash != recipe.manifest_hash:
-            what.append("manifest")
-        if last.policy_hash != policy_hash:
-            what.append("policy")
-        if last.environment_key != env_key:
-            what.append("environment or model files")
-        if what:
-            out[cid] = f"{', '.join(what)} changed since cycle {last.cycle_id}"
     return out

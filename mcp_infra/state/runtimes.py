@@ -652,7 +652,7 @@ def _result(
 def keep_runtime_locks(home: Home, cycle_dir: Path, recipes: list[Recipe]) -> list[str]:
     """Copy the lock of every environment a cycle's recipes run from into its folder
     (``runtimes/<hash>.json``), so the sealed bundle records each environment's full lock;
-    ``state.verification.check_runtime_locks`` checks them against the recipes."""
+    ``state.recomputed.check_runtime_locks`` checks them against the recipes."""
     kept: list[str] = []
     for recipe in recipes:
         runtime = recipe.runtime

@@ -2,7 +2,7 @@
 
 Why: with two fresh starts per configuration a cycle's own spread has two degrees of freedom,
 and the t quantile at an early look then decides nothing. Earlier cycles on the same machine
-measured the same kind of spread; pooled with the cycle's own (``stats.pooled_variance``, which
+measured the same kind of spread; pooled with the cycle's own (``intervals.pooled_variance``, which
 falls back to the cycle alone when the two disagree) a clear case decides after two rounds.
 Only starts the machine was quiet for count: a start that other processes slowed measures the
 load, not the machine, and a history of busy starts would widen every later cycle's intervals
@@ -11,7 +11,6 @@ load, not the machine, and a history of busy starts would widen every later cycl
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 
 from mcp_infra.contracts import (
@@ -21,8 +20,9 @@ from mcp_infra.contracts import (
     LearnedSpread,
     MeasureProtocol,
 )
+from mcp_infra.core.intervals import pooled_spread
 from mcp_infra.core.machine import BUSY_CPU_FRACTION, busy_starts
-from mcp_infra.core.stats import pooled_spread, start_levels
+from mcp_infra.core.stats import start_levels
 from mcp_infra.state import evidence
 from mcp_infra.state.store import CorruptFile, Home, read_optional
 
@@ -33,28 +33,12 @@ HEADLINE = ("short", 1)
 
 
 def comparable(old: MeasureProtocol, new: MeasureProtocol) -> bool:
-    """Cycles whose baseline starts measured the same thing: suite and answer lengths; for a
-    paired plan, paired cycles only (their differences are what it learns)."""
-    same = (old.suite, old.max_tokens, old.timed_max_tokens) == (
+    """Cycles whose baseline starts measured the same thing: suite and answer lengths."""
+    return (old.suite, old.max_tokens, old.timed_max_tokens) == (
         new.suite,
         new.max_tokens,
         new.timed_max_tokens,
     )
-    return same and (not new.paired or bool(old.paired))
-
-
-def paired_differences(baseline: CandidateRun, run: CandidateRun, quiet: set[int]) -> list[float]:
-    """A candidate's per-start level minus the baseline's start of the same number (a paired
-    cycle measured them at once), over the starts both measured, in the headline cell."""
-
-    def levels(r: CandidateRun) -> dict[int, float]:
-        rows = [s for s in r.samples if s.phase == "measure" and s.start in quiet]
-        starts = sorted({s.start for s in rows if s.start is not None})
-        values = start_levels(rows, HEADLINE)
-        return dict(zip(starts, values, strict=False)) if len(values) == len(starts) else {}
-
-    base, cand = levels(baseline), levels(run)
-    return [cand[st] - base[st] for st in sorted(set(base) & set(cand))]
 
 
 def quiet_starts(run: CandidateRun, busy_fraction: float) -> set[int]:
@@ -88,49 +72,17 @@ def learned_spread(
         if plan is None or run is None or not comparable(plan.protocol, protocol):
             continue
         quiet = quiet_starts(run, busy_fraction)
-        found = (
-            _paired_sets(home, summary.cycle_id, plan, run, quiet)
-            if protocol.paired
-            else [
-                start_levels(
-                    [s for s in run.samples if s.phase == "measure" and s.start in quiet], HEADLINE
-                )
-            ]
+        levels = start_levels(
+            [s for s in run.samples if s.phase == "measure" and s.start in quiet], HEADLINE
         )
-        found = [levels for levels in found if len(levels) >= 2]
-        if found:
-            sets.extend(found)
+        if len(levels) >= 2:
+            sets.append(levels)
             used.append(summary.cycle_id)
     sd, df = pooled_spread(sets)
     if df < 2 or sd <= 0:
         return None
-    if protocol.paired:
-        # A difference of two starts spreads by the two sides' own spread together: one side's
-        # share is sd / sqrt(2), as stats reads a learned spread (per side, adding both).
-        return LearnedSpread(
-            sd=min(sd / math.sqrt(2), 1.0),
-            df=min(df, MAX_DF),
-            source=f"paired differences of {len(used)} sealed cycle(s): {', '.join(used)}"[:300],
-        )
     return LearnedSpread(
         sd=min(sd, 1.0),
         df=min(df, MAX_DF),
         source=f"quiet baseline starts of {len(used)} sealed cycle(s): {', '.join(used)}"[:300],
     )
-
-
-def _paired_sets(
-    home: Home, cycle_id: str, plan: FrozenPlan, baseline: CandidateRun, quiet: set[int]
-) -> list[list[float]]:
-    """Each measured candidate's paired differences in one sealed paired cycle (one set each:
-    candidates differ from the baseline by their own gain, their spread is what is shared)."""
-    files = home.bundle_files(cycle_id)
-    out = []
-    for candidate in plan.candidates[1:]:
-        try:
-            run = read_optional(files.run(candidate), CandidateRun)
-        except (CorruptFile, OSError):
-            continue
-        if run is not None:
-            out.append(paired_differences(baseline, run, quiet))
-    return out

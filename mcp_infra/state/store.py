@@ -360,10 +360,6 @@ class Home:
         return self.state / "watcher.json"
 
     @property
-    def watch_file(self) -> Path:
-        return self.state / "watch.json"
-
-    @property
     def current_file(self) -> Path:
         """The cycle in progress, its state and candidate (a ``CurrentCycle``)."""
         return self.state / "current.json"

@@ -21,7 +21,7 @@ from mcp_infra.core.answers import (
     numbers,
     prompt_mentions,
 )
-from mcp_infra.core.gates import TaskCheck, check_sample, check_task, quality_gate
+from mcp_infra.core.gates import DETAIL_LIMIT, TaskCheck, check_sample, check_task, quality_gate
 from mcp_infra.core.tasks import QUALITY, SMOKE, TASKS
 from mcp_infra.procs.sandbox import with_code_run
 
@@ -334,3 +334,22 @@ def test_quality_gate_checks_every_quality_sample() -> None:
     assert not quality_gate([good[0].model_copy(update={"phase": "measure"})]).passed
     unknown = check_task("nope", "391")
     assert not unknown.passed and "unknown task" in unknown.detail
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "1" * 5000,
+        "0" + "1" * 5000,
+        "red" + "d" * 5000,
+        '{"city": "' + "P" * 5000 + '"}',
+        '{"' + "k" * 5000 + '": 1}',
+        "z" * 5000,
+    ],
+    ids=["number", "malformed-number", "word", "json-value", "json-key", "prose"],
+)
+def test_a_long_reply_is_never_repeated_whole_in_the_detail(reply: str) -> None:
+    """A reply is untrusted text of any length: what a checker reports of it is cut short."""
+    for task in TASKS:
+        check = check_task(task, reply)
+        assert not check.passed and len(check.detail) <= DETAIL_LIMIT + 1, task

@@ -41,7 +41,6 @@ PLAIN = EffectiveThresholds(
     max_peak_memory_gb=16.0,
     max_error_rate=0.0,
     worst_prompt_tolerance_pct=10.0,
-    tie_tolerance_pct=2.0,
     quality_budget=QualityBudgets(),
 )
 
@@ -216,7 +215,7 @@ def test_a_policy_naming_the_old_fraction_hashes_as_it_did() -> None:
     policy written with the budget it migrates to, so old plans keep verifying."""
     data = yaml.safe_load((REPO / "policy" / "demo.yaml").read_text())
     old = Policy.model_validate({**data, "thresholds": {**data["thresholds"]}})
-    data["thresholds"]["lossy_min_identical_fraction"] = 0.5
+    data["thresholds"]["lossy_min_identical_fraction"] = QualityBudget().min_identical_share
     assert policy_hash(Policy.model_validate(data)) == policy_hash(old)
     named = old.model_copy(deep=True)
     named.thresholds.quality_budget.default.max_mean_kl = 0.05
@@ -225,7 +224,7 @@ def test_a_policy_naming_the_old_fraction_hashes_as_it_did() -> None:
 
 def test_auto_promoting_a_lossy_class_needs_a_budget_of_its_own() -> None:
     data = yaml.safe_load((REPO / "policy" / "default.yaml").read_text())
-    data["auto_promote"]["quantization"] = True
+    data.setdefault("auto_promote", {})["quantization"] = True
     with pytest.raises(ValueError, match="auto_promote is on for quantization"):
         Policy.model_validate(data)
     data["thresholds"]["quality_budget"] = {
@@ -240,7 +239,10 @@ def test_every_shipped_policy_judges_lossy_candidates_by_the_quality_suite() -> 
 
 
 def test_thresholds_rederived_from_an_old_policy_take_the_plans_form() -> None:
-    legacy = PLAIN.model_copy(update={"quality_budget": None, "lossy_min_identical_fraction": 0.5})
+    share = QualityBudget().min_identical_share
+    legacy = PLAIN.model_copy(
+        update={"quality_budget": None, "lossy_min_identical_fraction": share}
+    )
     assert frozen_as(PLAIN, legacy) == legacy
     assert frozen_as(PLAIN, PLAIN) == PLAIN
     named = budget_of(min_identical_share=0.5)

@@ -17,8 +17,10 @@ from mcp_infra.contracts import (
     Semantics,
     WorkloadCell,
 )
-from mcp_infra.core.selector import cell_words, headline_cell, select
-from mcp_infra.core.stats import ASSUMED_START_NOISE, look_level, speedup_summary, t_quantile
+from mcp_infra.core.intervals import ASSUMED_START_NOISE, look_level, t_quantile
+from mcp_infra.core.judging import cell_words, headline_cell
+from mcp_infra.core.selector import select
+from mcp_infra.core.stats import SummaryOptions, speedup_summary
 from tests.helpers.selector_runs import ALL, BASELINE, PROTOCOL, THRESHOLDS, make_run, only
 
 
@@ -60,12 +62,12 @@ def test_start_to_start_spread_widens_the_interval() -> None:
     tight = speedup_summary(
         _two_level("baseline", 1.0, (1.0, 1.0, 1.0)),
         _two_level("x:y", 1.2, (1.0, 1.0, 1.0)),
-        resamples=200,
+        SummaryOptions(resamples=200),
     )
     spread = speedup_summary(
         _two_level("baseline", 1.0, (0.92, 1.0, 1.08)),
         _two_level("x:y", 1.2, (1.08, 0.92, 1.0)),
-        resamples=200,
+        SummaryOptions(resamples=200),
     )
     assert tight.estimate == pytest.approx(1.2) and spread.estimate == pytest.approx(1.2, rel=1e-3)
     assert spread.ci_high / spread.ci_low > 1.1 > tight.ci_high / tight.ci_low
@@ -79,8 +81,8 @@ def test_start_to_start_spread_widens_the_interval() -> None:
 def test_summary_is_seeded_and_reproducible() -> None:
     base = _two_level("baseline", 1.0, (0.95, 1.05))
     cand = _two_level("x:y", 1.1, (1.0,))
-    one = speedup_summary(base, cand, resamples=200, seed=3)
-    two = speedup_summary(base, cand, resamples=200, seed=3)
+    one = speedup_summary(base, cand, SummaryOptions(resamples=200, seed=3))
+    two = speedup_summary(base, cand, SummaryOptions(resamples=200, seed=3))
     assert one == two
 
 

@@ -44,7 +44,6 @@ from mcp_infra.core.machine import (
     open_verdict_words,
     quiet_rule,
     quiet_step,
-    redo_rule,
     set_aside_reason,
     stolen_fraction,
     summarize,
@@ -53,10 +52,12 @@ from mcp_infra.core.machine import (
 )
 from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, RETIRED_FIELDS, policy_hash
 from mcp_infra.core.selector import DRIFT_OPENED, drift_opened
+from mcp_infra.flows.confirm import heldout_check, heldout_machine
 from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import StartResult, StartSpec
-from mcp_infra.flows.projection import NullJournal, SimServer, simulated_plan
-from mcp_infra.flows.rounds import Bench, decide_cycle, heldout_check, run_rounds
+from mcp_infra.flows.projection import simulated_plan
+from mcp_infra.flows.rounds import Bench, run_rounds
+from mcp_infra.flows.simulation import NullJournal, SimServer
 from mcp_infra.flows.status import CycleView, cycle_progress
 from mcp_infra.procs.usage import load_snapshot
 from mcp_infra.state.catalog import load_policy
@@ -340,23 +341,16 @@ def test_a_start_is_set_aside_only_when_busy_under_a_rule_with_redos_left() -> N
     assert set_aside_reason(_load(0.25), rule, 0) is None  # at the line is quiet
     reason = set_aside_reason(_load(0.45), rule, 0)
     assert reason is not None
-    assert "0.90 of 2 CPUs (45%)" in reason and "more than the policy's 25%" in reason
+    assert "0.90 of 2 CPUs (45%)" in reason and "more than the 25% busy line" in reason
     assert set_aside_reason(_load(0.45), rule, 1) is None  # bounded: the redo is kept
     assert set_aside_reason(_load(0.9), RedoRule(0.25, 2), 1) is not None
 
 
-def test_the_redo_rule_takes_the_busy_line_of_the_quiet_wait() -> None:
-    assert redo_rule(ServicePolicy()) is None
-    assert redo_rule(ServicePolicy(redo_busy_starts=1)) == RedoRule(0.25, 1)
-    waits = ServicePolicy(quiet_cpu_fraction=0.1, quiet_wait_s=30, redo_busy_starts=2)
-    assert redo_rule(waits) == RedoRule(0.1, 2)
-    for shipped in ("demo", "single-user", "default"):  # measured, not worth it yet (cycle.md)
-        assert load_policy(shipped).service.redo_busy_starts is None
-    with pytest.raises(ValueError):
-        ServicePolicy(redo_busy_starts=0)
-
-
-REDO_ONCE = RedoRule(0.25, 1)
+def test_the_held_out_redo_takes_the_busy_line_of_the_quiet_wait() -> None:
+    read = ScriptedMachine([0.0]).read
+    assert heldout_machine(None) is None  # the cost model reads no machine
+    held = heldout_machine(Machine(read, busy=0.1))
+    assert held is not None and held.redo == RedoRule(0.1, 1)
 
 
 class BusyStarts:
@@ -368,7 +362,7 @@ class BusyStarts:
         busy: set[tuple[str, int]] | None,
         cores: float = 0.9,
         decode_tps: float = 34.47,
-        redo: RedoRule | None = REDO_ONCE,
+        redo: RedoRule | None = None,
     ) -> None:
         self.server = _sim_server(decode_tps)
         self.busy, self.cores, self.redo = busy, cores, redo
@@ -420,12 +414,12 @@ def test_a_look_before_min_starts_judges_only_candidates_whose_starts_so_far_wer
     spread beside history (an A/A candidate measured 0.565x beside a co-tenant and was
     rejected after one round before this rule)."""
     quiet = Lines()
-    _, runs, _ = BusyStarts(set(), decode_tps=HOPELESS, redo=None).cycle(quiet)
+    _, runs, _ = BusyStarts(set(), decode_tps=HOPELESS).cycle(quiet)
     assert runs["sim:fast"].stopped == "rejected after 1 start(s) (round 1)"
     assert "held_busy" not in _judged_lines(quiet)[0].fields
     for busy in ({("sim:fast", 0)}, {(BASELINE_ID, 0)}):
         journal = Lines()
-        base, runs, _ = BusyStarts(busy, decode_tps=HOPELESS, redo=None).cycle(journal)
+        base, runs, _ = BusyStarts(busy, decode_tps=HOPELESS).cycle(journal)
         run = runs["sim:fast"]
         assert run.stopped == "rejected after 2 start(s) (round 2)", (busy, run.stopped)
         first, second = _judged_lines(journal)[:2]
@@ -433,7 +427,7 @@ def test_a_look_before_min_starts_judges_only_candidates_whose_starts_so_far_wer
         assert first.fields["open"] == ["sim:fast"]
         assert "a start so far ran on a busy machine: sim:fast" in first.message
         assert "held_busy" not in second.fields  # min_starts reached: judged whatever the load
-        assert all(r.set_aside is None for r in base.rounds + run.rounds)  # no redo rule here
+        assert all(r.set_aside is None for r in base.rounds + run.rounds)  # selection keeps all
 
 
 def test_busy_starts_are_those_over_the_line_and_a_start_without_a_reading_is_not() -> None:
@@ -451,46 +445,6 @@ def test_busy_starts_are_those_over_the_line_and_a_start_without_a_reading_is_no
     assert busy_starts(rounds, 0.25) == {2}
     assert busy_starts(rounds, 0.05) == {0, 1, 2}
     assert busy_starts([], 0.25) == set()
-
-
-def test_a_start_other_processes_slowed_is_set_aside_and_measured_again() -> None:
-    fake = BusyStarts({("sim:fast", 0), (BASELINE_ID, 1)})
-    journal = Lines()
-    base, runs, bench = fake.cycle(journal)
-    run = runs["sim:fast"]
-    first, again = run.rounds[:2]
-    assert first.set_aside and "more than the policy's 25%" in first.set_aside
-    assert first.machine is not None and first.machine.other_cpu_fraction > 0.25
-    assert again.set_aside is None and again.round == first.round == 0
-    # The busy start's timed samples stay in the evidence as phase busy, never selected; its
-    # greedy outputs stand, and the redo measures the cells of the start it replaces (the
-    # reported 4-request cell, which a second start alone would leave out).
-    assert {s.phase for s in run.samples if s.start == 0} == {"busy"}
-    assert run.greedy and all(s.start == 0 for s in run.greedy)
-    assert {s.concurrency for s in run.samples if s.start == 1 and s.phase == "measure"} == {1, 4}
-    assert [r.start for r in base.rounds if r.set_aside] == [1]
-    verdict, _ = decide_cycle(base, runs, bench.plan)
-    (judged,) = verdict.candidates
-    measured = {s.start for s in run.samples if s.phase == "measure"}
-    assert run.starts == len(measured) + 1
-    assert f"{len(measured)} candidate start(s)" in " ".join(judged.reasons)
-    steps = [e for e in journal.events if e.fields["step"] == JournalStep.SET_ASIDE.value]
-    assert [(e.fields["candidate"], e.fields["start"]) for e in steps] == [
-        ("sim:fast", 0),
-        (BASELINE_ID, 1),
-    ]
-    assert "start(s) that other processes slowed were measured again" in load_sentence(
-        base.rounds + run.rounds
-    )
-
-
-def test_measuring_again_is_bounded_and_a_busy_redo_is_kept() -> None:
-    fake = BusyStarts(None)  # every start busy
-    base, runs, _ = fake.cycle(Lines())
-    for run in (base, runs["sim:fast"]):
-        aside = [r.set_aside is not None for r in run.rounds]
-        assert aside == [True, False] * (len(aside) // 2) and aside
-        assert run.starts == len(run.rounds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -648,10 +602,14 @@ def test_status_says_a_start_is_waiting_for_a_quiet_machine(bare_home: Home) -> 
 
 def test_a_held_out_start_other_processes_slowed_is_measured_again() -> None:
     fake = BusyStarts({(BASELINE_ID, 0)})
-    _, runs, bench = fake.cycle(Lines())
+    journal = Lines()
+    _, runs, bench = fake.cycle(journal)
+    assert not [e for e in journal.events if e.fields["step"] == JournalStep.SET_ASIDE.value]
     fake.calls.clear()  # the held-out check's starts counted afresh: the baseline's first busy
     baseline, recipe = _sim_recipes()
     held = heldout_check(bench, baseline, recipe)
+    steps = [e for e in journal.events if e.fields["step"] == JournalStep.SET_ASIDE.value]
+    assert [(e.fields["candidate"], e.fields["start"]) for e in steps] == [(BASELINE_ID, 0)]
     assert [r.set_aside is not None for r in held.baseline.rounds] == [True, False]
     assert [r.set_aside is not None for r in held.winner.rounds] == [False]
     phases = {(s.start, s.phase) for s in held.baseline.samples}
@@ -662,10 +620,10 @@ def test_a_held_out_start_other_processes_slowed_is_measured_again() -> None:
 
 
 def test_the_held_out_check_measures_a_busy_start_again_once_under_every_policy() -> None:
-    """The shipped policies measure no selection start again (redo_busy_starts unset); the
-    held-out check, one start a side, still measures a busy one again, once, on either side."""
+    """Selection rounds measure no start again; the held-out check, one start a side, measures a
+    busy one again, once, on either side, whatever the policy."""
     for side in (BASELINE_ID, "sim:fast"):
-        fake = BusyStarts({(side, 0)}, redo=None)
+        fake = BusyStarts({(side, 0)})
         _, _, bench = fake.cycle(Lines())
         assert bench.machine is not None and bench.machine.redo is None
         fake.calls.clear()
@@ -677,7 +635,7 @@ def test_the_held_out_check_measures_a_busy_start_again_once_under_every_policy(
         assert [r.set_aside is not None for r in mine.rounds] == [True, False]
         assert [r.set_aside is not None for r in other.rounds] == [False]
         assert {s.phase for s in mine.samples if s.start == 1} >= {"heldout"}
-    quiet = BusyStarts(set(), redo=None)
+    quiet = BusyStarts(set())
     _, _, bench = quiet.cycle(Lines())
     held = heldout_check(bench, *_sim_recipes())
     assert [len(held.baseline.rounds), len(held.winner.rounds)] == [1, 1]

@@ -9,11 +9,11 @@ from mcp_infra.contracts import (
     CandidateRun,
     Decision,
     Knobs,
-    LearnedSpread,
     Sample,
     Semantics,
 )
-from mcp_infra.core.selector import DECISION_METHOD, failed_gates, replay_method, select
+from mcp_infra.core.gating import failed_gates
+from mcp_infra.core.selector import DECISION_METHOD, select
 from mcp_infra.procs.sandbox import with_code_run
 from tests.helpers.selector_runs import (
     ALL,
@@ -399,21 +399,19 @@ def test_select_is_deterministic_and_order_independent_in_choice():
         assert by_id[v.candidate].ci_low == v.ci_low  # seed depends on the id, not the position
 
 
-def test_seed_comes_from_the_protocol():
-    # With one start the interval comes from resampling the repeats (the bootstrap's draws);
-    # with several it is the starts' own spread, which no seed changes.
+def test_the_same_samples_reach_the_same_verdict():
+    # With one start the interval comes from resampling the repeats (the bootstrap's draws), seeded
+    # from stats.SEED and the candidate's id: the same samples give the same interval every time.
     run = make_run("m:a", 1.1, noise=(0.7, 1.0, 1.3), starts=1)
     single = make_run("baseline", klass=None, starts=1)
-    first = decide([run], baseline=single)
-    other = select(
-        single,
-        [run],
-        THRESHOLDS,
-        PROTOCOL.model_copy(update={"seed": 1}),
-        ALL,
+    first, again = decide([run], baseline=single), decide([run], baseline=single)
+    assert (only(first).ci_low, only(first).ci_high) == (only(again).ci_low, only(again).ci_high)
+    renamed = decide([run.model_copy(update={"candidate": "m:b"})], baseline=single)
+    assert only(renamed).speedup_estimate == only(first).speedup_estimate
+    assert (only(renamed).ci_low, only(renamed).ci_high) != (
+        only(first).ci_low,
+        only(first).ci_high,
     )
-    assert only(first).speedup_estimate == only(other).speedup_estimate
-    assert (only(first).ci_low, only(first).ci_high) != (only(other).ci_low, only(other).ci_high)
 
 
 def test_a_held_out_confirmation_needs_the_threshold_not_the_assumed_floor() -> None:
@@ -455,65 +453,28 @@ EVEN = (0.97, 1.0, 1.03)
 def test_a_held_out_prompt_with_one_slow_request_is_judged_by_the_pooled_within_start_noise() -> (
     None
 ):
-    """Decision method 5: in a one-start side, one slow request among a prompt's three repeats
-    no longer makes that prompt's interval straddle the worst-prompt floor (7 of 11 demo
-    held-out checks failed so on 2026-12-03): each prompt's within-start variance is the mean
-    over the start's prompts. Method 4 (each prompt its own) is kept for the verifier."""
+    """In a one-start side, one slow request among a prompt's three repeats does not make that
+    prompt's interval straddle the worst-prompt floor: each prompt's within-start variance is
+    the mean over the start's prompts (``stats.one_start_pooled``), and each prompt keeps its own
+    estimate, the median of its repeats."""
     base = one_start("baseline", {p: [100 * n for n in EVEN] for p in PROMPTS})
     steady = {p: [150 * n for n in EVEN] for p in ("p1", "p2")}
     win = one_start("m:win", {**steady, "p3": [150, 155, 75]})  # one request at half speed
-
-    def judged(method: int):
-        return only(
-            select(base, [win], THRESHOLDS, PROTOCOL, ALL, confirmation=True, method=method)
-        )
-
-    own, pooled = judged(4), judged(5)
-    assert own.decision == Decision.INCONCLUSIVE and "straddles" in " ".join(own.reasons)
+    pooled = only(select(base, [win], THRESHOLDS, PROTOCOL, ALL, confirmation=True))
     assert pooled.decision == Decision.QUALIFIED, pooled.reasons
-    width = {
-        name: {p.prompt_id: p.ci_high / p.ci_low for p in v.per_prompt}
-        for name, v in (("own", own), ("pooled", pooled))
-    }
-    assert width["pooled"]["p3"] < width["own"]["p3"]  # the noisy prompt's interval narrows
-    assert width["pooled"]["p1"] > width["own"]["p1"]  # the steady ones share its noise
-    # each prompt keeps its own estimate (the median of its repeats), and the headline
-    # interval, which already pools the prompts, is the same under both methods
-    assert [p.speedup for p in own.per_prompt] == [p.speedup for p in pooled.per_prompt]
-    assert (own.ci_low, own.ci_high) == (pooled.ci_low, pooled.ci_high)
-    assert select(base, [win], THRESHOLDS, PROTOCOL, ALL, method=4).method == 4
+    width = {p.prompt_id: p.ci_high / p.ci_low for p in pooled.per_prompt}
+    assert width["p3"] == pytest.approx(width["p1"])  # one within-start noise, shared
+    assert {p.prompt_id: p.speedup for p in pooled.per_prompt}["p3"] == pytest.approx(1.5)
+    assert select(base, [win], THRESHOLDS, PROTOCOL, ALL).method == DECISION_METHOD
 
 
 def test_pooling_the_within_start_noise_still_refuses_a_slower_prompt() -> None:
     base = one_start("baseline", {p: [100 * n for n in EVEN] for p in PROMPTS})
     steady = {p: [150 * n for n in EVEN] for p in ("p1", "p2")}
-    for method in (4, 5):
-        slow = one_start("m:slow", {**steady, "p3": [70 * n for n in EVEN]})
-        cv = only(select(base, [slow], THRESHOLDS, PROTOCOL, ALL, confirmation=True, method=method))
-        assert cv.decision == Decision.REJECTED and "Regressing prompt: prompt p3" in cv.reasons[0]
-        # a slow prompt with a fast request among its repeats is not let through either
-        noisy = one_start("m:noisy", {**steady, "p3": [70, 72, 140]})
-        cv = only(
-            select(base, [noisy], THRESHOLDS, PROTOCOL, ALL, confirmation=True, method=method)
-        )
-        assert cv.decision != Decision.QUALIFIED, cv.reasons
-
-
-def test_sides_of_several_starts_decide_alike_under_methods_4_and_5() -> None:
-    """Method 5 changed only one-start sides: a selection over three starts a side reaches the
-    same verdict, figures and all, under both (so a method-4 selection verdict replays)."""
-    runs = [make_run("m:fast", 1.4), make_run("m:mixed", {"p1": 1.6, "p2": 1.6, "p3": 0.95})]
-    four = select(BASELINE, runs, THRESHOLDS, PROTOCOL, ALL, method=4)
-    five = select(BASELINE, runs, THRESHOLDS, PROTOCOL, ALL, method=5)
-    assert four.model_dump(exclude={"method"}) == five.model_dump(exclude={"method"})
-
-
-def test_which_recorded_decision_methods_this_code_replays() -> None:
-    learned = PROTOCOL.model_copy(update={"learned_spread": LearnedSpread(sd=0.05, df=8)})
-    drift = PROTOCOL.model_copy(update={"drift_check": True})
-    assert [replay_method(m, PROTOCOL) for m in (1, 2, 3, 4, 5)] == [None, 4, 4, 4, 5]
-    assert [replay_method(m, learned) for m in (2, 3, 4, 5)] == [None, None, 4, 5]
-    assert replay_method(2, drift) is None and replay_method(3, drift) == 4
-    assert replay_method(DECISION_METHOD + 1, PROTOCOL) is None  # a newer mcp-infra's
-    with pytest.raises(ValueError, match="decision method 3"):
-        select(BASELINE, [make_run("m:fast", 1.4)], THRESHOLDS, PROTOCOL, ALL, method=3)
+    slow = one_start("m:slow", {**steady, "p3": [70 * n for n in EVEN]})
+    cv = only(select(base, [slow], THRESHOLDS, PROTOCOL, ALL, confirmation=True))
+    assert cv.decision == Decision.REJECTED and "Regressing prompt: prompt p3" in cv.reasons[0]
+    # a slow prompt with a fast request among its repeats is not let through either
+    noisy = one_start("m:noisy", {**steady, "p3": [70, 72, 140]})
+    cv = only(select(base, [noisy], THRESHOLDS, PROTOCOL, ALL, confirmation=True))
+    assert cv.decision != Decision.QUALIFIED, cv.reasons

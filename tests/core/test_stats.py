@@ -17,15 +17,13 @@ from mcp_infra.contracts import (
     MeasureProtocol,
     Sample,
 )
+from mcp_infra.core.intervals import geometric_mean, look_level, quantile
 from mcp_infra.core.selector import select
 from mcp_infra.core.stats import (
-    bootstrap_interval,
+    SummaryOptions,
     derive_seed,
     error_count,
-    geometric_mean,
-    look_level,
     measured_tps,
-    quantile,
     repeats_to_decide,
     speedup_summary,
 )
@@ -70,7 +68,6 @@ THRESHOLDS = EffectiveThresholds(
     max_peak_memory_gb=64.0,
     max_error_rate=0.0,
     worst_prompt_tolerance_pct=10.0,
-    tie_tolerance_pct=2.0,
     lossy_min_identical_fraction=0.5,
 )
 PROTOCOL = MeasureProtocol(bootstrap_resamples=200)
@@ -111,8 +108,12 @@ def test_scaling_candidate_scales_estimate(base, factors, c):
     flat = iter(factors)
     cand = {pid: [v * next(flat) for v in values] for pid, values in base.items()}
     scaled = {pid: [v * c for v in values] for pid, values in cand.items()}
-    one = speedup_summary(samples("baseline", base), samples("x:y", cand), resamples=200, seed=7)
-    two = speedup_summary(samples("baseline", base), samples("x:y", scaled), resamples=200, seed=7)
+    one = speedup_summary(
+        samples("baseline", base), samples("x:y", cand), SummaryOptions(resamples=200, seed=7)
+    )
+    two = speedup_summary(
+        samples("baseline", base), samples("x:y", scaled), SummaryOptions(resamples=200, seed=7)
+    )
     assert two.estimate == pytest.approx(one.estimate * c, rel=1e-9)
     # Same seed, same draws: the interval scales too.
     assert two.ci_low == pytest.approx(one.ci_low * c, rel=1e-9)
@@ -132,9 +133,7 @@ def test_interval_contains_estimate(base, cand, seed, confidence):
     result = speedup_summary(
         samples("baseline", base),
         samples("x:y", cand),
-        confidence=confidence,
-        resamples=100,
-        seed=seed,
+        SummaryOptions(confidence=confidence, resamples=100, seed=seed),
     )
     if not set(base) & set(cand):
         assert result is None
@@ -171,7 +170,10 @@ def test_bootstrap_is_reproducible(base, cand, seed):
     if not set(b) & set(c):
         return
     kw = {"confidence": 0.9, "resamples": 100, "seed": seed}
-    assert bootstrap_interval(b, c, **kw) == bootstrap_interval(b, c, **kw)
+    one, two = samples("baseline", base), samples("x:y", cand)
+    assert speedup_summary(one, two, SummaryOptions(**kw)) == speedup_summary(
+        one, two, SummaryOptions(**kw)
+    )
 
 
 # ------------------------------------------------------------------ direct tests
@@ -180,7 +182,9 @@ def test_bootstrap_is_reproducible(base, cand, seed):
 def test_per_prompt_median_and_speedup():
     base = {"p1": [10.0, 12.0, 11.0], "p2": [50.0, 40.0, 45.0]}
     cand = {"p1": [22.0, 20.0, 24.0], "p2": [45.0, 45.0, 90.0]}
-    s = speedup_summary(samples("baseline", base), samples("x:y", cand), resamples=100)
+    s = speedup_summary(
+        samples("baseline", base), samples("x:y", cand), SummaryOptions(resamples=100)
+    )
     by = {p.prompt_id: p for p in s.per_prompt}
     assert by["p1"].baseline_tps == 11.0 and by["p1"].candidate_tps == 22.0
     assert by["p1"].speedup == 2.0
@@ -213,7 +217,7 @@ def test_token_weighted_speedup_is_total_tokens_over_total_time():
     # Adapted (issue 10): Σ output tokens / Σ decode time of each side, not a mean of ratios.
     base = samples("baseline", {"p1": [100.0], "p2": [100.0]}, tokens={"p1": 300, "p2": 100})
     cand = samples("x:y", {"p1": [200.0], "p2": [100.0]}, tokens={"p1": 300, "p2": 100})
-    s = speedup_summary(base, cand, resamples=100)
+    s = speedup_summary(base, cand, SummaryOptions(resamples=100))
     # baseline: 400 tokens in 3 + 1 s; candidate: 400 tokens in 1.5 + 1 s.
     assert s.token_weighted == pytest.approx((400 / 2.5) / (400 / 4.0))
     assert s.token_weighted != pytest.approx((2.0 * 300 + 1.0 * 100) / 400)  # the old figure
@@ -250,17 +254,19 @@ def test_token_weighted_uses_measured_decode_time_when_present():
             completion_tokens=301,
         ),
     ]
-    s = speedup_summary(base, cand, resamples=100)
+    s = speedup_summary(base, cand, SummaryOptions(resamples=100))
     assert s.token_weighted == pytest.approx((600 / 4.0) / 100.0)  # not (3 + 1) / 2
 
 
 def test_missing_prompts_are_reported_and_no_overlap_is_none():
     base = samples("baseline", {"p1": [10.0], "p2": [10.0]})
-    s = speedup_summary(base, samples("x:y", {"p1": [12.0]}), resamples=100)
+    s = speedup_summary(base, samples("x:y", {"p1": [12.0]}), SummaryOptions(resamples=100))
     assert s.missing_prompts == ["p2"]
     assert [p.prompt_id for p in s.per_prompt] == ["p1"]
-    assert speedup_summary(base, samples("x:y", {"p9": [12.0]}), resamples=100) is None
-    assert speedup_summary(base, [], resamples=100) is None
+    assert (
+        speedup_summary(base, samples("x:y", {"p9": [12.0]}), SummaryOptions(resamples=100)) is None
+    )
+    assert speedup_summary(base, [], SummaryOptions(resamples=100)) is None
 
 
 def test_zero_variance_gives_degenerate_interval():
@@ -271,29 +277,33 @@ def test_zero_variance_gives_degenerate_interval():
     two = speedup_summary(
         samples("baseline", base) + samples("baseline", base, start=1),
         samples("x:y", cand) + samples("x:y", cand, start=1),
-        resamples=100,
+        SummaryOptions(resamples=100),
     )
     assert two.estimate == pytest.approx(1.5)
     assert two.ci_low == pytest.approx(1.5) and two.ci_high == pytest.approx(1.5)
     assert two.noise_floor == 1.0 and not two.noise_floor_assumed
-    one = speedup_summary(samples("baseline", base), samples("x:y", cand), resamples=100)
+    one = speedup_summary(
+        samples("baseline", base), samples("x:y", cand), SummaryOptions(resamples=100)
+    )
     assert one.ci_low < 1.5 < one.ci_high and one.noise_floor > 1.0 and one.noise_floor_assumed
 
 
 def test_interval_widens_with_noise_and_depends_on_seed():
-    base = {"p1": [100.0, 90.0, 110.0, 105.0, 95.0]}
-    cand = {"p1": [120.0, 80.0, 140.0, 100.0, 130.0]}
-    b, c = measured_tps(samples("baseline", base)), measured_tps(samples("x:y", cand))
-    low, high = bootstrap_interval(b, c, confidence=0.95, resamples=500, seed=1)
-    assert low < 120.0 / 100.0 < high
-    assert high - low > 0.2
-    others = {bootstrap_interval(b, c, confidence=0.95, resamples=500, seed=s) for s in range(5)}
+    base = samples("baseline", {"p1": [100.0, 90.0, 110.0, 105.0, 95.0]})
+    cand = samples("x:y", {"p1": [120.0, 80.0, 140.0, 100.0, 130.0]})
+    kw = {"confidence": 0.95, "resamples": 500}
+    one = speedup_summary(base, cand, SummaryOptions(seed=1, **kw))
+    assert one is not None and one.ci_low < 120.0 / 100.0 < one.ci_high
+    assert one.ci_high - one.ci_low > 0.2
+    others = {speedup_summary(base, cand, SummaryOptions(seed=s, **kw)).ci_low for s in range(5)}  # type: ignore[union-attr]
     assert len(others) > 1  # the seed matters, and only the seed
 
 
-def test_bootstrap_interval_needs_common_prompts():
-    with pytest.raises(ValueError):
-        bootstrap_interval({"a": [1.0]}, {"b": [1.0]}, confidence=0.9, resamples=100, seed=0)
+def test_a_summary_needs_common_prompts():
+    base, cand = samples("baseline", {"a": [1.0]}), samples("x:y", {"b": [1.0]})
+    assert (
+        speedup_summary(base, cand, SummaryOptions(confidence=0.9, resamples=100, seed=0)) is None
+    )
 
 
 def test_geometric_mean_and_quantile():
@@ -382,7 +392,7 @@ def test_a_prompt_interval_pools_the_spread_of_every_prompt() -> None:
             {"a": 76.0, "b": 84.0, "c": 78.0, "d": 90.0},
         ],
     )
-    s = speedup_summary(base, cand, confidence=0.95, resamples=400, seed=1)
+    s = speedup_summary(base, cand, SummaryOptions(confidence=0.95, resamples=400, seed=1))
     assert s is not None
     d = next(p for p in s.per_prompt if p.prompt_id == "d")
     assert d.speedup == pytest.approx(
@@ -418,12 +428,12 @@ def test_a_learned_spread_narrows_the_futility_end_more_than_the_qualifying_end(
     """Method 4: where a look may qualify, history counts as at most 4 degrees of freedom and
     never below the cycle's own spread; the futility stop (which can only reject) takes it at
     its full weight, so its upper end is never wider than the interval's."""
-    from mcp_infra.core.stats import Spread
+    from mcp_infra.core.intervals import Spread
 
     base = _starts("b", [{"p": 10.0, "q": 20.0}, {"p": 10.4, "q": 20.6}])
     cand = _starts("c", [{"p": 11.0, "q": 22.0}, {"p": 11.9, "q": 23.5}])
-    alone = speedup_summary(base, cand, resamples=200)
-    learned = speedup_summary(base, cand, resamples=200, prior=Spread(0.02, 30))
+    alone = speedup_summary(base, cand, SummaryOptions(resamples=200))
+    learned = speedup_summary(base, cand, SummaryOptions(resamples=200, prior=Spread(0.02, 30)))
     assert alone is not None and learned is not None
     assert alone.reject_high is None
     assert learned.reject_high is not None

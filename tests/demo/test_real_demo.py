@@ -97,7 +97,11 @@ def test_the_quality_table_shows_each_measure_the_budget_and_the_first_wrong_ans
         reason="",
     )
     budgets = QualityBudgets(
-        classes={"quantization": QualityBudget(min_top_agreement=0.9, max_mean_kl=0.05)}
+        classes={
+            "quantization": QualityBudget(
+                min_identical_share=0.5, min_top_agreement=0.9, max_mean_kl=0.05
+            )
+        }
     )
     order = {"word-france": 0, "word-japan": 1, "num-hard": 2}
     text = "\n".join(quality_lines(verdict, budgets, order))

@@ -8,11 +8,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mcp_infra.contracts import CycleSummary, FrozenPlan
 from mcp_infra.demo import run as demo_run
 from mcp_infra.state import evidence
-from mcp_infra.state.catalog import load_policy
+from mcp_infra.state.catalog import load_policy, policy_dir
 from mcp_infra.state.spread import learned_spread
 from mcp_infra.state.store import Home, read_model, write_model
 from tests.helpers.paths import SHIPPED, shipped_key
@@ -78,7 +79,7 @@ def test_the_demo_policy_learns_its_spread_and_a_test_home_does_not(tmp_path: Pa
     write_test_policy(home)
     test = load_policy(TEST_POLICY, home.user_policy).protocol
     assert not test.learn_spread and test.futility_confidence is None
-    assert load_policy(TEST_POLICY, home.user_policy).recipe_memory is None
+    assert load_policy(TEST_POLICY, home.user_policy).recipe_memory is True
     write_test_policy(home, learn_spread=True)
     assert load_policy(TEST_POLICY, home.user_policy).protocol.learn_spread
 
@@ -90,9 +91,51 @@ def test_the_demo_says_what_its_plan_was_projected_to_cost() -> None:
         basis="this-home", why="", minutes=2.5, rounds=3, source=["c-new", "c-old"]
     ).model_dump(mode="json")
     assert demo_run.cost_line(known) == (
-        "projected on this machine: about 150 s of cycle, 3 round(s), from the timings "
-        "measured in c-new"
+        "projected on this machine: about 150 s of cycle, 3 round(s), 0 s unserved "
+        "(concurrent), from the timings measured in c-new"
     )
+    down = PlanCost(basis="this-home", minutes=20.0, rounds=2, unserved_s=582, mode="exclusive")
+    assert "582 s unserved (exclusive)" in demo_run.cost_line(down.model_dump(mode="json"))
     unknown = PlanCost(basis="unknown", why="no sealed cycle yet").model_dump(mode="json")
-    assert demo_run.cost_line(unknown) == "projected cost: unknown (no sealed cycle yet)"
+    assert demo_run.cost_line(unknown) == (
+        "projected cost: unknown (no sealed cycle yet; 0 s unserved, concurrent)"
+    )
+    blind = PlanCost(basis="unknown", why="no sealed cycle yet", mode="exclusive")
+    assert "unserved time unknown, exclusive" in demo_run.cost_line(blind.model_dump(mode="json"))
     assert demo_run.cost_line(None) == "projected cost: none was returned"
+
+
+def test_every_plan_answer_names_the_time_the_service_is_down() -> None:
+    """The dry run and the plan answer say the projected unserved time, or that the service is
+    down for a time that cannot be projected yet (service.max_unserved_s, docs/cycle.md)."""
+    from mcp_infra.contracts.projection import PlanCost
+    from mcp_infra.faces.render import cost_line
+
+    known = PlanCost(basis="this-home", minutes=20.0, minutes_high=24.0, seeds=8, rounds=2)
+    assert "9.7 min unserved (exclusive)" in str(
+        cost_line(known.model_copy(update={"unserved_s": 582, "mode": "exclusive"}))
+    )
+    screened = known.model_copy(
+        update={"screening_minutes": 12.5, "deciding_minutes": 7.5, "screened_out": {"m:q8": 8}}
+    )
+    line = str(cost_line(screened))
+    assert "20.0 min: screening 12.5 min, deciding 7.5" in line
+    assert "screening drops m:q8 in at least one seed" in line
+    blind = PlanCost(basis="unknown", why="no sealed cycle yet", mode="exclusive")
+    assert "the service is down while candidates run (exclusive)" in str(cost_line(blind))
+    assert "0 s unserved (concurrent)" in str(
+        cost_line(blind.model_copy(update={"mode": "concurrent"}))
+    )
+
+
+def test_the_demo_follows_its_cycle_past_the_policys_budget(tmp_path: Path) -> None:
+    """The demo follows its cycle for the demo policy's whole budget and a margin: stopping
+    sooner would stop the service under a cycle still running on a loaded machine."""
+    home = Home(tmp_path / "demo").ensure()
+    budget = load_policy("demo").budgets.cycle_minutes * 60
+    assert demo_run.follow_timeout_s(home) == budget + demo_run.FOLLOW_MARGIN_S
+    data = yaml.safe_load((policy_dir() / "demo.yaml").read_text())
+    data["budgets"]["cycle_minutes"] = 45
+    home.user_policy.mkdir(parents=True, exist_ok=True)
+    (home.user_policy / "demo.yaml").write_text(yaml.safe_dump(data))
+    assert demo_run.follow_timeout_s(home) == 45 * 60 + demo_run.FOLLOW_MARGIN_S

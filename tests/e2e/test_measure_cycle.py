@@ -195,36 +195,3 @@ def test_the_baseline_recipe_under_another_id_never_qualifies(home: Home) -> Non
     assert judged.decision.value != "qualified", judged.reasons
     assert summary.outcome == Outcome.KEPT_BASELINE
     assert runs["demo-aa__same.json"].starts >= 2
-
-
-def test_a_paired_cycle_measures_each_round_at_once_and_judges_it_by_round(home: Home) -> None:
-    """``protocol.paired``: every round's configurations alive at once on ports of their own,
-    requests alternating; each round records one shared window; the verdict is judged on the
-    per-round differences (decision method 6) and verifies; nothing is left running."""
-    policy(home, workload=[SHORT_1], paired=True, heldout_repeats=1, min_starts=2, max_starts=2)
-    summary, verdict, runs = run_cycle(home, ["demo-tiny:draft-k4"])
-    baseline, cand = runs["baseline.json"], runs["demo-tiny__draft-k4.json"]
-    assert verdict.method == 6
-    events, _ = home.read_journal(summary.cycle_id)
-    (paired,) = [e for e in events if e.fields.get("step") == "paired"]
-    assert paired.fields["paired"] is True and "configurations at once need" in paired.message
-    by_round = {r.round: r for r in baseline.rounds}
-    for r in cand.rounds:  # the same window as the baseline's start of that round
-        twin = by_round[r.round]
-        assert (r.started_at, r.ended_at) == (twin.started_at, twin.ended_at)
-        assert r.port != twin.port and r.machine == twin.machine
-    # their requests alternated: each start's timed batches interleave in time
-    timed = sorted(
-        (s.t_mono, s.candidate)
-        for s in baseline.samples + cand.samples
-        if s.phase == "measure" and s.start == 0 and s.t_mono is not None
-    )
-    switches = sum(1 for a, b in zip(timed, timed[1:], strict=False) if a[1] != b[1])
-    assert switches >= len(timed) // 2, timed
-    (judged,) = verdict.candidates
-    assert judged.decision.value in ("qualified", "rejected", "inconclusive")
-    assert "paired by start" in " ".join(judged.reasons)
-    if verdict.selected:  # the held-out check was one paired start too
-        held = runs["heldout--baseline.json"].rounds[0]
-        assert held.started_at == runs["heldout--demo-tiny__draft-k4.json"].rounds[0].started_at
-    assert not list(home.candidates_dir.glob("*.json")), "no scratch server is left recorded"

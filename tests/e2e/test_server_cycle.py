@@ -108,7 +108,8 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
     assert not summary.interrupted and summary.recovery is None
     assert summary.outcome.value in ("promoted", "kept_baseline"), summary.reason
     bundle = home.evidence / summary.cycle_id
-    assert verify(bundle).ok
+    checked = verify(bundle)
+    assert checked.ok, (checked.failed, checked.problems)
     states = [
         json.loads(line)["state"] for line in (bundle / "journal.ndjson").read_text().splitlines()
     ]
@@ -144,7 +145,8 @@ async def test_cycle_seals_after_the_mcp_server_is_killed(
         beyond = await client.call_tool(
             "evidence", {"cycle_id": summary.cycle_id, "section": "journal", "page": 999}
         )
-        assert beyond.structured_content["page"] == beyond.structured_content["pages"]
+        said = beyond.content[0].text
+        assert beyond.is_error and f"no page 999: pages are 1 to {journal['pages']}" in said
 
         learned = (
             await client.call_tool("registry", {"candidate_id": "demo-tiny:draft-k2"})

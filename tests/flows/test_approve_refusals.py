@@ -167,7 +167,7 @@ def test_fails_preflight_now(home: Home, awaiting: CycleSummary) -> None:
 def test_the_policy_changed(home: Home, awaiting: CycleSummary) -> None:
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
-    data["thresholds"]["tie_tolerance_pct"] = 3.0  # any change to the policy's content
+    data["thresholds"]["max_error_rate"] = 0.01  # any change to the policy's content
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     refused(home, awaiting.cycle_id, None, "the policy changed since cycle")
 

@@ -22,8 +22,9 @@ from mcp_infra.core.workload import (
     decisive_view,
     describe_cell,
 )
+from mcp_infra.flows.confirm import heldout_protocol
 from mcp_infra.flows.measure import batches, cells_for_start, prompts_by_class
-from mcp_infra.flows.rounds import heldout_protocol, next_round, round_order
+from mcp_infra.flows.rounds import next_round, round_order
 from mcp_infra.state.catalog import load_policy, load_suite
 
 THRESHOLDS = EffectiveThresholds(
@@ -31,7 +32,6 @@ THRESHOLDS = EffectiveThresholds(
     max_peak_memory_gb=8,
     max_error_rate=0,
     worst_prompt_tolerance_pct=10,
-    tie_tolerance_pct=2,
     lossy_min_identical_fraction=0.5,
 )
 SINGLE_USER = MeasureProtocol(

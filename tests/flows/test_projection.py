@@ -20,18 +20,21 @@ import statistics
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
 from mcp_infra.contracts import (
     BASELINE_ID,
     CandidateRun,
+    ConfigTruth,
     CycleState,
     CycleSummary,
     Event,
     MachineLoad,
     Outcome,
     PlanCost,
+    TargetProfile,
     Verdict,
     Window,
 )
@@ -90,19 +93,25 @@ def test_a_starts_wait_for_a_quiet_machine_is_priced_in_its_load() -> None:
     found = pj.profile_from_bundle(SHIPPED)
     files = CycleFiles(SHIPPED)
     runs = [read_model(p, CandidateRun) for p in sorted(files.runs.glob("*.json"))]
-    waited = MachineLoad(window_s=1, cpus=2, other_cpu_s=0, other_cpu_fraction=0, waited_s=12.5)
-    slowed = [
-        run.model_copy(
-            update={"rounds": [r.model_copy(update={"machine": waited}) for r in run.rounds]}
+    verdict = read_model(files.verdict, Verdict)
+
+    def waiting(seconds: float) -> tuple[TargetProfile, dict[str, ConfigTruth]]:
+        load = MachineLoad(
+            window_s=1, cpus=2, other_cpu_s=0, other_cpu_fraction=0, waited_s=seconds
         )
-        for run in runs
-    ]
-    profile, truths = pj.profile_from_runs(
-        found.plan, slowed, read_model(files.verdict, Verdict), found.profile.memory_gb
-    )
-    assert profile.baseline.load_s == pytest.approx(found.profile.baseline.load_s + 12.5, abs=1e-3)
+        runs_waiting = [
+            run.model_copy(
+                update={"rounds": [r.model_copy(update={"machine": load}) for r in run.rounds]}
+            )
+            for run in runs
+        ]
+        return pj.profile_from_runs(found.plan, runs_waiting, verdict, found.profile.memory_gb)
+
+    unwaited, unwaited_truths = waiting(0.0)
+    profile, truths = waiting(12.5)
+    assert profile.baseline.load_s == pytest.approx(unwaited.baseline.load_s + 12.5, abs=1e-3)
     k4 = "demo-tiny:draft-k4"
-    assert truths[k4].load_s == pytest.approx(found.truths[k4].load_s + 12.5, abs=1e-3)
+    assert truths[k4].load_s == pytest.approx(unwaited_truths[k4].load_s + 12.5, abs=1e-3)
     assert any("quiet" in a for a in profile.assumptions)
 
 
@@ -248,6 +257,10 @@ def test_status_sets_the_projection_against_the_elapsed_time(bare_home: Home) ->
 # ---------------------------------------------------------------------------------------------
 
 PLAN = {"hypothesis": "a 4-token drafter speeds up decoding", "candidates": ["demo-tiny:draft-k4"]}
+UNMEASURED = {
+    "hypothesis": "a 6-token drafter speeds up decoding",
+    "candidates": ["demo-tiny:draft-k6"],
+}
 
 
 def set_service(home: Home, window: dict[str, str], **service: object) -> None:
@@ -276,22 +289,26 @@ def test_a_dry_run_on_a_home_with_a_sealed_cycle_says_its_cost(home: Home) -> No
 
 def test_an_exclusive_plan_over_the_unserved_limit_is_held_for_the_window(home: Home) -> None:
     copy_bundle(home)
-    # 0.1% of this machine's memory holds no server beside another: exclusive mode.
+    # A budget of 0.6 GiB holds one tiny demo server (estimated 0.31 GiB) but not the 1 GB peak
+    # the manifest declares for a drafter no cycle here measured: exclusive mode.
+    fraction = round(0.6 / (psutil.virtual_memory().total / 2**30), 5)
     window = {"mode": "window", "start": "02:00", "end": "04:00"}
-    set_service(home, window, memory_budget_fraction=0.001, max_unserved_s=5)
-    view = app.propose(home, PLAN, proposed_by="test", start_supervisor=False)
+    set_service(home, window, memory_budget_fraction=fraction, max_unserved_s=5)
+    view = app.propose(home, UNMEASURED, proposed_by="test", start_supervisor=False)
     assert view.accepted and view.memory_mode == "exclusive", view.memory_mode_reason
     assert view.cost is not None and view.cost.unserved_s and view.cost.unserved_s > 5
     assert view.cost.held and "maintenance window 02:00-04:00 UTC" in view.cost.held
     assert "held for the maintenance window" in view.message and len(home.queued()) == 1
     kept = read_model(cost_sidecar(home, str(view.plan_id)), PlanCost)
     assert kept == view.cost  # what `status` sets against the elapsed time
-    set_service(home, {"mode": "never"}, memory_budget_fraction=0.001, max_unserved_s=5)
-    refused = app.propose(home, PLAN, proposed_by="test", start_supervisor=False)
+    set_service(home, {"mode": "never"}, memory_budget_fraction=fraction, max_unserved_s=5)
+    refused = app.propose(home, UNMEASURED, proposed_by="test", start_supervisor=False)
     assert not refused.accepted and "window is 'never'" in refused.message
     assert len(home.queued()) == 1  # nothing more queued
-    set_service(home, window, memory_budget_fraction=0.001, max_unserved_s=None)
-    unlimited = app.propose(home, PLAN, proposed_by="test", dry_run=True, start_supervisor=False)
+    set_service(home, window, memory_budget_fraction=fraction, max_unserved_s=None)
+    unlimited = app.propose(
+        home, UNMEASURED, proposed_by="test", dry_run=True, start_supervisor=False
+    )
     assert unlimited.accepted and unlimited.cost is not None and unlimited.cost.held is None
 
 

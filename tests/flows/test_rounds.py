@@ -1,4 +1,4 @@
-"""The round loop (``flows.rounds``) over simulated starts (``flows.projection.SimServer``): the
+"""The round loop (``flows.rounds``) over simulated starts (``flows.simulation.SimServer``): the
 cycle's own early stopping, gates and budget, with only the server and the clock simulated, so
 these run in the fast tier. Also the pure pieces the loop and the cost model share."""
 
@@ -25,19 +25,20 @@ from mcp_infra.contracts import (
     WorkloadCell,
 )
 from mcp_infra.core.fidelity import TOP_LOGPROBS
-from mcp_infra.core.stats import Spread, pooled_variance
-from mcp_infra.flows.projection import NullJournal, SimServer, project, simulated_plan
+from mcp_infra.core.intervals import Spread, pooled_variance
+from mcp_infra.flows.confirm import drift_protocol
+from mcp_infra.flows.projection import simulated_plan
 from mcp_infra.flows.rounds import (
     SELECTION,
     Bench,
     Slot,
     Tally,
-    drift_protocol,
     greedy_passes,
     needs_quality,
     run_rounds,
     start_spec,
 )
+from mcp_infra.flows.simulation import NullJournal, Setting, SimServer, project
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import CycleFiles, Home, read_model
 from tests.helpers.paths import BENCHMARKS, SHIPPED
@@ -96,6 +97,19 @@ def test_greedy_passes_are_two_only_where_a_prompt_cache_can_change_outputs() ->
 def test_the_quality_suite_runs_only_for_lossy_candidates() -> None:
     assert not needs_quality([_recipe("a"), _recipe("b")])
     assert needs_quality([_recipe("a"), _recipe("b", semantics="lossy")])
+    # In a plan with a lossy candidate, the suite runs for it and the baseline beside it, never
+    # for a lossless candidate (no gate reads its answers).
+    policy = load_policy("single-user")
+    plan = simulated_plan(policy, ["sim:a", "sim:b"])
+    truths = {"sim:a": FAST, "sim:b": FAST}
+    server = SimServer(PROFILE, truths, seed=1)
+    bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
+    recipes = {"sim:a": _recipe("sim:a"), "sim:b": _recipe("sim:b", semantics="lossy")}
+    base, runs = run_rounds(bench, _recipe(BASELINE_ID), recipes, deadline=1e9)
+    quality = {
+        r.candidate: any(s.phase == "quality" for s in r.samples) for r in [base, *runs.values()]
+    }
+    assert quality == {BASELINE_ID: True, "sim:a": False, "sim:b": True}
 
 
 def test_the_quality_suite_asks_only_the_configurations_whose_answers_are_judged() -> None:
@@ -124,7 +138,7 @@ def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:
 def test_a_learned_spread_is_pooled_only_when_the_cycle_agrees_with_it() -> None:
     quiet = [0.0, 0.04]  # sd about 0.028
     var, df, source = pooled_variance(quiet, Spread(0.05, 8))
-    # History's 8 degrees of freedom count as 4 (stats.PRIOR_MAX_DF).
+    # History's 8 degrees of freedom count as 4 (intervals.PRIOR_MAX_DF).
     assert df == 5 and source.startswith("learned")
     assert var == pytest.approx((4 * 0.05**2 + 0.0008) / 5 / 2)
     louder = [0.0, 0.1]  # agrees with history (F test), but louder than the pool would say
@@ -143,8 +157,8 @@ def test_the_projection_is_deterministic_and_a_null_plan_never_qualifies() -> No
     policy = load_policy("single-user")
     truths = {"sim:a": PROFILE.candidates["null-a"], "sim:b": PROFILE.candidates["null-b"]}
     plan = simulated_plan(policy, list(truths))
-    first = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
-    again = project(plan, PROFILE, truths, seed=1, cycle_minutes=120)
+    first = project(plan, PROFILE, truths, Setting(seed=1, cycle_minutes=120))
+    again = project(plan, PROFILE, truths, Setting(seed=1, cycle_minutes=120))
     assert first == again
     assert first.outcome != "promoted" and first.selected is None
     assert 0 < first.minutes <= 120 + 15  # the budget, and at most one last step past it
@@ -272,37 +286,6 @@ def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(
     assert learned_spread(home, plan.protocol, now) is None  # one quiet start: no spread
 
 
-def test_a_paired_plan_learns_from_earlier_paired_cycles_differences(
-    shipped_home: ShippedHome,
-) -> None:
-    """A paired plan's learned spread is the spread of earlier paired cycles' per-start
-    differences (per side: over the square root of 2), never the unpaired baseline levels,
-    which a co-tenant's phases spread (on 2026-12-03 a paired demo learned 0.31 from them and
-    its held-out interval ran 0.53x to 6.74x)."""
-    from mcp_infra.contracts import CandidateRun
-    from mcp_infra.core.stats import pooled_spread
-    from mcp_infra.state.spread import learned_spread, paired_differences, quiet_starts
-    from mcp_infra.state.store import write_model
-
-    home, files, plan, now = shipped_home
-    paired = plan.protocol.model_copy(update={"paired": True})
-    assert learned_spread(home, paired, now) is None  # only unpaired cycles in this home
-    write_model(files.plan, plan.model_copy(update={"protocol": paired}))
-    base = read_model(files.run(BASELINE_ID), CandidateRun)
-    sets = []
-    for candidate in plan.candidates[1:]:
-        run = read_model(files.run(candidate), CandidateRun)
-        diffs = paired_differences(base, run, quiet_starts(base, 0.25))
-        if len(diffs) >= 2:
-            sets.append(diffs)
-    sd, df = pooled_spread(sets)
-    learned = learned_spread(home, paired, now)
-    assert learned is not None and learned.source.startswith("paired differences of 1")
-    assert learned.df == df and learned.sd == pytest.approx(sd / math.sqrt(2))
-    unpaired = learned_spread(home, plan.protocol, now)  # an unpaired plan still learns levels
-    assert unpaired is not None and unpaired.source.startswith("quiet baseline starts")
-
-
 def _one_candidate(truth: ConfigTruth, *, learned: bool, seed: int) -> tuple[int, str]:
     """(the candidate's starts, why it stopped) under the single-user policy, one candidate."""
     policy = load_policy("single-user")
@@ -332,3 +315,72 @@ def test_before_min_starts_a_look_never_qualifies() -> None:
     for seed in range(5):
         starts, stopped = _one_candidate(FAST, learned=True, seed=seed)
         assert starts >= 2 and stopped.startswith(f"qualified after {starts} start(s)"), stopped
+
+
+class Recorder(NullJournal):
+    """A journal that keeps its lines (step and fields), to see what a round loop said."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str | None, str, dict]] = []
+
+    def __call__(self, state, message, step=None, **fields) -> None:  # type: ignore[override]
+        self.lines.append((step.value if step else None, message, fields))
+
+
+def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_start() -> None:
+    from mcp_infra.flows.measure import cells_for_start
+    from mcp_infra.flows.rounds import decide_cycle
+
+    base = PROFILE.baseline
+    truths = {
+        "sim:win": FAST,
+        "sim:null": base,
+        "sim:slow": SLOW,
+        "sim:div": base.model_copy(update={"diverges": True}),
+    }
+    plan = simulated_plan(load_policy("single-user"), list(truths))  # no history: 5% assumed
+    server = SimServer(PROFILE, truths, seed=2)
+    journal = Recorder()
+    bench = Bench(plan=plan, journal=journal, run_start=server, clock=server.clock)
+    assert bench.screened
+    baseline, runs = run_rounds(
+        bench, _recipe(BASELINE_ID), {n: _recipe(n) for n in truths}, deadline=1e9
+    )
+    # The failed gate ended its start at the first diverging greedy answer: nothing was timed.
+    div = runs["sim:div"]
+    assert div.starts == 1 and len(div.greedy) == 1 and not div.samples
+    assert div.stopped.startswith("dropped by screening after 1 start(s): the lossless gate")
+    slow = runs["sim:slow"]
+    assert slow.starts == 1 and slow.stopped.startswith(
+        "dropped by screening after 1 start(s): too"
+    )
+    assert runs["sim:win"].starts >= 2 and runs["sim:null"].starts >= 2
+    # The screening start timed the headline cell alone; the reported cell moved to the next.
+    cells = {(s.start, s.request_class, s.concurrency) for s in runs["sim:win"].samples}
+    assert {c for c in cells if c[0] == 0} == {(0, "short", 1)}
+    assert (1, "short", 4) in cells
+    assert cells_for_start(plan.protocol, 0, first_full=1) == [
+        WorkloadCell(request_class="short", concurrency=1)
+    ]
+    [line] = [fields for step, _, fields in journal.lines if step == "screened"]
+    assert set(line["dropped"]) == {"sim:div", "sim:slow"}
+    assert line["survivors"] == ["sim:win", "sim:null"]
+    verdict, _ = decide_cycle(baseline, runs, plan, screened=True)
+    assert verdict.screening is not None and set(verdict.screening.dropped) == {
+        "sim:div",
+        "sim:slow",
+    }
+    assert runs["sim:win"].stopped.startswith("qualified after")  # the full decision's rounds
+
+
+def test_the_projection_prices_screening_and_deciding_apart() -> None:
+    policy = load_policy("single-user")
+    truths = {f"sim:{n}": t for n, t in (("a", FAST), ("b", SLOW), ("c", FAST), ("d", SLOW))}
+    plan = simulated_plan(policy, list(truths))
+    screened = project(plan, PROFILE, truths, Setting.of(policy, 1))
+    full = project(plan, PROFILE, truths, Setting.of(policy, 1, screening=False))
+    assert 0 < screened.screening_s / 60 < screened.minutes
+    assert set(screened.screened_out) == {"sim:b", "sim:d"}
+    assert full.screening_s == 0 and full.screened_out == ()
+    assert screened.minutes < full.minutes
+    assert screened.spent and screened.spent["measure greedy"] > 0

@@ -37,7 +37,6 @@ THRESHOLDS = EffectiveThresholds(
     max_peak_memory_gb=16.0,
     max_error_rate=0.0,
     worst_prompt_tolerance_pct=10.0,
-    tie_tolerance_pct=2.0,
     quality_budget=QualityBudgets(
         classes={CandidateClass.KV_CACHE: QualityBudget(min_identical_share=0.0, max_mean_kl=50)}
     ),

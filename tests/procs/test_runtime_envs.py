@@ -30,14 +30,15 @@ from mcp_infra.contracts import (
     RuntimeEnvSpec,
     Sample,
 )
+from mcp_infra.core.gating import run_gates
 from mcp_infra.core.preflight import HostFacts, RuntimeFacts, env_hash, pin_problems, preflight
 from mcp_infra.core.sanitize import PlanRefused
-from mcp_infra.core.selector import run_gates
 from mcp_infra.core.templates import help_flags, template_flags, unknown_flags
 from mcp_infra.flows.proposal import freeze_plan
 from mcp_infra.procs.runtime import ServerStartError, build_argv, free_port, start_server
-from mcp_infra.state import memory, runtimes, verification
+from mcp_infra.state import memory, recomputed, runtimes
 from mcp_infra.state.artifacts import resolve_recipe
+from mcp_infra.state.bundle import Bundle, Failed, Skipped
 from mcp_infra.state.catalog import load_policy, load_registry
 from mcp_infra.state.context import HomeContext
 from mcp_infra.state.store import CycleFiles, Home, read_model, write_model
@@ -370,7 +371,7 @@ def bundle_with_lock(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_evidence_verify_checks_the_bundled_runtime_lock(tmp_path: Path) -> None:
     bundle, lock_file = bundle_with_lock(tmp_path)
-    said = verification.check_runtime_locks(verification.Bundle(bundle))
+    said = recomputed.check_runtime_locks(Bundle(bundle))
     assert said.startswith("rt:v: fakepkg 1.0.0 (isolated), 1 pkgs")
     lock = read_model(lock_file, runtimes.RuntimeLock)
     forged = lock.model_copy(
@@ -378,14 +379,14 @@ def test_evidence_verify_checks_the_bundled_runtime_lock(tmp_path: Path) -> None
     )
     write_model(lock_file, forged)
     refused = "the package list does not give the lock's digest"
-    with pytest.raises(verification.Failed, match=refused):
-        verification.check_runtime_locks(verification.Bundle(bundle))
+    with pytest.raises(Failed, match=refused):
+        recomputed.check_runtime_locks(Bundle(bundle))
 
 
 def test_a_bundle_without_runtime_environments_skips_the_check(tmp_path: Path) -> None:
     (tmp_path / "journal.ndjson").write_text("")
-    with pytest.raises(verification.Skipped, match="no recipe of this cycle ran from"):
-        verification.check_runtime_locks(verification.Bundle(tmp_path))
+    with pytest.raises(Skipped, match="no recipe of this cycle ran from"):
+        recomputed.check_runtime_locks(Bundle(tmp_path))
 
 
 def test_a_pinned_package_is_one_requirements_line() -> None:
@@ -484,7 +485,6 @@ THRESHOLDS = EffectiveThresholds(
     max_peak_memory_gb=4,
     max_error_rate=0,
     worst_prompt_tolerance_pct=10,
-    tie_tolerance_pct=2,
     lossy_min_identical_fraction=0.5,
 )
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_infra.demo.traffic import KINDS as SOAK_KINDS
 from tests.helpers.paths import BENCHMARKS
 from tests.helpers.run import Spawn
 
@@ -98,12 +99,35 @@ def test_help(script: Path, helps: dict[str, subprocess.CompletedProcess[str]]) 
         assert word in result.stdout, f"{script.name} --help does not mention {word}"
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+OWN_SMOKE = {"soak.py"}  # smoked by a test of its own below, which also judges its figures
+
+
+@pytest.mark.parametrize(
+    "script", [s for s in SCRIPTS if s.name not in OWN_SMOKE], ids=lambda p: p.stem
+)
 def test_smoke(script: Path, spawn: Spawn) -> None:
     """The smallest real run of each benchmark (real servers and cycles where it has them)."""
     problems, seconds = smoke(script, spawn.run)
     print(f"{script.name} --smoke took {seconds:.0f} s")
     assert problems == [], f"{script.name} --smoke: {problems}"
+
+
+def test_the_soak_smoke_fails_no_request_and_grows_nothing(spawn: Spawn) -> None:
+    """`soak.py --smoke`: mixed traffic (short and long, streamed and not, clients that leave
+    mid-stream, model listings) through the front while a cycle runs: no request fails, the
+    front's memory and open files at the end are within 10% of their figures after the
+    warm-up, no log is over its cap, and the traffic alone leaves nothing behind."""
+    script = BENCHMARKS / "soak.py"
+    result = spawn.run([sys.executable, str(script), "--smoke", "--json"], timeout=SMOKE_TIMEOUT_S)
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads(lines[-1])
+    assert figures["failed"] == 0, figures["failures"]
+    assert set(figures["requests"]) == set(SOAK_KINDS) and figures["left_on_purpose"] > 0
+    assert [run.get("outcome") is not None for run in figures["cycles"]] == [True], figures
+    for growth in ("memory_growth", "open_files_growth", "rest_growth_traffic_alone"):
+        assert figures[growth] is not None and figures[growth] <= 0.10, (growth, figures)
+    assert figures["largest_log_mb"] <= 4.1 and figures["target_held"], figures
 
 
 BREAKS: dict[str, tuple[Callable[[str], str], str]] = {

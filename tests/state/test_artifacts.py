@@ -24,8 +24,9 @@ from mcp_infra.flows.proposal import prepare_candidate
 from mcp_infra.state import artifacts as hub
 from mcp_infra.state.artifacts import resolve_recipe
 from mcp_infra.state.catalog import load_policy, load_registry
+from mcp_infra.state.context import load_config
 from mcp_infra.state.hostfacts import host_facts
-from mcp_infra.state.store import Home
+from mcp_infra.state.store import Home, write_model
 
 TARGET = ("mlx-community/tiny-target", "1" * 40)
 DRAFT = ("z-lab/tiny-draft", "2" * 40)
@@ -88,6 +89,14 @@ def write_manifest(home: Home, draft: tuple[str, str] = DRAFT) -> None:
     (home.user_registry / "tinyhub.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def serve_from_cache(home: Home, snapshot: Path) -> None:
+    """The live model is the cached target snapshot (what a user serving from the hub cache
+    has): the candidate's target is then the live model and its ``same_target`` check passes."""
+    config = load_config(home)
+    baseline = config.baseline.model_copy(update={"model_path": str(snapshot.resolve())})
+    write_model(home.config, config.model_copy(update={"baseline": baseline}))
+
+
 def _blob(snapshot: Path, name: str) -> Path:
     return (snapshot / name).resolve()
 
@@ -110,6 +119,7 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
     target = build_cache(hf_cache, *TARGET, demo_models["target"])
     draft = build_cache(hf_cache, *DRAFT, demo_models["draft"])
     write_manifest(home)
+    serve_from_cache(home, target)
     integrity = {c.name: c for c in _preflight(home).checks}["integrity"]
     assert not integrity.passed and "no sha256 inventory" in integrity.detail
 
@@ -172,7 +182,9 @@ def test_prepare_from_a_local_cache_then_detect_tampering(
 def test_offline_prepare_names_everything_missing(
     home: Home, hf_cache: Path, demo_models: dict[str, Path]
 ) -> None:
-    build_cache(hf_cache, *TARGET, demo_models["target"], skip=("config.json",))
+    serve_from_cache(
+        home, build_cache(hf_cache, *TARGET, demo_models["target"], skip=("config.json",))
+    )
     write_manifest(home)
     policy = home.user_policy / "test.yaml"  # the demo policy allows no download at all
     data = yaml.safe_load(policy.read_text())
@@ -235,7 +247,7 @@ def test_only_the_runtime_files_are_fetched_never_code() -> None:
 def test_prepare_command(
     home: Home, hf_cache: Path, demo_models: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    build_cache(hf_cache, *TARGET, demo_models["target"])
+    serve_from_cache(home, build_cache(hf_cache, *TARGET, demo_models["target"]))
     build_cache(hf_cache, *DRAFT, demo_models["draft"])
     write_manifest(home)
     assert cli.main(["--home", str(home.root), "prepare", CANDIDATE, "--json"]) == 0

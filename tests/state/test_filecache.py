@@ -49,6 +49,8 @@ async def test_registry_answer_follows_a_new_manifest(home: Home, anyio_backend:
         home.user_registry.mkdir(parents=True, exist_ok=True)
         (home.user_registry / "demo-copy.yaml").write_text(yaml.safe_dump(data))
         later = await client.call_tool("registry", {})
-    ids = {c["id"] for c in later.structured_content["candidates"]}
-    assert "demo-copy:draft-k2" in ids
-    assert "demo-copy:draft-k2" not in {c["id"] for c in first.structured_content["candidates"]}
+        copy = await client.call_tool("registry", {"candidate_id": "demo-copy:draft-k2"})
+    # the list pages; its summary opens every page and counts every manifest
+    assert "demo-copy" in later.structured_content["summary"]["manifests"]
+    assert "demo-copy" not in first.structured_content["summary"]["manifests"]
+    assert [c["id"] for c in copy.structured_content["candidates"]] == ["demo-copy:draft-k2"]

@@ -182,26 +182,13 @@ def test_freeze_refuses_when_every_candidate_is_skipped(home: Home, tmp_path: Pa
         freeze(home, [BAD])
 
 
-def test_watch_rechecks_changed_candidates_a_bounded_number_of_times(home: Home) -> None:
-    from mcp_infra.flows.watch import recheck_plan, watch
+def test_the_watcher_lets_queued_plans_wait_for_the_window(home: Home) -> None:
+    """Queued plans wait for the window: the watcher sleeps its interval, then stops when told."""
+    from mcp_infra.flows.watch import watch
 
     write_manifest(home)
-    failed_cycle(home)
-    assert recheck_plan(home)[0] is None  # the policy does not allow it
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
-    data["watch"] = {"recheck_changed": True, "interval_s": 60}
-    data["budgets"].update(retries=1, retry_backoff_s=100)
-    path.write_text(yaml.safe_dump(data))
-    # the policy changed since the cycle, so both candidates it measured are due
-    plan, why = recheck_plan(home, now=1000.0)
-    assert plan is not None and sorted(plan["candidates"]) == sorted([BAD, SLOW])
-    assert "policy changed since cycle" in plan["hypothesis"]
-    assert recheck_plan(home, now=1050.0)[0] is None  # backoff: 100 s after the first attempt
-    assert recheck_plan(home, now=1101.0)[0] is not None  # second attempt (retries=1)
-    assert recheck_plan(home, now=99_999.0)[0] is None  # bounded: retries + 1 attempts in all
-
-    # the watcher itself: queued plans wait for the window, it sleeps, then stops when told
     data["window"] = {"mode": "never"}
     path.write_text(yaml.safe_dump(data))
     app.propose(
@@ -209,6 +196,6 @@ def test_watch_rechecks_changed_candidates_a_bounded_number_of_times(home: Home)
     )
     slept: list[float] = []
     lines: list[str] = []
-    assert watch(home, max_looks=2, sleep=slept.append, log=lines.append) == []
+    assert watch(home, interval_s=60, max_looks=2, sleep=slept.append, log=lines.append) == []
     assert slept == [60] and len(home.queued()) == 1
     assert any("queued plans wait: the policy's window is 'never'" in line for line in lines)

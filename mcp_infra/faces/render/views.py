@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp_infra.contracts import CycleSummary, FrozenPlan
+from mcp_infra.contracts import CycleSummary, FrozenPlan, Verdict
 from mcp_infra.core.gates import TaskCheck, TaskSpec
 from mcp_infra.core.progress import duration_text
 from mcp_infra.core.units import fmt_pct
@@ -130,6 +130,9 @@ def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
     lines = [
         f"{len(view.candidates)} candidate(s){where}; live recipe: {view.live_recipe or 'none'}."
     ]
+    # what is missing from the list comes first: a long list is cut at its end
+    lines += [f"not offered for this model: {n.subject}: {n.reason}" for n in view.not_offered]
+    lines += [f"NOT LOADED: {problem}" for problem in view.problems]
     by_manifest: dict[str, list[app.CandidateView]] = {}
     for c in view.candidates:
         by_manifest.setdefault(c.id.split(":", 1)[0], []).append(c)
@@ -169,8 +172,6 @@ def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
                 lines.append(f"    skipped in plans: {c.skip}")
             if c.preflight_passed and (said := cost_line(c.cost)):
                 lines.append(f"    alone in a plan: {said}")
-    lines += [f"not offered for this model: {n.subject}: {n.reason}" for n in view.not_offered]
-    lines += [f"NOT LOADED: {problem}" for problem in view.problems]
     if page < pages:
         lines.append(f"More: registry with page={page + 1}.")
     return bounded(lines)
@@ -383,10 +384,26 @@ def verdict_table(view: app.EvidenceView) -> str:
         )
         for reason in c.reasons[:3]:
             lines.append(f"    {plain(reason)}")
+    lines += screening_lines(verdict)
     if view.table:
         lines += table_rows(view.table)
     lines.append(f"({METHOD})")
     return "\n".join(lines)
+
+
+def screening_lines(verdict: Verdict) -> list[str]:
+    """What a screened plan's screening round dropped, one line per candidate with why."""
+    screening = verdict.screening
+    if screening is None:
+        return []
+    judged = len(screening.judged) + len(screening.held)
+    lines = [
+        f"screening ({screening.confidence:.0%}, one short start each, every gate first): "
+        f"dropped {len(screening.dropped)} of {judged}"
+        + (f"; not judged on a busy machine: {', '.join(screening.held)}" if screening.held else "")
+    ]
+    lines += [f"    {name}: {plain(why)}" for name, why in screening.dropped.items()]
+    return lines
 
 
 def table_rows(table: list[dict[str, Any]]) -> list[str]:
