@@ -36,6 +36,7 @@ speedups, 100 resamples, one process: a few seconds.
 
 from __future__ import annotations
 
+import argparse
 import math
 import multiprocessing
 import random
@@ -207,7 +208,7 @@ def _rates(outcomes: list[Outcome]) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = _common.parser(__doc__)
     ap.add_argument("--true-speedups", default="1.00,1.03,1.10,1.30")
     ap.add_argument("--threshold-pct", type=float, default=5.0)
@@ -242,11 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--confidence", type=float, default=MeasureProtocol().confidence, help="the protocol's"
     )
-    args = ap.parse_args(argv)
-    if args.smoke:
-        args.true_speedups, args.seeds, args.resamples, args.jobs = "1.00,1.10", 5, 100, 1
+    return ap
 
-    setup = Setup(
+
+def _setup(args: argparse.Namespace) -> Setup:
+    return Setup(
         args.threshold_pct,
         args.start_noise,
         args.repeat_noise,
@@ -261,22 +262,26 @@ def main(argv: list[str] | None = None) -> int:
         args.futility,
         args.confidence,
     )
-    truths = [float(x) for x in args.true_speedups.split(",")]
-    began = time.monotonic()
-    tasks = [(setup, t, seed) for t in truths for seed in range(args.seeds)]
-    if args.jobs > 1:
-        with multiprocessing.Pool(args.jobs) as pool:
+
+
+def measure(setup: Setup, truths: list[float], seeds: int, jobs: int) -> list[dict[str, float]]:
+    """One row per true speedup: both protocols' rates over ``seeds`` simulated cycles."""
+    tasks = [(setup, t, seed) for t in truths for seed in range(seeds)]
+    if jobs > 1:
+        with multiprocessing.Pool(jobs) as pool:
             results = pool.map(simulate, tasks, chunksize=8)
     else:
         results = [simulate(t) for t in tasks]
     rows = []
     for i, truth in enumerate(truths):
-        chunk = results[i * args.seeds : (i + 1) * args.seeds]
+        chunk = results[i * seeds : (i + 1) * seeds]
         early = _rates([e for e, _ in chunk])
         fixed = _rates([f for _, f in chunk])
         rows.append({"true_speedup": truth, **early, **{f"fixed_{k}": v for k, v in fixed.items()}})
-    took = time.monotonic() - began
+    return rows
 
+
+def print_table(args: argparse.Namespace, rows: list[dict[str, float]], took: float) -> None:
     reg = (
         f", one prompt at x{args.regressing_prompt:g}" if args.regressing_prompt is not None else ""
     )
@@ -301,6 +306,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
             f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.true_speedups, args.seeds, args.resamples, args.jobs = "1.00,1.10", 5, 100, 1
+    truths = [float(x) for x in args.true_speedups.split(",")]
+    began = time.monotonic()
+    rows = measure(_setup(args), truths, args.seeds, args.jobs)
+    print_table(args, rows, time.monotonic() - began)
     _common.emit({"smoke": args.smoke, "rows": rows}, args.json)
     return 0
 

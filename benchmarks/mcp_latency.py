@@ -24,6 +24,7 @@ load: quote the load average printed with them.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -157,7 +158,7 @@ def plan(candidate: str) -> dict[str, Any]:
     return {"hypothesis": DEMO_HYPOTHESIS, "candidates": [candidate]}
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = _common.parser(__doc__)
     ap.add_argument("--calls", type=int, default=200, help="calls of each tool per phase")
     ap.add_argument(
@@ -165,11 +166,28 @@ def main() -> int:
     )
     ap.add_argument("--cold", type=int, default=5, help="cold starts to time")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a cycle")
-    args = ap.parse_args()
-    if args.smoke:
-        args.calls, args.summaries, args.cold = 5, 2, 1
+    return ap
+
+
+def during_cycle(home: Home, args: argparse.Namespace) -> dict[str, Any]:
+    """The reads while a second cycle runs (a detached supervisor), which is then waited for."""
+    queue_plan(home, plan("demo-tiny:draft-k4"))
+    cycle = supervisor(home)
+    try:
+        during = anyio.run(
+            lambda: calls(home, args.calls, args.summaries, cycle=cycle, timeout=args.timeout)
+        )
+        cycle.wait(timeout=args.timeout)
+    finally:
+        if cycle.poll() is None:
+            cycle.kill()
+            cycle.wait()
+    return during
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[float]]:
+    """Both phases' reads (during, idle) and the cold starts, in a fresh demo home."""
     phases: dict[str, Any] = {}
-    n = args.calls
     with tempfile.TemporaryDirectory(prefix="mcp-latency-") as tmp:
         home = Home(Path(tmp) / "home")
         config = prepare(home)
@@ -180,41 +198,33 @@ def main() -> int:
             if not args.smoke:  # a sealed bundle for `evidence` to read throughout
                 queue_plan(home, plan("demo-tiny:draft-k2"))
                 run_supervisor(home, timeout=args.timeout)
-            queue_plan(home, plan("demo-tiny:draft-k4"))
-            cycle = supervisor(home)
-            try:
-                phases["during"] = anyio.run(
-                    lambda: calls(
-                        home, args.calls, args.summaries, cycle=cycle, timeout=args.timeout
-                    )
-                )
-                cycle.wait(timeout=args.timeout)
-            finally:
-                if cycle.poll() is None:
-                    cycle.kill()
-                    cycle.wait()
+            phases["during"] = during_cycle(home, args)
             phases["idle"] = anyio.run(
-                lambda: calls(home, n, args.summaries, cycle=None, timeout=args.timeout)
+                lambda: calls(home, args.calls, args.summaries, cycle=None, timeout=args.timeout)
             )
             colds = [anyio.run(cold_start, home) for _ in range(args.cold)]
         finally:
             stop_home(home)
-    rows = [
-        {"phase": phase, "tool": tool, **figures, "target": "-"}
-        for phase, result in phases.items()
-        for tool, figures in result["tools"].items()
-    ]
-    cold = {
+    return phases, colds
+
+
+def cold_figures(colds: list[float]) -> dict[str, Any]:
+    return {
         "starts": len(colds),
         "median_s": round(statistics.median(colds), 3),
         "min_s": round(min(colds), 3),
         "max_s": round(max(colds), 3),
     }
-    met = all(r["p99_ms"] < P99_TARGET_MS for r in rows) and cold["median_s"] < COLD_TARGET_S
-    for row in rows:
-        row["target"] = "met" if row["p99_ms"] < P99_TARGET_MS else "MISSED"
+
+
+def print_tables(
+    args: argparse.Namespace,
+    phases: dict[str, Any],
+    rows: list[dict[str, Any]],
+    cold: dict[str, Any],
+    load: float,
+) -> None:
     during_tools = phases["during"]["tools"]
-    load = os.getloadavg()[0]
     print(
         f"one stdio session per phase, {args.calls} rounds of the reads; during: "
         f"{during_tools.get('status', {}).get('calls', 0)} rounds saw the cycle running "
@@ -245,6 +255,25 @@ def main() -> int:
         )
     if args.smoke:
         print("smoke run: too few calls to judge the targets by")
+
+
+def main() -> int:
+    ap = _parser()
+    args = ap.parse_args()
+    if args.smoke:
+        args.calls, args.summaries, args.cold = 5, 2, 1
+    phases, colds = measure(args)
+    rows = [
+        {"phase": phase, "tool": tool, **figures, "target": "-"}
+        for phase, result in phases.items()
+        for tool, figures in result["tools"].items()
+    ]
+    cold = cold_figures(colds)
+    met = all(r["p99_ms"] < P99_TARGET_MS for r in rows) and cold["median_s"] < COLD_TARGET_S
+    for row in rows:
+        row["target"] = "met" if row["p99_ms"] < P99_TARGET_MS else "MISSED"
+    load = os.getloadavg()[0]
+    print_tables(args, phases, rows, cold, load)
     _common.emit(
         {
             "smoke": args.smoke,
