@@ -17,6 +17,11 @@ Two protocols run on the same draws:
 * a fixed protocol of the same maximum size: ``max_starts`` starts each, one decision
   (``min_starts == max_starts``, so a single look).
 
+``--screening`` judges the first start as a screened plan's screening round does
+(``core.screening.screen``: the one-start interval at 99% wholly below the threshold drops the
+candidate, which then counts as rejected after one start) before the early-stopping rounds;
+the ``screened`` column says how often it dropped the candidate.
+
 Per true speedup it prints how often the candidate qualified and was rejected, how often the
 final interval covered the truth (the geometric mean of the true per-prompt ratios), the mean
 starts and the mean requests (baseline + candidate) used. With ``--json`` the last line is one
@@ -32,6 +37,7 @@ speedups, 100 resamples, one process: a few seconds.
 
     python benchmarks/decision_quality.py --true-speedups 1.00,1.03,1.10,1.30 --threshold-pct 5 \\
         --start-noise 0.03 --repeat-noise 0.05 --prompts 8 --seeds 300 [--json] [--smoke]
+        [--screening]
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import _common
 
@@ -53,8 +60,10 @@ from mcp_infra.contracts import (
     EffectiveThresholds,
     LearnedSpread,
     MeasureProtocol,
+    RoundRecord,
     Sample,
 )
+from mcp_infra.core.screening import screen
 from mcp_infra.core.selector import select
 from mcp_infra.flows.rounds import early_rejections
 
@@ -78,6 +87,7 @@ class Setup:
     learned_error: float = 1.0
     futility: float | None = None
     confidence: float = MeasureProtocol().confidence
+    screening: bool = False
 
     def learned(self) -> LearnedSpread | None:
         """The spread a home's history would have learned (times ``learned_error``)."""
@@ -93,6 +103,7 @@ class Outcome:
     covered: bool
     starts: int
     requests: int
+    screened: bool = False
 
 
 def _greedy(cid: str, prompts: int) -> list[Sample]:
@@ -126,21 +137,43 @@ def _start(
 
 def _run(cid: str, samples: list[Sample], prompts: int) -> CandidateRun:
     klass = None if cid == BASELINE else CandidateClass.SERVER_TUNING
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rounds = [
+        RoundRecord(config=cid, start=st, round=st, started_at=at, ended_at=at)
+        for st in sorted({s.start for s in samples})
+    ]
     return CandidateRun(
-        candidate=cid, candidate_class=klass, samples=samples, greedy=_greedy(cid, prompts)
+        candidate=cid,
+        candidate_class=klass,
+        samples=samples,
+        greedy=_greedy(cid, prompts),
+        rounds=rounds,
     )
 
 
-def _decide(
-    base: list[Sample], cand: list[Sample], setup: Setup, protocol: MeasureProtocol
-) -> tuple[str, float, float]:
-    thresholds = EffectiveThresholds(
+def _thresholds(setup: Setup) -> EffectiveThresholds:
+    return EffectiveThresholds(
         min_speedup_pct=setup.threshold_pct,
         max_peak_memory_gb=1e6,
         max_error_rate=0.0,
         worst_prompt_tolerance_pct=10.0,
         lossy_min_identical_fraction=0.5,
     )
+
+
+def _screened(
+    base: list[Sample], cand: list[Sample], setup: Setup, protocol: MeasureProtocol
+) -> bool:
+    """Whether screening drops the candidate on its first start and the baseline's."""
+    runs = [_run(CANDIDATE, cand, setup.prompts)]
+    result = screen(_run(BASELINE, base, setup.prompts), runs, _thresholds(setup), protocol)
+    return CANDIDATE in result.dropped
+
+
+def _decide(
+    base: list[Sample], cand: list[Sample], setup: Setup, protocol: MeasureProtocol
+) -> tuple[str, float, float]:
+    thresholds = _thresholds(setup)
     verdict = select(
         _run(BASELINE, base, setup.prompts),
         [_run(CANDIDATE, cand, setup.prompts)],
@@ -177,8 +210,10 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
     per_start = setup.prompts * setup.repeats
 
     early = None
+    if setup.screening and _screened(base_starts[0], cand_starts[0], setup, staged):
+        early = Outcome("rejected", False, 1, 2 * per_start, screened=True)
     first = 1 if early_rejections(staged) else setup.min_starts  # rounds.run_rounds's rule
-    for n in range(first, setup.max_starts + 1):
+    for n in range(first, setup.max_starts + 1) if early is None else ():
         base = [s for st in base_starts[:n] for s in st]
         cand = [s for st in cand_starts[:n] for s in st]
         decision, low, high = _decide(base, cand, setup, staged)
@@ -205,10 +240,11 @@ def _rates(outcomes: list[Outcome]) -> dict[str, float]:
         "coverage": sum(o.covered for o in outcomes) / n,
         "mean_starts": sum(o.starts for o in outcomes) / n,
         "mean_requests": sum(o.requests for o in outcomes) / n,
+        "screened_rate": sum(o.screened for o in outcomes) / n,
     }
 
 
-def _parser() -> argparse.ArgumentParser:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ap = _common.parser(__doc__)
     ap.add_argument("--true-speedups", default="1.00,1.03,1.10,1.30")
     ap.add_argument("--threshold-pct", type=float, default=5.0)
@@ -239,11 +275,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--learned-error", type=float, default=1.0, help="learned spread / true spread")
     ap.add_argument("--futility", type=float, default=None, help="futility confidence")
+    ap.add_argument(
+        "--screening",
+        action="store_true",
+        help="judge the first start as a screened plan's screening round (core.screening)",
+    )
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument(
         "--confidence", type=float, default=MeasureProtocol().confidence, help="the protocol's"
     )
-    return ap
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.true_speedups, args.seeds, args.resamples, args.jobs = "1.00,1.10", 5, 100, 1
+    return args
+
+
+def _print_rows(rows: list[dict[str, float]]) -> None:
+    head = (
+        f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "
+        f"{'requests':>8} {'screened':>8} | fixed: {'qualified':>9} {'rejected':>8} "
+        f"{'coverage':>8} {'requests':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['true_speedup']:>6.3f} | {r['qualified_rate']:>9.1%} {r['rejected_rate']:>8.1%} "
+            f"{r['coverage']:>8.1%} {r['mean_starts']:>6.2f} {r['mean_requests']:>8.1f} "
+            f"{r['screened_rate']:>8.1%} | "
+            f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
+            f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
+        )
 
 
 def _setup(args: argparse.Namespace) -> Setup:
@@ -261,6 +323,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         args.learned_error,
         args.futility,
         args.confidence,
+        args.screening,
     )
 
 
@@ -281,7 +344,7 @@ def measure(setup: Setup, truths: list[float], seeds: int, jobs: int) -> list[di
     return rows
 
 
-def print_table(args: argparse.Namespace, rows: list[dict[str, float]], took: float) -> None:
+def _print_settings(args: argparse.Namespace, took: float) -> None:
     reg = (
         f", one prompt at x{args.regressing_prompt:g}" if args.regressing_prompt is not None else ""
     )
@@ -290,33 +353,19 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, float]], took: fl
         f"{args.repeat_noise:g}, {args.prompts} prompts x {args.repeats} repeats, starts "
         f"{args.min_starts}..{args.max_starts}, {args.seeds} seeds, {args.resamples} "
         f"resamples{reg}; learned spread {args.learned_df} df x{args.learned_error:g}, "
-        f"futility {args.futility}, confidence {args.confidence:g}; {took:.0f} s"
+        f"futility {args.futility}, confidence {args.confidence:g}"
+        + (", screening" if args.screening else "")
+        + f"; {took:.0f} s"
     )
-    head = (
-        f"{'truth':>6} | {'qualified':>9} {'rejected':>8} {'coverage':>8} {'starts':>6} "
-        f"{'requests':>8} | fixed: {'qualified':>9} {'rejected':>8} {'coverage':>8} "
-        f"{'requests':>8}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(
-            f"{r['true_speedup']:>6.3f} | {r['qualified_rate']:>9.1%} {r['rejected_rate']:>8.1%} "
-            f"{r['coverage']:>8.1%} {r['mean_starts']:>6.2f} {r['mean_requests']:>8.1f} | "
-            f"{'':6} {r['fixed_qualified_rate']:>9.1%} {r['fixed_rejected_rate']:>8.1%} "
-            f"{r['fixed_coverage']:>8.1%} {r['fixed_mean_requests']:>8.1f}"
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = _parser()
-    args = ap.parse_args(argv)
-    if args.smoke:
-        args.true_speedups, args.seeds, args.resamples, args.jobs = "1.00,1.10", 5, 100, 1
+    args = _arguments(argv)
     truths = [float(x) for x in args.true_speedups.split(",")]
     began = time.monotonic()
     rows = measure(_setup(args), truths, args.seeds, args.jobs)
-    print_table(args, rows, time.monotonic() - began)
+    _print_settings(args, time.monotonic() - began)
+    _print_rows(rows)
     _common.emit({"smoke": args.smoke, "rows": rows}, args.json)
     return 0
 

@@ -96,6 +96,7 @@ from mcp_infra.contracts.models import (
     TokenizerFacts,
 )
 from mcp_infra.contracts.plan import (
+    MAX_PLAN_CANDIDATES,
     Acceptance,
     EffectiveThresholds,
     FrozenPlan,
@@ -160,6 +161,7 @@ from mcp_infra.contracts.verdicts import (
     Decision,
     GateResult,
     PromptStat,
+    Screening,
     Verdict,
 )
 
@@ -235,6 +237,7 @@ __all__ = [
     "LockedPackage",
     "MODE_DEFAULTS",
     "MachineLoad",
+    "MAX_PLAN_CANDIDATES",
     "Manifest",
     "MeasureProtocol",
     "ModelShape",
@@ -270,6 +273,7 @@ __all__ = [
     "RuntimeLock",
     "RuntimeSpec",
     "SCHEMA_VERSION",
+    "Screening",
     "SHA256_PATTERN",
     "Sample",
     "Semantics",

@@ -33,6 +33,7 @@ class JournalStep(StrEnum):
     ENTER = "enter"
     MEASURING = "measuring"  # EXPERIMENT: a fresh server is ready and being measured
     JUDGED = "judged"  # EXPERIMENT: the selector's look after a round
+    SCREENED = "screened"  # EXPERIMENT: what screening dropped after its round (core.screening)
     QUIET = "quiet"  # EXPERIMENT: a start waits for a quiet machine (fields: waiting, figures)
     SET_ASIDE = "set-aside"  # EXPERIMENT: a start other processes slowed is measured again
     DRIFT = "drift"  # SELECT: the baseline re-measured for drift

@@ -12,6 +12,14 @@ from mcp_infra.contracts.base import CANDIDATE_ID_PATTERN, Contract, JSONValue, 
 from mcp_infra.contracts.manifest import CandidateClass
 from mcp_infra.contracts.policy import MeasureProtocol
 
+MAX_PLAN_CANDIDATES = 16
+"""The most candidates one plan may name. A plan of more than a few is screened
+(``core.screening``): every gate and one short start each, then the full decision for the
+survivors. 16 because the screening round is paid in full, one fresh start per candidate: on
+the real target of ``benchmarks/profiles/qwen27b-m5pro.yaml`` 16 such starts take about half the
+shipped policies' 120-minute cycle budget, leaving the other half for the survivors' decision
+(docs/benchmarks.md); a longer list belongs in two plans."""
+
 
 def _finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
@@ -42,7 +50,7 @@ class Plan(Part):
                 min_length=1, max_length=130, json_schema_extra={"pattern": CANDIDATE_ID_PATTERN}
             ),
         ]
-    ] = Field(min_length=1, max_length=3)
+    ] = Field(min_length=1, max_length=MAX_PLAN_CANDIDATES)
     acceptance: Acceptance | None = None
     notes: str = Field("", max_length=2000)
 

@@ -53,6 +53,17 @@ class PlanCost(Contract):
     why: str = Field("", max_length=1000)
     minutes: float | None = Field(None, description="median over the projected seeds")
     minutes_high: float | None = Field(None, description="the longest projected seed")
+    screening_minutes: float | None = Field(
+        None,
+        description="median minutes of the screening round (a plan of many candidates: every "
+        "gate and one short start each); None: the plan is not screened",
+    )
+    deciding_minutes: float | None = Field(
+        None, description="median minutes of everything after screening (or of the whole cycle)"
+    )
+    screened_out: dict[str, int] = Field(
+        default_factory=dict, description="candidate -> seeds in which screening dropped it"
+    )
     rounds: int | None = None
     requests: int | None = None
     unserved_s: float | None = Field(

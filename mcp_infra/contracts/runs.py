@@ -117,10 +117,12 @@ class RoundRecord(Part):
     machine: MachineLoad | None = Field(
         None, description="the rest of the machine's load while it ran; None: not read"
     )
+    peak_gb: float | None = Field(None, description="this start's peak memory (GB); None: not read")
     set_aside: str | None = Field(
         None,
         description="why this start's timed samples were set aside (phase busy) and the start "
-        "measured again (the held-out check's busy rule: flows.rounds.heldout_machine); None: kept",
+        "measured again (the held-out check's busy rule: flows.confirm.heldout_machine); None: "
+        "kept",
     )
 
 

@@ -118,6 +118,23 @@ class CandidateVerdict(Part):
     cells: list[CellVerdict] = Field(default_factory=list)
 
 
+class Screening(Part):
+    """What screening decided in a plan of many candidates (``core.screening``): after one short
+    start each (every gate first), the candidates it judged, those it dropped with the reason
+    in words, and those it left to the full decision unjudged because a start ran on a busy
+    machine. It can only drop, never qualify."""
+
+    confidence: float = Field(gt=0.5, lt=1, description="two-sided confidence of its interval")
+    judged: list[str] = Field(default_factory=list, description="candidates it judged")
+    dropped: dict[str, str] = Field(
+        default_factory=dict, description="candidate -> why screening dropped it"
+    )
+    held: list[str] = Field(
+        default_factory=list,
+        description="left unjudged: its screening start or the baseline's ran on a busy machine",
+    )
+
+
 class Verdict(Contract):
     candidates: list[CandidateVerdict]
     selected: str | None
@@ -130,4 +147,7 @@ class Verdict(Contract):
     )
     baseline_drift: float | None = Field(
         None, description="baseline speed re-measured after the experiments / before (geo-mean)"
+    )
+    screening: Screening | None = Field(
+        None, description="a plan of many candidates: what its screening round dropped"
     )

@@ -148,6 +148,25 @@ def _refused_unmeasured(
     return False
 
 
+def _gated_before_timing(
+    baseline: CandidateRun,
+    run: CandidateRun,
+    thresholds: EffectiveThresholds,
+    quality: dict[str, list[Sample]] | None,
+    protocol: MeasureProtocol,
+    verdict: CandidateVerdict,
+) -> None:
+    """A candidate that started, gave its greedy outputs and timed nothing: where a gate failed
+    (a screening start ends there, ``core.screening.gate_stop``), the gates are its reasons."""
+    if not run.started or not run.greedy or verdict.requests_used:
+        return
+    gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
+    failed = [f"The {g.gate} gate failed: {g.detail}." for g in gates if not g.passed]
+    if failed:
+        verdict.gates = gates
+        verdict.reasons = [*failed, "Its start ended at the failed gate, before any timing."]
+
+
 def _verdict_notes(
     cells: list[CellVerdict], summary: SpeedupSummary, *, confirmation: bool
 ) -> list[str]:
@@ -419,6 +438,7 @@ def judge(
         auto_promote=may_promote,
     )
     if _refused_unmeasured(baseline, run, thresholds, verdict):
+        _gated_before_timing(baseline, run, thresholds, quality, protocol, verdict)
         return verdict
     verdict.gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
     hard = [f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed]

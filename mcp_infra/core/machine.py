@@ -185,7 +185,7 @@ def quiet_step(
 class RedoRule(NamedTuple):
     """Measure a start again where other processes took more than ``cpu_fraction`` of the CPUs
     over its window, at most ``times`` times in a row (the held-out check's rule:
-    ``flows.rounds.heldout_machine``)."""
+    ``flows.confirm.heldout_machine``)."""
 
     cpu_fraction: float
     times: int

@@ -24,13 +24,18 @@ MENU_BELOW_PARAMETERS = 1_000_000_000
 MENU_BELOW_CONTEXT = 8192
 MENU_ITEMS = 24  # a longer catalog shows its untried candidates first, then the rest
 ANSWER_EXCERPT = 500  # characters of each model answer kept in a fallback plan's notes
+MENU_CHOICES = 3
+"""The most candidates a menu answer (and the fallback plan) names: a small model picks a few
+and the fallback proposes the first few untried ones; a plan long enough to be screened is a
+planner's choice over the whole registry, never a fallback's."""
 
 
 def plan_candidate_limit() -> int:
-    """How many candidates a plan may name (the ``Plan`` contract's own bound)."""
+    """How many candidates a menu answer may name: ``MENU_CHOICES``, never more than the
+    ``Plan`` contract's own bound."""
     for rule in Plan.model_fields["candidates"].metadata:
         if isinstance(rule, annotated_types.MaxLen):
-            return int(rule.max_length)
+            return min(MENU_CHOICES, int(rule.max_length))
     raise AssertionError("Plan.candidates has no maximum length")  # pragma: no cover
 
 

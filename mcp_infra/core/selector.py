@@ -58,7 +58,7 @@ TIE_TOLERANCE_PCT = 2.0
 """Qualified candidates within this many percent of the fastest count as tied: a smaller gain is
 not worth a costlier or output-changing setup, so the lossless and the cheaper are preferred."""
 
-DECISION_METHOD = 6
+DECISION_METHOD = 7
 """The decision method recorded in each verdict (``Verdict.method``): raised whenever the same
 samples could get another verdict, so ``evidence verify`` recomputes a verdict only under the
 method that reached it (docs/statistics.md says what each number changed)."""

@@ -316,8 +316,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         "propose_plan",
         "Propose an experiment plan",
         PROPOSE,
-        'Queue an experiment: 1-3 candidate ids from `registry`, e.g. {"hypothesis": "a '
-        '4-token drafter decodes faster", "candidates": ["demo-tiny:draft-k4"]}. Code '
+        "Queue an experiment: 1-16 candidate ids from `registry` (4 or more are screened "
+        "first: every gate and one short start each drop the clear losers), e.g. "
+        '{"hypothesis": "a 4-token drafter decodes faster", "candidates": '
+        '["demo-tiny:draft-k4"]}. Code '
         "sanitizes it (unknown or non-runnable ids refused, thresholds only tightened), then "
         "measures each against the live baseline, gates it and promotes only a qualified "
         "winner; keeping the baseline is a valid result. Returns at once (the cycle runs when "

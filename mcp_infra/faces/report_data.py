@@ -213,7 +213,7 @@ def heldout_check(data: Loaded) -> HeldOut | None:
         held.why_not = "the bundle has no plan or verdict to re-derive it from"
         return held
     from mcp_infra.core.selector import DECISION_METHOD, select
-    from mcp_infra.flows.rounds import as_measured, heldout_protocol
+    from mcp_infra.flows.confirm import as_measured, heldout_protocol
 
     if data.verdict.method != DECISION_METHOD:
         held.why_not = "the verdict was reached by another decision method than this mcp-infra's"

@@ -39,10 +39,12 @@ from mcp_infra.contracts import (
 from mcp_infra.core.admission import expected_downtime_s
 from mcp_infra.core.machine import busy_fraction, open_verdict_words, quiet_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
+from mcp_infra.core.screening import screens
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
 from mcp_infra.flows import impact
+from mcp_infra.flows.confirm import heldout_check, measure_drift
 from mcp_infra.flows.journal import Journal
 from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import (
@@ -60,14 +62,7 @@ from mcp_infra.flows.promotion import (
     restore,
     restore_after_error,
 )
-from mcp_infra.flows.rounds import (
-    Bench,
-    LiveTraffic,
-    decide_cycle,
-    heldout_check,
-    measure_drift,
-    run_rounds,
-)
+from mcp_infra.flows.rounds import Bench, LiveTraffic, decide_cycle, run_rounds
 from mcp_infra.procs import usage
 from mcp_infra.procs.distributed import preflight_hosts
 from mcp_infra.procs.front import live_request_count
@@ -461,7 +456,13 @@ def select_step(c: CycleContext) -> CycleResult | None:
     for candidate, run in c.runs.items():  # candidates that never started are recorded too
         write_model(c.files.run(candidate), run)
     c.journal(CycleState.SELECT, "selecting by the frozen thresholds")
-    c.verdict, losses = decide_cycle(c.baseline, c.runs, c.plan)
+    c.verdict, losses = decide_cycle(
+        c.baseline,
+        c.runs,
+        c.plan,
+        screened=screens(c.plan),
+        busy_line=busy_fraction(c.loaded.policy.service),
+    )
     write_model(c.files.verdict, c.verdict)
     if c.verdict.selected is None:
         reason = c.verdict.reason + _workload_words(c.runs, c.plan)
@@ -492,7 +493,7 @@ def select_step(c: CycleContext) -> CycleResult | None:
 
 def confirm_step(c: CycleContext) -> CycleResult | None:
     """The winner and the baseline on held-out prompts, each in a fresh start: the gain must be
-    confirmed there (``rounds.heldout_check``)."""
+    confirmed there (``confirm.heldout_check``)."""
     assert c.verdict is not None and c.verdict.selected is not None
     selected = c.verdict.selected
     c.journal(

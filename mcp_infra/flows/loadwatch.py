@@ -39,7 +39,7 @@ class Opened(NamedTuple):
 class Machine:
     """How a cycle reads the machine (``procs.usage.machine_reader``), whether it waits for a
     quiet one before each start (``core.machine.quiet_rule``), whether a start that other
-    processes slowed is measured again (the held-out check's: ``rounds.heldout_machine``), and
+    processes slowed is measured again (the held-out check's: ``confirm.heldout_machine``), and
     the share of the CPUs taken above which a start counts as busy
     (``core.machine.busy_fraction``)."""
 

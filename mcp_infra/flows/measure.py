@@ -55,6 +55,7 @@ from mcp_infra.contracts import (
     ServiceConfig,
     WorkloadCell,
 )
+from mcp_infra.core.screening import screen_cell
 from mcp_infra.core.stats import SEED, derive_seed
 from mcp_infra.core.suites import Suite, SuitePrompt
 from mcp_infra.core.workload import cell_figures, request_class_of
@@ -99,12 +100,18 @@ def batches(
     return out
 
 
-def cells_for_start(protocol: MeasureProtocol, start: int) -> list[WorkloadCell]:
+def cells_for_start(
+    protocol: MeasureProtocol, start: int, first_full: int = 0
+) -> list[WorkloadCell]:
     """The workload cells measured in a configuration's start ``start`` (0-based): every
     decisive cell always; a guard cell in the first start only; a reported cell in the first
     ``max(2, min_starts)`` starts, enough for its interval, or the first alone where a learned
     start-to-start spread gives one start an interval (later rounds exist to settle the
-    decisions)."""
+    decisions). ``first_full``: the configuration's first full start (1 in a screened plan,
+    whose screening start times the headline cell alone, ``core.screening.screen_cell``)."""
+    if start < first_full:
+        return [screen_cell(protocol)]
+    start -= first_full
     first = 1 if protocol.learned_spread is not None else max(2, protocol.min_starts)
     return [
         c
@@ -134,9 +141,28 @@ class ServerDied(RuntimeError):
     """The measured server exited mid-benchmark: stop measuring it, keep what was measured."""
 
 
+@dataclass
+class StartResult:
+    samples: list[Sample] = field(default_factory=list)
+    greedy: list[Sample] = field(default_factory=list)
+    quality: list[Sample] = field(default_factory=list)
+    died: str | None = None
+    peak_gb: float | None = None
+    memory_source: str | None = None
+    port: int | None = None
+    gated: str | None = None  # why a screening start ended at a failed gate
+
+
+GateCheck = Callable[[StartResult, bool], str | None]
+"""A screening start's gate check between its untimed requests: the start's result so far and
+whether every untimed answer is in; why it ends the start (a failed gate), or None."""
+
+
 class StartSpec(NamedTuple):
     """What one fresh start measures: greedy passes first (0 after a configuration's first
-    start), warm-up, the workload cells of this start, then the quality suite if named."""
+    start), warm-up, the workload cells of this start, then the quality suite if named. A
+    screening start (``start < first_full``) takes its gates first, the quality suite before
+    any timing, and ``gate_check`` may end it there."""
 
     recipe: Recipe
     candidate: str
@@ -147,17 +173,12 @@ class StartSpec(NamedTuple):
     phase: str = "measure"
     greedy_times: int = 0
     quality_suite: str | None = None
+    first_full: int = 0
+    gate_check: GateCheck | None = None
 
-
-@dataclass
-class StartResult:
-    samples: list[Sample] = field(default_factory=list)
-    greedy: list[Sample] = field(default_factory=list)
-    quality: list[Sample] = field(default_factory=list)
-    died: str | None = None
-    peak_gb: float | None = None
-    memory_source: str | None = None
-    port: int | None = None
+    @property
+    def screening(self) -> bool:
+        return self.start < self.first_full
 
 
 def _timed(
@@ -254,7 +275,7 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             tags |= {"request_class": cls, "concurrency": 1}
             out.append(Batch("timed", [Request(prompt, timed_tokens(prompt, protocol), tags)]))
             order += 1
-    for cell in cells_for_start(protocol, spec.start):
+    for cell in cells_for_start(protocol, spec.start, spec.first_full):
         chosen = {p.id: p for p in prompts.get(cell.request_class, [])}
         seed = derive_seed(SEED, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}")
         for batch in batches(list(chosen), cell.concurrency, protocol.repeats, seed):
@@ -275,8 +296,32 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             ]
             out.append(Batch("timed", requests))
             order += 1
-    out += [Batch("quality", [Request(t, t.max_tokens, dict(base))]) for t in quality_tasks]
-    return out
+    tasks = [Batch("quality", [Request(t, t.max_tokens, dict(base))]) for t in quality_tasks]
+    if spec.screening:  # gates first: the quality suite before anything is timed
+        untimed = spec.greedy_times * len(every)
+        return [*out[:untimed], *tasks, *out[untimed:]]
+    return out + tasks
+
+
+def play(
+    spec: StartSpec, plan: Sequence[Batch], send: Callable[[Batch], None], result: StartResult
+) -> None:
+    """Send a start's plan in order, one batch after another, until the server dies or, in a
+    screening start, ``spec.gate_check`` ends it at a failed gate (asked after every untimed
+    batch). The cycle's sender and the cost model's simulated server both play a plan so."""
+    untimed_left = sum(b.kind != "timed" for b in plan)
+    for batch in plan:
+        send(batch)
+        if result.died:
+            return
+        if batch.kind == "timed":
+            continue
+        untimed_left -= 1
+        if spec.gate_check is not None:
+            why = spec.gate_check(result, untimed_left == 0)
+            if why is not None:
+                result.gated = why
+                return
 
 
 class _Sender:
@@ -346,10 +391,7 @@ def measure_start(
     """Send a start's plan (``start_plan``) to a server. A server that dies stops the
     measurement, recording why."""
     with _Sender(base_url, spec, server) as sender:
-        for batch in sender.plan:
-            sender.send(batch)
-            if sender.result.died:
-                break
+        play(spec, sender.plan, sender.send, sender.result)
     return sender.result
 
 

@@ -43,6 +43,7 @@ from mcp_infra.contracts import (
     Verdict,
 )
 from mcp_infra.core.digest import sha256_bytes
+from mcp_infra.core.screening import screens
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.flows.measure import (
     timed_tokens,
@@ -453,7 +454,7 @@ COST_RESAMPLES = 200
 requests, which do not move with the last digits of an interval's bound (a plan's own cycle
 keeps its protocol's resamples)."""
 COST_BUNDLES = 3
-COST_METHOD = 2
+COST_METHOD = 3
 """Part of every cached projection's key: raise it when what a projection prices changes."""
 CACHE_KEEP = 64
 NO_FIGURES = (
@@ -574,13 +575,22 @@ def project_cost(
         for seed in range(seeds)
     ]
     outcomes: dict[str, int] = {}
+    screened_out: dict[str, int] = {}
     for run in runs:
         outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
+        for name in run.screened_out:
+            screened_out[name] = screened_out.get(name, 0) + 1
+    screening = statistics.median(r.screening_s for r in runs) / 60
+    minutes = statistics.median(r.minutes for r in runs)
+    screened = screens(plan)
     return cost(
         basis="this-home",
         why=f"the product's own round loop over the timings measured in {cycles[0]}",
-        minutes=round(statistics.median(r.minutes for r in runs), 2),
+        minutes=round(minutes, 2),
         minutes_high=round(max(r.minutes for r in runs), 2),
+        screening_minutes=round(screening, 2) if screened else None,
+        deciding_minutes=round(statistics.median(r.minutes - r.screening_s / 60 for r in runs), 2),
+        screened_out=screened_out,
         rounds=round(statistics.median(r.rounds for r in runs)),
         requests=round(statistics.median(r.requests for r in runs)),
         unserved_s=round(statistics.median(r.unserved_s for r in runs), 1),

@@ -1,5 +1,6 @@
-"""Interleaved rounds of fresh starts with early stopping, the drift re-measure and the held-out
-check: the decisions of the measurement protocol, over an injected way to measure one start.
+"""Interleaved rounds of fresh starts with early stopping: the decisions of the measurement
+protocol, over an injected way to measure one start (the drift re-measure and the held-out check
+measure theirs with the same ``one_start``: ``flows.confirm``).
 
 Why a seam: the same loop runs the cycle (``measure.server_starter`` starts a real scratch
 server) and the cost model (``benchmarks/cycle_cost.py`` passes simulated starts and a simulated
@@ -15,13 +16,18 @@ Where a learned start-to-start spread gives the first start an interval and the 
 futility stop, the rounds before ``min_starts`` are judged too, for rejections only
 (``early_rejections``): stopping a candidate that cannot qualify never makes a false
 qualification likelier, and it saves a whole round of starts on a plan that holds no gain.
+
+A plan of many candidates (``core.screening.screens``) makes its first round a screening round:
+each candidate's start takes its gates first and may end at a failed one (``_gate_check``), it
+times the headline cell alone, and after the round ``core.screening.screen`` drops the failed
+gates and the clear losers (``_screen_round``, journaled); the survivors go on as above.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -40,16 +46,23 @@ from mcp_infra.contracts import (
     Sample,
     Semantics,
     Verdict,
-    WorkloadCell,
 )
 from mcp_infra.core.gating import failed_gates
-from mcp_infra.core.machine import RedoRule, busy_starts
+from mcp_infra.core.machine import busy_starts
+from mcp_infra.core.screening import (
+    SCREEN_ROUND,
+    decide,
+    gate_stop,
+    screen,
+    screening_words,
+    screens,
+)
 from mcp_infra.core.selector import TIE_TOLERANCE_PCT, select
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.journal import JournalWriter
 from mcp_infra.flows.loadwatch import Machine
-from mcp_infra.flows.measure import StartResult, StartSpec, prompts_by_class
+from mcp_infra.flows.measure import GateCheck, StartResult, StartSpec, prompts_by_class
 from mcp_infra.state.catalog import load_suite
 
 # A round is added only if the time left exceeds this many times the last round's duration, so
@@ -84,6 +97,17 @@ class Bench:
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     live_traffic: LiveTraffic | None = None
     machine: Machine | None = None
+    screening: bool | None = None  # None: by the plan's size (core.screening.screens)
+
+    @property
+    def screened(self) -> bool:
+        """Whether the plan's first round is a screening round."""
+        return screens(self.plan) if self.screening is None else self.screening
+
+    @property
+    def busy_line(self) -> float | None:
+        """The share of the CPUs taken above which a start counts as busy (None: unread)."""
+        return self.machine.busy if self.machine is not None else None
 
 
 class Slot(NamedTuple):
@@ -288,9 +312,16 @@ def start_spec(
     prompts: dict[str, list[SuitePrompt]],
     slot: Slot,
     kind: Pass,
+    *,
+    first_full: int = 0,
+    gate: GateCheck | None = None,
 ) -> StartSpec:
-    """What ``item``'s next start measures: greedy passes and the quality suite in its first."""
+    """What ``item``'s next start measures: greedy passes and the quality suite in its first;
+    in a screened plan (``first_full`` 1) the first is its screening start, ``gate`` its gate
+    check. The quality suite runs where a gate reads it: a lossy candidate's answers, and the
+    baseline's beside them; a lossless candidate's would be judged by no gate."""
     first = item.starts == 0
+    judged = item.name == BASELINE_ID or item.recipe.semantics == Semantics.LOSSY
     return StartSpec(
         recipe=item.recipe,
         candidate=item.name,
@@ -302,7 +333,9 @@ def start_spec(
         greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
         if first
         else 0,
-        quality_suite=plan.protocol.quality_suite if first and kind.quality else None,
+        quality_suite=plan.protocol.quality_suite if first and kind.quality and judged else None,
+        first_full=first_full,
+        gate_check=gate if first else None,
     )
 
 
@@ -314,11 +347,13 @@ def one_start(
     kind: Pass = SELECTION,
     *,
     redone: int = 0,
+    gate: GateCheck | None = None,
 ) -> StartResult | None:
     """Start ``item`` fresh, measure it, stop it; record the round. None if it did not start.
     A start that other processes slowed is set aside and measured again where the machine's
     rule says so (``Machine.set_aside``, the held-out check's): ``redone`` counts the redos so
-    far."""
+    far. In a screened plan a selection start counts from the second as full, and ``gate``
+    may end a candidate's screening start at a failed gate."""
     plan, journal = bench.plan, bench.journal
     start = item.starts
     where = _entered(journal, item, slot, kind)
@@ -348,7 +383,8 @@ def one_start(
             **where,
         )
 
-    spec = start_spec(plan, item, prompts, slot, kind)
+    first_full = 1 if bench.screened and kind.phase == SELECTION.phase else 0
+    spec = start_spec(plan, item, prompts, slot, kind, first_full=first_full, gate=gate)
     try:
         result = bench.run_start(spec, ready)
     except bench.start_errors as exc:
@@ -359,6 +395,7 @@ def one_start(
         return None
     item.keep(result)
     record_round(result.died, result.port)
+    item.rounds[-1] = item.rounds[-1].model_copy(update={"peak_gb": result.peak_gb})
     reason = (
         bench.machine.set_aside(item.rounds[-1].machine, redone)
         if bench.machine and not result.died
@@ -374,7 +411,7 @@ def one_start(
         reason=reason,
         **where,
     )
-    return one_start(bench, item, prompts, slot, kind, redone=redone + 1)
+    return one_start(bench, item, prompts, slot, kind, redone=redone + 1, gate=gate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,7 +469,10 @@ def run_rounds(
         base_run = base.run()
         if on_round:
             on_round(base_run, [i.run() for i in items.values()])
-        open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
+        if bench.screened and rounds_done == SCREEN_ROUND + 1:
+            open_ = _screen_round(bench, base_run, items, open_)
+        else:
+            open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
         early = rounds_done < protocol.min_starts
         if open_ and (not early or early_rejections(protocol)):
             held = busy_so_far(bench, base_run, items, open_) if early else []
@@ -461,11 +501,49 @@ def _round_starts(
     quality: bool,
 ) -> Iterator[tuple[str, StartResult | None]]:
     """A round's starts in ``order``, one after another, each (name, result) as it is
-    measured."""
+    measured; in a screening round each candidate's start with its gate check."""
+    screening = bench.screened and round_index == SCREEN_ROUND
     for position, name in enumerate(order):
         item = base if name == BASELINE_ID else items[name]
         slot = Slot(round_index, position, len(order))
-        yield name, one_start(bench, item, prompts, slot, Pass(quality=quality))
+        gate = _gate_check(bench, base, item) if screening and item is not base else None
+        yield name, one_start(bench, item, prompts, slot, Pass(quality=quality), gate=gate)
+
+
+def _gate_check(bench: Bench, base: Tally, item: Tally) -> GateCheck:
+    """The screening start's gate check of ``item`` against the baseline's outputs so far
+    (``core.screening.gate_stop``): a failed gate ends the start, and costs nothing more."""
+
+    def check(result: StartResult, complete: bool) -> str | None:
+        partial = item.run().model_copy(
+            update={"samples": [*result.samples, *result.quality], "greedy": result.greedy}
+        )
+        plan = bench.plan
+        failed = gate_stop(base.run(), partial, plan.thresholds, plan.protocol, complete=complete)
+        return None if failed is None else f"the {failed.gate} gate failed: {failed.detail}"
+
+    return check
+
+
+def _screen_round(
+    bench: Bench, base_run: CandidateRun, items: dict[str, Tally], open_: list[str]
+) -> list[str]:
+    """After a screened plan's first round: what screening drops (``core.screening.screen``),
+    journaled; the survivors go on to the full decision."""
+    plan = bench.plan
+    runs = [items[name].run() for name in open_]
+    result = screen(base_run, runs, plan.thresholds, plan.protocol, bench.busy_line)
+    for name, why in result.dropped.items():
+        items[name].stopped = f"dropped by screening after {items[name].starts} start(s): {why}"
+    survivors = [name for name in open_ if name not in result.dropped]
+    bench.journal(
+        CycleState.EXPERIMENT,
+        screening_words(result, len(open_)),
+        step=JournalStep.SCREENED,
+        **result.model_dump(mode="json"),
+        survivors=survivors,
+    )
+    return survivors
 
 
 def early_rejections(protocol: MeasureProtocol) -> bool:
@@ -578,158 +656,21 @@ def _judge_round(
 
 
 def decide_cycle(
-    baseline: CandidateRun, runs: dict[str, CandidateRun], plan: FrozenPlan
+    baseline: CandidateRun,
+    runs: dict[str, CandidateRun],
+    plan: FrozenPlan,
+    *,
+    screened: bool,
+    busy_line: float | None = None,
 ) -> tuple[Verdict, list[CellFigures]]:
-    """The cycle's decision on its annotated runs: the selector's verdict on the decisive view,
-    and the decisive workload cells the selected candidate loses (which keep the baseline)."""
+    """The cycle's decision on its annotated runs: the selector's verdict on the decisive view
+    (in a ``screened`` plan, with what its screening round dropped: ``core.screening``), and
+    the decisive workload cells the selected candidate loses (which keep the baseline)."""
     ordered = [runs[name] for name in plan.candidates[1:] if name in runs]
-    verdict = select(
-        decisive_view(baseline, plan.protocol),
-        [decisive_view(r, plan.protocol) for r in ordered],
-        plan.thresholds,
-        plan.protocol,
-        plan.auto_promote,
-    )
+    verdict = decide(baseline, ordered, plan, screened=screened, busy_line=busy_line)
     losses = (
         cell_regressions(runs[verdict.selected].cells, plan.thresholds)
         if verdict.selected is not None
         else []
     )
     return verdict, losses
-
-
-# ---------------------------------------------------------------------------------------------
-# Drift and held-out
-# ---------------------------------------------------------------------------------------------
-
-
-def drift_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
-    """The drift re-measure: the headline cell only (the first decisive cell at concurrency 1,
-    as the selector's headline), without warm-up: a short re-measure, not a whole start."""
-    decisive = [c for c in protocol.workload if c.role == "decisive"]
-    head = next((c for c in decisive if c.concurrency == 1), decisive[0] if decisive else None)
-    cells = [WorkloadCell(request_class=head.request_class, concurrency=1)] if head else []
-    return protocol.model_copy(
-        update={"workload": cells or protocol.workload[:1], "warmup": 0, "quality_suite": None}
-    )
-
-
-def measure_drift(
-    bench: Bench, baseline: Recipe, run: CandidateRun, round_index: int
-) -> CandidateRun:
-    """One more fresh baseline start after the rounds, its timed samples marked ``drift`` (the
-    selector compares them with the baseline's earlier starts). A start that fails adds no
-    drift samples, and the selector treats that as it treats missing drift."""
-    item = Tally(BASELINE_ID, baseline, starts=run.starts, rounds=list(run.rounds))
-    protocol = drift_protocol(bench.plan.protocol)
-    prompts = prompts_by_class(load_suite(protocol.suite), "selection")
-    short = replace(bench, plan=bench.plan.model_copy(update={"protocol": protocol}))
-    result = one_start(short, item, prompts, Slot(round_index), Pass("drift", quality=False))
-    drift = [s for s in (result.samples if result else []) if s.phase == "drift"]
-    return run.model_copy(
-        update={"samples": [*run.samples, *drift], "starts": item.starts, "rounds": item.rounds}
-    )
-
-
-@dataclass
-class HeldOut:
-    passed: bool
-    reason: str
-    baseline: CandidateRun
-    winner: CandidateRun
-    verdict: Verdict | None = None
-
-
-def heldout_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
-    """Held-out prompts at concurrency 1, for the classes the workload decides on."""
-    classes = [
-        c.request_class for c in protocol.workload if c.concurrency == 1 and c.role == "decisive"
-    ] or ["short"]
-    cells = [WorkloadCell(request_class=c, concurrency=1) for c in dict.fromkeys(classes)]
-    # Twice the timed requests per prompt that selection's first rounds gave each prompt (at
-    # least 6): the check runs in one start per side, and each held-out prompt's own interval
-    # must clear the worst-prompt floor.
-    repeats = protocol.heldout_repeats or min(
-        50, max(6, 2 * protocol.repeats * protocol.min_starts)
-    )
-    return protocol.model_copy(
-        update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
-    )
-
-
-def as_measured(run: CandidateRun) -> CandidateRun:
-    """A held-out run as the selector reads runs: its timed samples in phase ``measure``."""
-    return run.model_copy(
-        update={
-            "samples": [
-                s.model_copy(update={"phase": "measure"}) if s.phase == "heldout" else s
-                for s in run.samples
-            ],
-            "greedy": [s.model_copy(update={"phase": "measure"}) for s in run.greedy],
-        }
-    )
-
-
-def heldout_machine(machine: Machine | None) -> Machine | None:
-    """The held-out check's way of reading the machine: a start that ran busy (over
-    ``Machine.busy``) is measured again once.
-
-    Why: the check is one start per side, so a burst of other load inside either start decides
-    it alone (docs/benchmarks.md has the co-tenant demos this lost). The rule reads only the
-    load, never the measured speed, and applies to both sides alike; and the check can only
-    remove a winner, so measuring again adds no false qualification. It costs one start, and
-    only on a busy machine."""
-    if machine is None:
-        return None
-    return replace(machine, redo=RedoRule(machine.busy, 1))
-
-
-def heldout_check(bench: Bench, baseline: Recipe, winner: Recipe) -> HeldOut:
-    """Measure the baseline and the winner on the held-out prompts, each in a fresh start, and
-    ask the selector: the winner must qualify there too (speed interval above the threshold and,
-    for a lossless winner, greedy token ids equal to the baseline's held-out outputs)."""
-    protocol = heldout_protocol(bench.plan.protocol)
-    prompts = prompts_by_class(load_suite(protocol.suite), "heldout")
-    held = replace(
-        bench,
-        plan=bench.plan.model_copy(update={"protocol": protocol}),
-        machine=heldout_machine(bench.machine),
-    )
-    runs: dict[str, CandidateRun] = {}
-    kind = Pass("heldout", False, heldout=True)
-    tallies = [Tally(BASELINE_ID, baseline), Tally(winner.candidate_id, winner)]
-    results = [
-        one_start(held, item, prompts, Slot(0, position, 2), kind)
-        for position, item in enumerate(tallies)
-    ]
-    for item, result in zip(tallies, results, strict=True):
-        if result is None or result.died:
-            item.start_error = item.start_error or (result.died if result else None)
-        item.stopped = "held-out check"
-        runs[item.name] = item.run("heldout")
-    base_run, win_run = runs[BASELINE_ID], runs[winner.candidate_id]
-    if not any(prompts.values()):
-        return HeldOut(
-            False, "gain not seen on held-out prompts: the suite has none", base_run, win_run
-        )
-    if base_run.start_error:
-        return HeldOut(
-            False,
-            "gain not seen on held-out prompts: the baseline's held-out "
-            f"measurement failed: {base_run.start_error}",
-            base_run,
-            win_run,
-        )
-    verdict = select(
-        as_measured(base_run),
-        [as_measured(win_run)],
-        bench.plan.thresholds,
-        protocol,
-        bench.plan.auto_promote,
-        confirmation=True,
-    )
-    (judged,) = verdict.candidates
-    words = " ".join(judged.reasons)
-    if judged.decision == Decision.QUALIFIED:
-        return HeldOut(True, "held-out prompts: " + words, base_run, win_run, verdict)
-    return HeldOut(False, "gain not seen on held-out prompts: " + words, base_run, win_run, verdict)

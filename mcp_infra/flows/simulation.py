@@ -41,19 +41,30 @@ from mcp_infra.contracts import (
 from mcp_infra.core.admission import admit
 from mcp_infra.core.stats import derive_seed
 from mcp_infra.core.suites import SuitePrompt
+from mcp_infra.flows.confirm import heldout_check, measure_drift
 from mcp_infra.flows.measure import (
+    Batch,
     StartResult,
     StartSpec,
     annotate_cells,
+    play,
     prompts_by_class,
     short_c1,
     start_plan,
 )
-from mcp_infra.flows.rounds import Bench, decide_cycle, heldout_check, measure_drift, run_rounds
+from mcp_infra.flows.rounds import Bench, decide_cycle, run_rounds
 from mcp_infra.state.catalog import load_suite
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 TEXT = "plain simulated answer words that do not repeat themselves at all"
+ANSWERS = {
+    "arithmetic": "391",
+    "json_object": '{"city": "Paris", "country": "France"}',
+    "one_word": "blue",
+    "python_add": "```python\ndef add(a, b):\n    return a + b\n```",
+}
+"""Answers the quality tasks' checkers pass, so a lossy candidate's gates are priced as passing
+(whether a real model passes is not simulated; a task not here gets ``TEXT``, which fails)."""
 
 
 class SimClock:
@@ -100,6 +111,12 @@ class SimServer:
     # Other processes' load: the log slowdown over one start's window is |N(0, load_spread)|
     # (load only slows); each start draws its own.
     load_spread: float = 0.0
+    # Simulated seconds by what they were spent on: "<phase> load" and "<phase> <batch kind>"
+    # (measure greedy, measure timed, measure quality, heldout timed, ...).
+    spent: dict[str, float] = field(default_factory=dict)
+
+    def _spend(self, what: str, seconds: float) -> None:
+        self.spent[what] = self.spent.get(what, 0.0) + seconds
 
     def truth(self, name: str) -> ConfigTruth:
         return self.truths.get(name, self.profile.baseline)
@@ -119,13 +136,19 @@ class SimServer:
         rng = random.Random(derive_seed(self.seed, f"{spec.candidate}:{spec.phase}:{spec.start}"))
         factor = math.exp(rng.gauss(0.0, self.profile.start_spread)) * load
         self.clock.t += truth.load_s
+        self._spend(f"{spec.phase} load", truth.load_s)
         ready(0)
         tasks = load_suite(spec.quality_suite).prompts if spec.quality_suite else []  # as measure
         result = StartResult(peak_gb=truth.peak_gb, memory_source="projected", port=0)
-        for batch in start_plan(spec, tasks):
+
+        def send(batch: Batch) -> None:
+            began = self.clock.t
             samples = self._batch(truth, factor, rng, batch.requests, batch.kind)
+            self._spend(f"{spec.phase} {batch.kind}", self.clock.t - began)
             into = {"greedy": result.greedy, "quality": result.quality}.get(batch.kind)
             (into if into is not None else result.samples).extend(samples)
+
+        play(spec, start_plan(spec, tasks), send, result)
         return result
 
     def _batch(
@@ -187,7 +210,7 @@ class SimServer:
             "decode_s": tokens / decode_tps,
             "decode_tps": decode_tps,
             "e2e_s": e2e,
-            "text": TEXT,
+            "text": ANSWERS.get(pid, TEXT) if kind == "quality" else TEXT,
             "token_ids": ids if kind != "timed" else None,
             "started_at": EPOCH + timedelta(seconds=began),
             "t_mono": began,
@@ -217,6 +240,9 @@ class Projection(NamedTuple):
     unserved_s: float
     reason: str
     verdict: Verdict | None = None
+    screening_s: float = 0.0  # the screening round (a plan of many candidates), else 0
+    screened_out: tuple[str, ...] = ()  # what screening dropped
+    spent: dict[str, float] | None = None  # the servers' seconds by what (SimServer.spent)
 
 
 def sim_recipe(name: str, semantics: str = "lossless") -> Recipe:
@@ -246,21 +272,30 @@ def history_spread(
 class Setting:
     """What a projected cycle meets besides its plan and its target: the seed of its draws, the
     time budget, the memory budget, the memory mode the cycle's own admission chose (None:
-    decided from the truths' peaks) and other processes' load (``SimServer.load_spread``)."""
+    decided from the truths' peaks), other processes' load (``SimServer.load_spread``) and
+    whether the plan is screened (None: by its size, as the cycle decides; False: the same plan
+    at full rigour, for the benchmark's comparison)."""
 
     seed: int
     cycle_minutes: float
     memory_budget_fraction: float = 0.8
     exclusive: bool | None = None
     load_spread: float = 0.0
+    screening: bool | None = None
 
     @classmethod
     def of(
-        cls, policy: Policy, seed: int, *, exclusive: bool | None = None, load_spread: float = 0.0
+        cls,
+        policy: Policy,
+        seed: int,
+        *,
+        exclusive: bool | None = None,
+        load_spread: float = 0.0,
+        screening: bool | None = None,
     ) -> Setting:
         """The setting ``policy``'s budgets give a cycle drawn with ``seed``."""
         budget = policy.service.memory_budget_fraction
-        return cls(seed, policy.budgets.cycle_minutes, budget, exclusive, load_spread)
+        return cls(seed, policy.budgets.cycle_minutes, budget, exclusive, load_spread, screening)
 
 
 def project(
@@ -297,19 +332,23 @@ def project(
         run_start=server,
         clock=clock,
         now=clock.wall,
+        screening=setting.screening,
     )
-    # The live service's sanity measurement: short requests one at a time, once.
-    live_spec = StartSpec(live, BASELINE_ID, prompts_of(plan), _short_c1(plan))
-    for batch in start_plan(live_spec):
-        server._batch(profile.baseline, 1.0, random.Random(seed), batch.requests, batch.kind)
+    _live_check(server, plan, live)
     held_from = clock()
-    baseline, runs = run_rounds(bench, live, candidates, deadline=cycle_minutes * 60)
+    first_round: list[float] = []
+
+    def seen(*_: object) -> None:
+        first_round.append(first_round[0] if first_round else clock())
+
+    baseline, runs = run_rounds(bench, live, candidates, deadline=cycle_minutes * 60, on_round=seen)
+    screening_s = first_round[0] - held_from if bench.screened and first_round else 0.0
     rounds = max((r.round for r in baseline.rounds), default=-1) + 1
     if plan.protocol.drift_check and clock() <= cycle_minutes * 60:
         baseline = measure_drift(bench, live, baseline, rounds)
     unserved = clock() - held_from if exclusive else 0.0
     baseline, runs = annotate_cells(baseline, runs, plan.protocol)
-    verdict, losses = decide_cycle(baseline, runs, plan)
+    verdict, losses = decide_cycle(baseline, runs, plan, screened=bench.screened)
     outcome, selected, reason = _judged(verdict, runs, losses)
     if selected is not None and clock() <= cycle_minutes * 60:
         held = heldout_check(bench, live, candidates[selected])
@@ -317,20 +356,51 @@ def project(
             outcome, selected, reason = "kept_baseline", None, held.reason
         else:
             began = clock()
-            truth = server.truth(selected)
-            clock.t += truth.load_s
-            spec = StartSpec(candidates[selected], selected, prompts_of(plan), plan.protocol)
-            for batch in start_plan(spec._replace(greedy_times=1)):
-                if batch.kind == "greedy":
-                    server._batch(truth, 1.0, random.Random(seed), batch.requests, batch.kind)
+            _promotion(server, plan, candidates[selected])
             if exclusive:
                 unserved += clock() - began
     elif selected is not None:
         outcome, selected, reason = "kept_baseline", None, "time budget ran out"
     decided = outcome in ("promoted", "rejected")
+    dropped = tuple(verdict.screening.dropped) if verdict.screening else ()
     return Projection(
-        clock() / 60, rounds, server.requests, outcome, selected, decided, unserved, reason, verdict
+        clock() / 60,
+        rounds,
+        server.requests,
+        outcome,
+        selected,
+        decided,
+        unserved,
+        reason,
+        verdict,
+        screening_s,
+        dropped,
+        server.spent,
     )
+
+
+def _live_check(server: SimServer, plan: FrozenPlan, live: Recipe) -> None:
+    """The live service's sanity measurement: short requests one at a time, once."""
+    began = server.clock()
+    spec = StartSpec(live, BASELINE_ID, prompts_of(plan), _short_c1(plan))
+    for batch in start_plan(spec):
+        server._batch(
+            server.profile.baseline, 1.0, random.Random(server.seed), batch.requests, batch.kind
+        )
+    server._spend("live timed", server.clock() - began)
+
+
+def _promotion(server: SimServer, plan: FrozenPlan, winner: Recipe) -> None:
+    """The winner started on its own port and verified there: its load and one greedy pass."""
+    truth = server.truth(winner.candidate_id)
+    server.clock.t += truth.load_s
+    server._spend("promote load", truth.load_s)
+    began = server.clock()
+    spec = StartSpec(winner, winner.candidate_id, prompts_of(plan), plan.protocol, greedy_times=1)
+    for batch in start_plan(spec):
+        if batch.kind == "greedy":
+            server._batch(truth, 1.0, random.Random(server.seed), batch.requests, batch.kind)
+    server._spend("promote greedy", server.clock() - began)
 
 
 def _judged(

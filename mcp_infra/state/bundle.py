@@ -16,10 +16,11 @@ from mcp_infra.contracts import (
     EvidencePredicate,
     FrozenPlan,
     InTotoStatement,
+    Policy,
     Verdict,
 )
-from mcp_infra.core.workload import decisive_view
 from mcp_infra.state import signing
+from mcp_infra.state.filecache import load_yaml
 from mcp_infra.state.store import CycleFiles, read_journal_file, read_model, read_optional
 
 
@@ -39,8 +40,10 @@ def load_runs(bundle: Path) -> tuple[CandidateRun | None, list[CandidateRun]]:
 
 
 def recompute(bundle: Path) -> Verdict | None:
-    """The verdict the selector reaches from the bundle's raw samples and frozen plan."""
-    from mcp_infra.core.selector import select
+    """The verdict the selector reaches from the bundle's raw samples and frozen plan (a
+    screened plan's with its screening recomputed, busy starts read against the bundled
+    policy's line)."""
+    from mcp_infra.core.screening import decide, screens
 
     plan = read_model(CycleFiles(bundle).plan, FrozenPlan)
     baseline, runs = load_runs(bundle)
@@ -48,13 +51,18 @@ def recompute(bundle: Path) -> Verdict | None:
         return None
     order = {c: i for i, c in enumerate(plan.candidates)}
     runs.sort(key=lambda r: order.get(r.candidate, len(order)))
-    return select(
-        decisive_view(baseline, plan.protocol),
-        [decisive_view(r, plan.protocol) for r in runs],
-        plan.thresholds,
-        plan.protocol,
-        plan.auto_promote,
-    )
+    return decide(baseline, runs, plan, screened=screens(plan), busy_line=busy_line(bundle))
+
+
+def busy_line(bundle: Path) -> float:
+    """The share of the CPUs taken above which the cycle counted a start as busy: the bundled
+    policy's (``core.machine.busy_fraction``), else the code's default."""
+    from mcp_infra.core.machine import BUSY_CPU_FRACTION, busy_fraction
+
+    path = bundle / "inputs" / "policy.yaml"
+    if not path.is_file():
+        return BUSY_CPU_FRACTION
+    return busy_fraction(Policy.model_validate(load_yaml(path)).service)
 
 
 class Failed(Exception):

@@ -210,6 +210,51 @@ def check_verdict_recomputed(b: Bundle) -> str:
     return f"selector re-run on the raw samples: {again.selected or 'no candidate'} selected"
 
 
+def check_screening_recomputed(b: Bundle) -> str:
+    """A screened plan: what screening dropped, recomputed from the first round's samples,
+    agrees with the verdict and with the journal's screening line (what the cycle dropped
+    then, before any later start was measured)."""
+    from mcp_infra.core.screening import SCREEN_FROM, screens
+    from mcp_infra.core.selector import DECISION_METHOD
+
+    plan = b.plan()
+    if not screens(plan):
+        raise Skipped(
+            f"the plan names {len(plan.candidates) - 1} candidate(s); plans of {SCREEN_FROM} "
+            "or more are screened"
+        )
+    recorded = b.verdict()
+    if recorded is None:
+        raise Skipped("no verdict.json")
+    if recorded.method != DECISION_METHOD:
+        raise Skipped(f"the verdict was reached by decision method {recorded.method}")
+    again = _recomputed(b).screening
+    if again is None:
+        raise Failed("the plan is screened, but no screening could be recomputed")
+    problems = []
+    if recorded.screening != again:
+        problems.append(
+            f"the verdict's screening dropped {sorted((recorded.screening or again).dropped)}, "
+            f"recomputed from the samples it drops {sorted(again.dropped)}"
+        )
+    lines = [
+        e for e in b.events() if e.state == CycleState.EXPERIMENT and e.step == JournalStep.SCREENED
+    ]
+    if not lines:
+        problems.append("the journal has no screening line")
+    elif lines[-1].fields.get("dropped") != again.dropped:
+        problems.append(
+            f"the journal says screening dropped {sorted(lines[-1].fields.get('dropped') or {})}"
+            f", recomputed from the samples it drops {sorted(again.dropped)}"
+        )
+    fail_on(problems)
+    return (
+        f"screening recomputed from the first round: {len(again.dropped)} of "
+        f"{len(again.judged) + len(again.held)} dropped"
+        + (f" ({', '.join(again.dropped)})" if again.dropped else "")
+    )
+
+
 def check_gates_recomputed(b: Bundle) -> str:
     from mcp_infra.core.gates import compare_greedy
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from mcp_infra.contracts import MAX_PLAN_CANDIDATES
 from mcp_infra.core.extraction import extract_plan, position_of
 from mcp_infra.core.menu import Menu, MenuItem
 
@@ -141,8 +142,10 @@ PLANS: dict[str, Row] = {
         at="\nlines",
     ),
     "valid JSON, not a valid plan": Row(
-        'Plan: {"hypothesis": "h", "candidates": ["a:b", "a:c", "a:d", "a:e"]}',
-        error="candidates: at most 3 items, got 4",
+        'Plan: {"hypothesis": "h", "candidates": ['
+        + ", ".join(f'"a:c{i}"' for i in range(MAX_PLAN_CANDIDATES + 1))
+        + "]}",
+        error=f"candidates: at most {MAX_PLAN_CANDIDATES} items, got {MAX_PLAN_CANDIDATES + 1}",
         at='{"hypothesis"',
     ),
     "Python True where a number goes": Row(

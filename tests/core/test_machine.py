@@ -52,10 +52,11 @@ from mcp_infra.core.machine import (
 )
 from mcp_infra.core.sanitize import LATER_OPTIONAL_FIELDS, RETIRED_FIELDS, policy_hash
 from mcp_infra.core.selector import DRIFT_OPENED, drift_opened
+from mcp_infra.flows.confirm import heldout_check, heldout_machine
 from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import StartResult, StartSpec
 from mcp_infra.flows.projection import simulated_plan
-from mcp_infra.flows.rounds import Bench, heldout_check, heldout_machine, run_rounds
+from mcp_infra.flows.rounds import Bench, run_rounds
 from mcp_infra.flows.simulation import NullJournal, SimServer
 from mcp_infra.flows.status import CycleView, cycle_progress
 from mcp_infra.procs.usage import load_snapshot

@@ -6,6 +6,7 @@ from __future__ import annotations
 from mcp_infra.contracts import Plan
 from mcp_infra.core.menu import (
     ANSWER_EXCERPT,
+    MENU_CHOICES,
     MENU_ITEMS,
     Menu,
     MenuItem,
@@ -61,7 +62,8 @@ def test_prompt_form_by_size() -> None:
 
 
 def test_the_limit_is_the_plan_contract_s() -> None:
-    assert plan_candidate_limit() == Plan.model_fields["candidates"].metadata[1].max_length == 3
+    bound = Plan.model_fields["candidates"].metadata[1].max_length
+    assert plan_candidate_limit() == min(MENU_CHOICES, bound) == Menu(items=[]).limit
 
 
 def test_fallback_takes_untried_first_in_catalog_order() -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mcp_infra.contracts import BASELINE_ID, Plan, Recipe
+from mcp_infra.contracts import BASELINE_ID, MAX_PLAN_CANDIDATES, Plan, Recipe
 from mcp_infra.core.preflight import HostFacts, find_candidate, preflight, registry_hash
 from mcp_infra.core.sanitize import (
     PlanContext,
@@ -227,7 +227,7 @@ def test_memory_cap_tightens_but_never_disqualifies_the_running_baseline() -> No
         {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "command": "rm -rf /"},
         {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "acceptance": {"argv": ["sh"]}},
         {"hypothesis": "x", "candidates": []},
-        {"hypothesis": "x", "candidates": ["a:b", "c:d", "e:f", "g:h"]},
+        {"hypothesis": "x", "candidates": [f"a:b{i}" for i in range(MAX_PLAN_CANDIDATES + 1)]},
         {"hypothesis": "x" * 301, "candidates": ["demo-tiny:draft-k2"]},
         {"hypothesis": "two\nlines", "candidates": ["demo-tiny:draft-k2"]},
         {"hypothesis": "x", "candidates": ["demo-tiny:draft-k2"], "notes": "n" * 2001},

@@ -112,9 +112,15 @@ def test_every_plan_answer_names_the_time_the_service_is_down() -> None:
     from mcp_infra.faces.render import cost_line
 
     known = PlanCost(basis="this-home", minutes=20.0, minutes_high=24.0, seeds=8, rounds=2)
-    assert "582 s unserved (exclusive)" in str(
+    assert "9.7 min unserved (exclusive)" in str(
         cost_line(known.model_copy(update={"unserved_s": 582, "mode": "exclusive"}))
     )
+    screened = known.model_copy(
+        update={"screening_minutes": 12.5, "deciding_minutes": 7.5, "screened_out": {"m:q8": 8}}
+    )
+    line = str(cost_line(screened))
+    assert "20.0 min: screening 12.5 min, deciding 7.5" in line
+    assert "screening drops m:q8 in at least one seed" in line
     blind = PlanCost(basis="unknown", why="no sealed cycle yet", mode="exclusive")
     assert "the service is down while candidates run (exclusive)" in str(cost_line(blind))
     assert "0 s unserved (concurrent)" in str(

@@ -64,9 +64,9 @@ async def test_invalid_plans_name_field_limit_and_nearest_ids(
         )
         assert_refused(nested, "acceptance.min_speed: unknown field (allowed: min_speedup_pct")
         ten = await client.call_tool(
-            "propose_plan", {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:x"] * 10}}
+            "propose_plan", {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:x"] * 20}}
         )
-        assert_refused(ten, "candidates: at most 3 items, got 10")
+        assert_refused(ten, "candidates: at most 16 items, got 20")
         long = await client.call_tool("propose_plan", {"plan": {**PLAN, "hypothesis": "h" * 301}})
         assert_refused(long, "hypothesis: text is too long (at most 300 characters)")
         typo = await client.call_tool(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from mcp import MCPError
 
+from mcp_infra.contracts import MAX_PLAN_CANDIDATES
 from mcp_infra.state.store import Home
 from tests.helpers.mcp_clients import PLAN, RawStdio, audit, files_under, stdio_client
 
@@ -66,7 +67,7 @@ async def test_tool_contracts_and_structured_output(
         as_object = next(a for a in plan_schema["anyOf"] if a.get("type") == "object")
         assert as_object["additionalProperties"] is False
         assert set(as_object["properties"]) == {"hypothesis", "candidates", "acceptance", "notes"}
-        assert as_object["properties"]["candidates"]["maxItems"] == 3
+        assert as_object["properties"]["candidates"]["maxItems"] == MAX_PLAN_CANDIDATES
         assert tools["propose_plan"].input_schema["properties"]["dry_run"]["type"] == "boolean"
         status_out = set(tools["status"].output_schema["properties"])
         assert {
@@ -209,9 +210,9 @@ async def test_untrusted_input_is_refused_in_our_words(
         many = await call(
             client,
             "propose_plan",
-            {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"] * 4}},
+            {"plan": {"hypothesis": "h", "candidates": ["demo-tiny:draft-k2"] * 17}},
         )
-        assert "candidates: at most 3 items, got 4" in text(many)
+        assert "candidates: at most 16 items, got 17" in text(many)
         huge = await call(
             client, "propose_plan", {"plan": json.dumps({**PLAN, "notes": "n" * 20_000})}
         )

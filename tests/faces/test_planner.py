@@ -97,9 +97,9 @@ def test_no_usable_plan_is_said_not_guessed() -> None:
     ):
         got = extract_plan(reply)
         assert got.plan is None and got.problems, reply
-    invalid = extract_plan(json.dumps({"hypothesis": "h", "candidates": ["a:b"] * 5}))
+    invalid = extract_plan(json.dumps({"hypothesis": "h", "candidates": ["a:b"] * 17}))
     assert invalid.plan is None
-    assert any("candidates: at most 3 items, got 5" in p for p in invalid.problems)
+    assert any("candidates: at most 16 items, got 17" in p for p in invalid.problems)
     extra = extract_plan(json.dumps({**GOOD, "shell": "rm -rf /"}))
     assert extra.plan is None and any("unknown field" in p for p in extra.problems)
     assert not any("rm -rf" in p for p in extra.problems)

@@ -22,8 +22,9 @@ from mcp_infra.core.workload import (
     decisive_view,
     describe_cell,
 )
+from mcp_infra.flows.confirm import heldout_protocol
 from mcp_infra.flows.measure import batches, cells_for_start, prompts_by_class
-from mcp_infra.flows.rounds import heldout_protocol, next_round, round_order
+from mcp_infra.flows.rounds import next_round, round_order
 from mcp_infra.state.catalog import load_policy, load_suite
 
 THRESHOLDS = EffectiveThresholds(

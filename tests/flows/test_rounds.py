@@ -25,14 +25,9 @@ from mcp_infra.contracts import (
     WorkloadCell,
 )
 from mcp_infra.core.intervals import Spread, pooled_variance
+from mcp_infra.flows.confirm import drift_protocol
 from mcp_infra.flows.projection import simulated_plan
-from mcp_infra.flows.rounds import (
-    Bench,
-    drift_protocol,
-    greedy_passes,
-    needs_quality,
-    run_rounds,
-)
+from mcp_infra.flows.rounds import Bench, greedy_passes, needs_quality, run_rounds
 from mcp_infra.flows.simulation import NullJournal, Setting, SimServer, project
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import CycleFiles, Home, read_model
@@ -92,6 +87,19 @@ def test_greedy_passes_are_two_only_where_a_prompt_cache_can_change_outputs() ->
 def test_the_quality_suite_runs_only_for_lossy_candidates() -> None:
     assert not needs_quality([_recipe("a"), _recipe("b")])
     assert needs_quality([_recipe("a"), _recipe("b", semantics="lossy")])
+    # In a plan with a lossy candidate, the suite runs for it and the baseline beside it, never
+    # for a lossless candidate (no gate reads its answers).
+    policy = load_policy("single-user")
+    plan = simulated_plan(policy, ["sim:a", "sim:b"])
+    truths = {"sim:a": FAST, "sim:b": FAST}
+    server = SimServer(PROFILE, truths, seed=1)
+    bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
+    recipes = {"sim:a": _recipe("sim:a"), "sim:b": _recipe("sim:b", semantics="lossy")}
+    base, runs = run_rounds(bench, _recipe(BASELINE_ID), recipes, deadline=1e9)
+    quality = {
+        r.candidate: any(s.phase == "quality" for s in r.samples) for r in [base, *runs.values()]
+    }
+    assert quality == {BASELINE_ID: True, "sim:a": False, "sim:b": True}
 
 
 def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:
@@ -281,3 +289,72 @@ def test_before_min_starts_a_look_never_qualifies() -> None:
     for seed in range(5):
         starts, stopped = _one_candidate(FAST, learned=True, seed=seed)
         assert starts >= 2 and stopped.startswith(f"qualified after {starts} start(s)"), stopped
+
+
+class Recorder(NullJournal):
+    """A journal that keeps its lines (step and fields), to see what a round loop said."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str | None, str, dict]] = []
+
+    def __call__(self, state, message, step=None, **fields) -> None:  # type: ignore[override]
+        self.lines.append((step.value if step else None, message, fields))
+
+
+def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_start() -> None:
+    from mcp_infra.flows.measure import cells_for_start
+    from mcp_infra.flows.rounds import decide_cycle
+
+    base = PROFILE.baseline
+    truths = {
+        "sim:win": FAST,
+        "sim:null": base,
+        "sim:slow": SLOW,
+        "sim:div": base.model_copy(update={"diverges": True}),
+    }
+    plan = simulated_plan(load_policy("single-user"), list(truths))  # no history: 5% assumed
+    server = SimServer(PROFILE, truths, seed=2)
+    journal = Recorder()
+    bench = Bench(plan=plan, journal=journal, run_start=server, clock=server.clock)
+    assert bench.screened
+    baseline, runs = run_rounds(
+        bench, _recipe(BASELINE_ID), {n: _recipe(n) for n in truths}, deadline=1e9
+    )
+    # The failed gate ended its start at the first diverging greedy answer: nothing was timed.
+    div = runs["sim:div"]
+    assert div.starts == 1 and len(div.greedy) == 1 and not div.samples
+    assert div.stopped.startswith("dropped by screening after 1 start(s): the lossless gate")
+    slow = runs["sim:slow"]
+    assert slow.starts == 1 and slow.stopped.startswith(
+        "dropped by screening after 1 start(s): too"
+    )
+    assert runs["sim:win"].starts >= 2 and runs["sim:null"].starts >= 2
+    # The screening start timed the headline cell alone; the reported cell moved to the next.
+    cells = {(s.start, s.request_class, s.concurrency) for s in runs["sim:win"].samples}
+    assert {c for c in cells if c[0] == 0} == {(0, "short", 1)}
+    assert (1, "short", 4) in cells
+    assert cells_for_start(plan.protocol, 0, first_full=1) == [
+        WorkloadCell(request_class="short", concurrency=1)
+    ]
+    [line] = [fields for step, _, fields in journal.lines if step == "screened"]
+    assert set(line["dropped"]) == {"sim:div", "sim:slow"}
+    assert line["survivors"] == ["sim:win", "sim:null"]
+    verdict, _ = decide_cycle(baseline, runs, plan, screened=True)
+    assert verdict.screening is not None and set(verdict.screening.dropped) == {
+        "sim:div",
+        "sim:slow",
+    }
+    assert runs["sim:win"].stopped.startswith("qualified after")  # the full decision's rounds
+
+
+def test_the_projection_prices_screening_and_deciding_apart() -> None:
+    policy = load_policy("single-user")
+    truths = {f"sim:{n}": t for n, t in (("a", FAST), ("b", SLOW), ("c", FAST), ("d", SLOW))}
+    plan = simulated_plan(policy, list(truths))
+    screened = project(plan, PROFILE, truths, Setting.of(policy, 1))
+    full = project(plan, PROFILE, truths, Setting.of(policy, 1, screening=False))
+    assert 0 < screened.screening_s / 60 < screened.minutes
+    assert set(screened.screened_out) == {"sim:b", "sim:d"}
+    assert full.screening_s == 0 and full.screened_out == ()
+    assert screened.minutes < full.minutes
+    assert screened.spent and screened.spent["measure greedy"] > 0

@@ -29,6 +29,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.sanitize import plan_content_hash
+from mcp_infra.core.selector import DECISION_METHOD
 from mcp_infra.demo.homes import PROMOTING_PROTOCOL, make_home, stop_home
 from mcp_infra.faces import cli
 from mcp_infra.flows.supervisor import supervise
@@ -488,8 +489,15 @@ def test_the_committed_bundle_verifies_with_its_key() -> None:
             "signature",
             "statement_files",
             "samples_covered",
-            "verdict_recomputed",
         }
+        # recomputed where this mcp-infra decides by the bundle's method, else skipped and said
+        method = read_model(bundle / "verdict.json", Verdict).method
+        recomputed = next(c for c in result.checks if c.name == "verdict_recomputed")
+        if method == DECISION_METHOD:
+            assert recomputed.status == "ok"
+        else:
+            assert recomputed.status == "skipped"
+            assert f"decision method {method}" in recomputed.detail
 
 
 def test_chain_shows_deleted_and_rewritten_history(home: Home) -> None:
@@ -524,8 +532,6 @@ def test_a_verdict_of_another_decision_method_is_not_recomputed_and_says_so(home
     signature still verify; the verdict is not recomputed (another method may reach another
     verdict on the same samples), and the check says which methods and what changed. Changing
     the number is a change to a signed file like any other."""
-    from mcp_infra.core.selector import DECISION_METHOD
-
     summary = cheap_seal(home, freeze(home, ["demo-tiny:kv8"]))
     bundle = home.evidence / summary.cycle_id
     verdict = read_model(bundle / "verdict.json", Verdict)

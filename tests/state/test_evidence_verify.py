@@ -4,9 +4,12 @@ verdict whose hashes were made to match, a missing file, an extra file). The for
 table, signatures and chains are in tests/state/test_evidence_proof.py.
 
 Fast tier: the bundles are the real ones shipped in evidence/ (sealed by a real demo cycle), copied
-to a temporary folder before any change; the CLI runs in-process (`cli.main`), with a home that
-holds nothing, because `evidence verify PATH` must not need the home that sealed the bundle. The
-same commands as real `mcp-infra` subprocesses are in tests/faces/test_cli_commands.py (slow tier).
+to a temporary folder before any change; where a forgery is caught by recomputing the verdict, the
+bundle is one this code sealed (`sealed_copy`: tests/helpers/synthetic_bundle.py, fixed timings),
+since a verdict of another decision method is not recomputed; the CLI runs in-process (`cli.main`),
+with a home that holds nothing, because `evidence verify PATH` must not need the home that sealed
+the bundle. The same commands as real `mcp-infra` subprocesses are in
+tests/faces/test_cli_commands.py (slow tier).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import pytest
 
 from mcp_infra.contracts import EvidenceManifest, Verdict
 from mcp_infra.faces import cli
-from mcp_infra.state import evidence
-from mcp_infra.state.store import read_model, sha256_file, write_model
+from mcp_infra.state import evidence, signing
+from mcp_infra.state.store import Home, read_model, sha256_file, write_model
 from tests.helpers.paths import SHIPPED
+from tests.helpers.synthetic_bundle import cheap_seal, freeze
 
 
 def test_there_is_a_shipped_bundle() -> None:
@@ -61,6 +65,16 @@ def bundle(tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.fixture
+def sealed_copy(home: Home, tmp_path: Path) -> tuple[Path, Path]:
+    """A bundle this code sealed (so its verdict is recomputed), copied out of its home, and its
+    home's public key."""
+    summary = cheap_seal(home, freeze(home, ["demo-tiny:kv8"]))
+    copy = tmp_path / "copied" / summary.cycle_id
+    shutil.copytree(home.evidence / summary.cycle_id, copy)
+    return copy, signing.public_key_path(home)
+
+
 def rehash(bundle: Path, *names: str) -> None:
     """What a careful forger does: make the manifest's hashes match the changed files."""
     manifest = read_model(bundle / "MANIFEST.json", EvidenceManifest)
@@ -70,36 +84,40 @@ def rehash(bundle: Path, *names: str) -> None:
     write_model(bundle / "MANIFEST.json", manifest.model_copy(update={"files": files}))
 
 
-def verify_cli(bundle: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = cli.main(
-        ["--home", str(home), "evidence", "verify", str(bundle), "--key", str(key_of(bundle))]
-    )
+def verify_cli(
+    bundle: Path, home: Path, capsys: pytest.CaptureFixture[str], key: Path | None = None
+) -> tuple[int, str]:
+    key = key or key_of(bundle)
+    code = cli.main(["--home", str(home), "evidence", "verify", str(bundle), "--key", str(key)])
     return code, capsys.readouterr().out
 
 
 def test_a_changed_verdict_with_matching_hashes_is_caught_by_recomputing_it(
-    bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sealed_copy: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    bundle, key = sealed_copy
+    assert evidence.verify(bundle, key=key).ok, "the untouched copy verifies"
     verdict = read_model(bundle / "verdict.json", Verdict)
     first = verdict.candidates[0]
     forged_first = first.model_copy(update={"speedup_estimate": (first.speedup_estimate or 1) * 2})
     forged = verdict.model_copy(update={"candidates": [forged_first, *verdict.candidates[1:]]})
     write_model(bundle / "verdict.json", forged)
     rehash(bundle, "verdict.json")
-    result = evidence.verify(bundle, key=key_of(bundle))
+    result = evidence.verify(bundle, key=key)
     assert "file_hashes" not in result.failed, "the forger fixed the hashes..."
     assert not result.ok and "verdict_recomputed" in result.failed, (
         "...but the verdict is recomputed from samples"
     )
     assert "statement_files" in result.failed, "...and the signed Statement names the old hashes"
-    code, out = verify_cli(bundle, tmp_path / "no-home", capsys)
+    code, out = verify_cli(bundle, tmp_path / "no-home", capsys, key)
     assert code == 1 and "FAIL verdict_recomputed" in out
 
 
 def test_a_changed_raw_sample_with_matching_hashes_changes_the_recomputed_verdict(
-    bundle: Path,
+    sealed_copy: tuple[Path, Path],
 ) -> None:
     """The other direction: the samples are changed (and rehashed), the verdict is left alone."""
+    bundle, key = sealed_copy
     path = bundle / "runs" / "baseline.json"
     data = json.loads(path.read_text())
     for sample in data["samples"]:
@@ -108,7 +126,7 @@ def test_a_changed_raw_sample_with_matching_hashes_changes_the_recomputed_verdic
             sample["decode_s"] = sample["decode_s"] / 10 if sample.get("decode_s") else None
     path.write_text(json.dumps(data))
     rehash(bundle, "runs/baseline.json")
-    result = evidence.verify(bundle, key=key_of(bundle))
+    result = evidence.verify(bundle, key=key)
     assert "file_hashes" not in result.failed and not result.ok
     assert "verdict_recomputed" in result.failed
 

@@ -24,10 +24,11 @@ def server_instructions(mode: str) -> str:
     if mode == "read-only":
         return text + " This server is read-only: it cannot queue experiments."
     return text + (
-        " `propose_plan` queues an experiment of 1-3 registry candidates; deterministic code then "
+        " `propose_plan` queues an experiment of 1-16 registry candidates; deterministic code then "
         "measures them against the live baseline, gates them, and promotes a winner only if it "
-        "qualifies. Keeping the baseline is a valid result. Plans run when the policy's "
-        "maintenance window allows; `propose_plan` returns at once."
+        "qualifies (a plan of 4 or more is screened first: every gate and one short start each "
+        "drop the clear losers). Keeping the baseline is a valid result. Plans run when the "
+        "policy's maintenance window allows; `propose_plan` returns at once."
     )
 
 
@@ -158,7 +159,7 @@ def _answer(context: PlanningContext, can_propose: bool) -> list[str]:
         "",
         "## Your answer",
         "Exactly one JSON object and nothing after it. Fields: hypothesis (one line, at most "
-        "300 characters), candidates (1 to 3 ids from the list you may propose), optional "
+        "300 characters), candidates (1 to 16 ids from the list you may propose), optional "
         "acceptance {min_speedup_pct, max_peak_memory_gb} (numbers; only to be stricter than "
         "the policy), optional notes. No other field. The full JSON schema is the MCP "
         "resource mcp-infra://plan-schema.",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp_infra.contracts import CycleSummary, FrozenPlan
+from mcp_infra.contracts import CycleSummary, FrozenPlan, Verdict
 from mcp_infra.core.gates import TaskCheck, TaskSpec
 from mcp_infra.core.progress import duration_text
 from mcp_infra.core.units import fmt_pct
@@ -384,10 +384,26 @@ def verdict_table(view: app.EvidenceView) -> str:
         )
         for reason in c.reasons[:3]:
             lines.append(f"    {plain(reason)}")
+    lines += screening_lines(verdict)
     if view.table:
         lines += table_rows(view.table)
     lines.append(f"({METHOD})")
     return "\n".join(lines)
+
+
+def screening_lines(verdict: Verdict) -> list[str]:
+    """What a screened plan's screening round dropped, one line per candidate with why."""
+    screening = verdict.screening
+    if screening is None:
+        return []
+    judged = len(screening.judged) + len(screening.held)
+    lines = [
+        f"screening ({screening.confidence:.0%}, one short start each, every gate first): "
+        f"dropped {len(screening.dropped)} of {judged}"
+        + (f"; not judged on a busy machine: {', '.join(screening.held)}" if screening.held else "")
+    ]
+    lines += [f"    {name}: {plain(why)}" for name, why in screening.dropped.items()]
+    return lines
 
 
 def table_rows(table: list[dict[str, Any]]) -> list[str]:

@@ -64,10 +64,21 @@ def cost_line(cost: PlanCost | None) -> str | None:
         return f"projected cost {cost.basis}: {cost.why}; {down}." + (
             f" HELD: {cost.held}." if cost.held else ""
         )
+    split = (
+        f": screening {cost.screening_minutes:.1f} min, deciding {cost.deciding_minutes:.1f}"
+        if cost.screening_minutes is not None and cost.deciding_minutes is not None
+        else ""
+    )
+    dropped = (
+        f"; screening drops {', '.join(cost.screened_out)} in at least one seed"
+        if cost.screened_out
+        else ""
+    )
     text = (
-        f"projected on this machine {cost.minutes:.1f} min (up to {cost.minutes_high:.1f}, "
-        f"{cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} requests, "
-        f"{cost.unserved_s:.0f} s unserved ({cost.mode}); from {', '.join(cost.source[:1])}."
+        f"projected on this machine {cost.minutes:.1f} min{split} (up to "
+        f"{cost.minutes_high:.1f}, {cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} "
+        f"requests, {(cost.unserved_s or 0.0) / 60:.1f} min unserved ({cost.mode}){dropped}; from "
+        f"{', '.join(cost.source[:1])}."
     )
     return text + (f" HELD: {cost.held}." if cost.held else "")
 
