@@ -408,7 +408,8 @@ def _verified_online(data: Loaded) -> bool:
 
 
 def decision_html(data: Loaded, held: HeldOut | None) -> str:
-    """The outcome first, in words and in its colour, then what it rests on and the reason."""
+    """The outcome first, in words and in its colour, then what it rests on and the reason (its
+    opening in view, the whole of a long one a click away)."""
     src, summary = data.src, data.summary
     outcome = summary.outcome.value
     word, klass = OUTCOMES.get(outcome, (outcome, "refused"))
@@ -417,17 +418,66 @@ def decision_html(data: Loaded, held: HeldOut | None) -> str:
     if outcome == "promoted" and summary.selected:
         line = f"{selected}{_promoted_figures(data, held)}; it serves now."
     elif outcome == "rolled_back" and (started := _promoted(data)):
-        who = src.text(started, code=True)
-        line = f"{who} was started to take over and taken back out; {live} serves again."
+        line = f"{src.text(started, code=True)} {_how_it_failed(data)}; {live} serves again."
     elif outcome in ("kept_baseline", "refused"):
-        line = f"the live recipe {live} keeps serving."
+        line = f"{_why_kept(data, held)}the live recipe {live} keeps serving."
     else:
         line = f"the live recipe now is {live}."
+    reason = pointer("summary.json", "reason")
+    whole = ""
+    if len(summary.reason) > REASON_SHOWN:
+        whole = f"<details><summary>the whole reason</summary><p>{src.text(reason)}</p></details>"
     return (
         f"<div class='decision {klass}' id='decision'><span class='outcome'>{word}</span> "
         f"{line}</div>"
-        f"<p class='muted'>The cycle's reason: {src.text(pointer('summary.json', 'reason'))}</p>"
+        f"<p class='muted'>The cycle's reason: {src.text(reason, limit=REASON_SHOWN)}</p>{whole}"
     )
+
+
+REASON_SHOWN = 240  # characters of the cycle's reason under the decision box
+
+
+def _why_kept(data: Loaded, held: HeldOut | None) -> str:
+    """Why nothing took over, in a clause: a selection the held-out check did not confirm (the
+    reason under the box says where it fell short), or no selection at all."""
+    src, verdict = data.src, data.verdict
+    if verdict is None:
+        return ""
+    if verdict.selected is None:
+        return "no candidate was selected; "
+    if held is None or held.passed or held.candidate != verdict.selected:
+        return ""
+    return (
+        f"{src.text(held.candidate_ref, code=True)} was selected"
+        f"{_speedup(data, verdict.selected)} but the held-out check did not confirm it; "
+    )
+
+
+def _speedup(data: Loaded, candidate: str) -> str:
+    """`: decode N× the live recipe's (interval …)` for a candidate of the verdict, or ''."""
+    src = data.src
+    candidates = data.verdict.candidates if data.verdict else []
+    i = next((k for k, c in enumerate(candidates) if c.candidate == candidate), None)
+    if i is None:
+        return ""
+    at = pointer("verdict.json", "candidates", i)
+    return (
+        f" at decode {src.num(f'{at}/speedup_estimate', 'x3')} the live recipe's (interval "
+        f"{_interval(src, at, 'ci_low', 'ci_high')})"
+    )
+
+
+def _how_it_failed(data: Loaded) -> str:
+    """What a rolled-back winner did, from the journal: failed its online check on the stable
+    port, or never came up there."""
+    steps = [
+        (e.get("fields") or {}).get("step") for e in data.journal if e.get("state") == "VERIFY"
+    ]
+    if "failed" in steps:
+        return "took over but failed the online check on the stable port, and was taken back out"
+    if not steps:
+        return "was started to take over but did not come up, and was taken back out"
+    return "was started to take over and taken back out"
 
 
 def _promoted(data: Loaded) -> str | None:
@@ -529,8 +579,9 @@ def render(bundle: Path, verification: Any | None = None) -> str:
     return TEMPLATE.substitute(
         title=esc(f"mcp-infra cycle {data.summary.cycle_id}"),
         cycle=src.text(pointer(s, "cycle_id")),
-        about=f"plan {src.text(pointer(s, 'plan_id'))} · {src.text(pointer(s, 'started_at'))} "
-        f"→ {src.text(pointer(s, 'ended_at'))} · live recipe now "
+        about=f"plan {src.text(pointer(s, 'plan_id'))} · "
+        f"{src.num(pointer(s, 'started_at'), 'utc')} → {src.num(pointer(s, 'ended_at'), 'utc')} · "
+        "live recipe now "
         f"{src.text(pointer(s, 'active_recipe'), code=True)}",
         decision=decision_html(data, held),
         summary=summary_table(data, held),

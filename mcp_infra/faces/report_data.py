@@ -44,6 +44,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "gb": lambda v: f"{v:.2f} GB",
     "j1": lambda v: f"{v:.1f} J",
     "int": lambda v: f"{int(v)}",
+    "utc": lambda v: f"{v[:10]} {v[11:19]} UTC",  # an ISO 8601 time, to the second
 }
 
 

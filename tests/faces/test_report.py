@@ -44,6 +44,7 @@ FORMATS = {
     "gb": lambda v: f"{v:.2f} GB",
     "j1": lambda v: f"{v:.1f} J",
     "int": lambda v: str(v),
+    "utc": lambda v: v.replace("T", " ").split(".")[0].removesuffix("Z") + " UTC",
 }
 # Words of the page's own text that hold digits and are names, not figures.
 NAMES = ("p50", "p99", "SHA-256", "Ed25519", "HTTP 503")
@@ -121,8 +122,8 @@ def heldout_again(bundle: Path) -> Any:
 
     plan = read_model(bundle / "plan.json", FrozenPlan)
     verdict = read_model(bundle / "verdict.json", Verdict)
-    if verdict.selected is None:
-        return None
+    if verdict.selected is None or not (bundle / "runs" / "heldout--baseline.json").is_file():
+        return None  # nothing selected, or a synthetic bundle sealed without a held-out check
     base = read_model(bundle / "runs" / "heldout--baseline.json", CandidateRun)
     winner = read_model(
         bundle / "runs" / f"heldout--{verdict.selected.replace(':', '__')}.json", CandidateRun
@@ -353,6 +354,42 @@ def test_every_number_of_a_cycle_that_kept_the_live_recipe(home: Home) -> None:
     check_numbers(parsed, sources(bundle, verification))
     assert "this home's own key" in page and "No held-out check in this cycle" in page
     assert page.index("<table id='summary'>") < page.index("<svg")
+    decision = page[page.index("id='decision'") : page.index("<h2>")]
+    assert "no candidate was selected" in decision and "keeps serving" in decision
+
+
+def test_a_rolled_back_page_says_how_the_winner_failed(home: Home) -> None:
+    """A rollback sealed from SYNTHETIC timings (tests/helpers/synthetic_bundle.py; its journal
+    has the winner fail its online check): the box says so, and every number is its source's."""
+    from mcp_infra.contracts import Outcome
+    from tests.helpers.synthetic_bundle import (
+        baseline_run,
+        freeze,
+        greedy_ids,
+        prompts,
+        seal,
+        timing,
+    )
+
+    plan = freeze(home, ["demo-tiny:draft-k2"])
+    ids = {p: [1, 2, 3] for p in prompts(plan)}
+    winner = CandidateRun(
+        candidate="demo-tiny:draft-k2",
+        samples=timing("demo-tiny:draft-k2", plan, 20.0),
+        greedy=greedy_ids("demo-tiny:draft-k2", plan, ids),
+        peak_memory_gb=0.3,
+    )
+    base = baseline_run(plan, greedy_ids("baseline", plan, ids))
+    summary = seal(home, plan, base, [winner], outcome=Outcome.ROLLED_BACK)
+    bundle = home.evidence / summary.cycle_id
+    verification = evidence.verify(bundle, home=home)
+    page = report.render(bundle, verification)
+    parsed = Page()
+    parsed.feed(page)
+    check_numbers(parsed, sources(bundle, verification))
+    decision = page[page.index("id='decision'") : page.index("<h2>")]
+    assert "failed the online check on the stable port" in decision, decision
+    assert decision.index("demo-tiny:draft-k2") < decision.index("demo-tiny:target")
 
 
 LAYOUT = {
