@@ -178,8 +178,12 @@ def cmd_gate(home: Home, args: argparse.Namespace) -> int:
             else ("--task is required")
         )
         fail(f"gate check: {given}; tasks: {', '.join(known)}")
+    from mcp_infra.contracts import Sample
+    from mcp_infra.procs.sandbox import with_code_run
+
     text = args.text if args.text is not None else sys.stdin.read()
-    result = gates.check_task(args.task, text)
+    reply = Sample(candidate="cli", phase="quality", prompt_id=args.task, repeat=0, text=text)
+    result = gates.check_sample(with_code_run(reply))  # a code answer is run as a cycle runs it
     shown = result.model_copy(update={"detail": render.excerpt(result.detail)})
     show(shown.model_dump(), args.json, render.task_check_text(result))
     return ExitCode.OK if result.passed else ExitCode.NO

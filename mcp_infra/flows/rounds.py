@@ -47,6 +47,7 @@ from mcp_infra.contracts import (
     Semantics,
     Verdict,
 )
+from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.machine import busy_starts
 from mcp_infra.core.screening import (
@@ -334,6 +335,7 @@ def start_spec(
         if first
         else 0,
         quality_suite=plan.protocol.quality_suite if first and kind.quality and judged else None,
+        top_logprobs=TOP_LOGPROBS if first and kind.quality else 0,
         first_full=first_full,
         gate_check=gate if first else None,
     )
