@@ -63,9 +63,12 @@ def configured(home: Home, command: str) -> None:
 
 
 def cmd_demo(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.demo.run import run_demo
+    if args.real:
+        from mcp_infra.demo.real import run_real_demo as run
+    else:
+        from mcp_infra.demo.run import run_demo as run
 
-    return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving, fresh=args.fresh)
+    return run(args.home, as_json=args.json, keep_serving=args.keep_serving, fresh=args.fresh)
 
 
 def cmd_serve(home: Home, args: argparse.Namespace) -> int:
