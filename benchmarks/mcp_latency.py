@@ -12,7 +12,7 @@ summary, which verifies the bundle and writes its report) M times among them:
   idle    after it has sealed.
 Then it times K cold starts: from starting `mcp-infra serve` to the first `tools/list` answer.
 
-Targets: every read p99 < 50 ms, idle and during a cycle; `status` p50 <= 5 ms; each tool's first
+Target: every read p99 < 50 ms, idle and during a cycle; `status` p50 <= 5 ms; each tool's first
 call in a session < 300 ms; median cold start < 1.5 s.
 Takes: two demo-policy cycles of one candidate and the calls, about 10 minutes on a loaded
 2-core machine. --smoke: one cycle under the smoke protocol, no cycle sealed before it, 5 calls
