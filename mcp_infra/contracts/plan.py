@@ -6,11 +6,18 @@ import math
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from mcp_infra.contracts.base import CANDIDATE_ID_PATTERN, Contract, JSONValue, Part, text_problem
+from mcp_infra.contracts.base import (
+    CANDIDATE_ID_PATTERN,
+    Contract,
+    JSONValue,
+    Part,
+    text_problem,
+    unset,
+)
 from mcp_infra.contracts.manifest import CandidateClass
-from mcp_infra.contracts.policy import MeasureProtocol
+from mcp_infra.contracts.policy import MeasureProtocol, QualityBudgets
 
 MAX_PLAN_CANDIDATES = 16
 """The most candidates one plan may name. A plan of more than a few is screened
@@ -100,7 +107,23 @@ class EffectiveThresholds(Part):
     max_peak_memory_gb: float
     max_error_rate: float
     worst_prompt_tolerance_pct: float
-    lossy_min_identical_fraction: float
+    quality_budget: QualityBudgets | None = Field(
+        None, exclude_if=unset, description="the policy's quality budgets (core.budget)"
+    )
+    lossy_min_identical_fraction: float | None = Field(
+        None,
+        exclude_if=unset,
+        ge=0,
+        le=1,
+        description="the one lossy bar of plans frozen before quality budgets: evidence verify "
+        "judges such a plan's lossy candidates by it, as they were judged",
+    )
+
+    @model_validator(mode="after")
+    def _one_lossy_bar(self) -> EffectiveThresholds:
+        if (self.quality_budget is None) == (self.lossy_min_identical_fraction is None):
+            raise ValueError("need exactly one of quality_budget and lossy_min_identical_fraction")
+        return self
 
 
 class FrozenPlan(Contract):

@@ -24,6 +24,51 @@ class Bounded(Part):
         return self
 
 
+class QualityBudget(Part):
+    """How far a lossy candidate may move from the baseline (core.budget). Each limit is held
+    against the worse end of its measure's interval; null turns a limit off (reported, not
+    held). The defaults keep an 8-bit build of SmolLM2-135M-Instruct and refuse its 4-bit build
+    (docs/benchmarks.md has the figures)."""
+
+    min_identical_share: float = Field(
+        0.2, ge=0, le=1, description="greedy outputs identical to the baseline's, at least"
+    )
+    min_top_agreement: float | None = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="positions up to the first differing token whose most likely next token is "
+        "the baseline's, at least",
+    )
+    max_mean_kl: float | None = Field(
+        0.1,
+        ge=0,
+        description="mean KL divergence (nats) of the next-token distributions up to the first "
+        "differing token, at most; a runtime without log-probabilities cannot show it",
+    )
+    task_allowance: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="quality tasks the baseline passes that the candidate may fail",
+    )
+
+
+class QualityBudgets(Part):
+    """The quality budget per class of lossy candidate (a variant's semantics says whether it is
+    lossy); classes not named take ``default``. Only a class named here may promote a lossy
+    candidate without a person (``Policy.auto_promote``)."""
+
+    default: QualityBudget = Field(default_factory=QualityBudget)
+    classes: dict[CandidateClass, QualityBudget] = Field(default_factory=dict)
+
+    def for_class(self, klass: CandidateClass | None) -> tuple[str, QualityBudget]:
+        """(the budget's path in the policy, the budget) for a candidate of ``klass``."""
+        if klass is not None and klass in self.classes:
+            return f"quality_budget.classes.{klass.value}", self.classes[klass]
+        return "quality_budget.default", self.default
+
+
 class Thresholds(Part):
     min_speedup_pct: Bounded
     max_peak_memory_gb: Bounded
@@ -31,7 +76,24 @@ class Thresholds(Part):
     worst_prompt_tolerance_pct: float = Field(
         10.0, ge=0, le=100, description="largest per-prompt slowdown a qualified candidate may show"
     )
-    lossy_min_identical_fraction: float = Field(0.5, ge=0, le=1)
+    quality_budget: QualityBudgets = Field(default_factory=QualityBudgets)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate_identical_fraction(cls, data: object) -> object:
+        """A policy written before quality budgets names ``lossy_min_identical_fraction``: it
+        becomes the default budget's ``min_identical_share`` (naming both is refused)."""
+        if not isinstance(data, dict) or "lossy_min_identical_fraction" not in data:
+            return data
+        data = dict(data)
+        fraction = data.pop("lossy_min_identical_fraction")
+        if "quality_budget" in data:
+            raise ValueError(
+                "lossy_min_identical_fraction is replaced by quality_budget: keep only "
+                "quality_budget (its default.min_identical_share)"
+            )
+        data["quality_budget"] = {"default": {"min_identical_share": fraction}}
+        return data
 
 
 class WorkloadCell(Part):
@@ -251,6 +313,23 @@ class Policy(Contract):
         }
 
     @model_validator(mode="after")
+    def _lossy_promotes_with_a_budget(self) -> Policy:
+        """A class whose candidates change outputs may promote without a person only under a
+        quality budget written for it: the default budget is a floor, not a consent."""
+        named = self.thresholds.quality_budget.classes
+        loose = [
+            klass.value
+            for klass, on in self.auto_promote.items()
+            if on and klass not in LOSSLESS_CLASSES and klass not in named
+        ]
+        if loose:
+            raise ValueError(
+                f"auto_promote is on for {', '.join(loose)}, whose candidates change outputs: "
+                "name a budget for each in thresholds.quality_budget.classes, or turn it off"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _drift_below_speedup(self) -> Policy:
         """A machine that drifts by less than the tolerance can still fake the required gain
         unless the tolerance is below it: refuse such a policy when it is loaded."""
@@ -264,6 +343,10 @@ class Policy(Contract):
             )
         return self
 
+
+# Classes whose candidates are lossless unless a variant says otherwise (a lossy variant of one
+# still needs a person unless its class has a budget of its own: core.budget).
+LOSSLESS_CLASSES = frozenset({CandidateClass.ACCELERATION_PLUGIN, CandidateClass.SERVER_TUNING})
 
 DEFAULT_AUTO_PROMOTE: dict[CandidateClass, bool] = {
     CandidateClass.ACCELERATION_PLUGIN: True,

@@ -7,8 +7,25 @@ from typing import Literal
 
 from pydantic import Field
 
-from mcp_infra.contracts.base import Contract, Part
+from mcp_infra.contracts.base import Contract, Part, unset
 from mcp_infra.contracts.manifest import CandidateClass, Knobs, Semantics
+
+
+class CodeRun(Part):
+    """A quality task's code answer run against the task's tests in a separate, limited process
+    (``procs.sandbox``), recorded beside the answer so the gate judges it without running it."""
+
+    digest: str = Field(
+        description="sha256 of the function, the code extracted from the answer and the tests "
+        "(core.answers.CodeJob.digest): the gate checks the run is of this answer's code"
+    )
+    passed: int = Field(ge=0, description="tests whose call returned the expected value")
+    total: int = Field(ge=0, description="tests run")
+    detail: str = Field(max_length=500, description="the first failure, a timeout, or all passed")
+
+    @property
+    def ok(self) -> bool:
+        return self.total > 0 and self.passed == self.total
 
 
 class Sample(Contract):
@@ -34,6 +51,16 @@ class Sample(Contract):
     finish_reason: str | None = None
     text: str = ""
     token_ids: list[int] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = Field(
+        None,
+        exclude_if=unset,
+        description="per output token, the runtime's most likely tokens at that step as (token "
+        "id, log-probability), most likely first: asked in the greedy passes and quality tasks "
+        "of a plan with a lossy candidate (core.fidelity); None where not asked or not given",
+    )
+    code_run: CodeRun | None = Field(
+        None, exclude_if=unset, description="a code task's answer run against its tests"
+    )
     error: str | None = None
     start: int = Field(
         0,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mcp_infra.contracts.base import Contract, Part
+from mcp_infra.contracts.base import Contract, Part, unset
 
 
 class Comparison(Part):
@@ -21,11 +21,64 @@ class Comparison(Part):
     candidate_context: str = ""
 
 
+class Interval(Part):
+    """A measured value and its interval (``QualityMeasure.level``)."""
+
+    value: float
+    low: float
+    high: float
+
+
+class QualityMeasure(Part):
+    """How closely a lossy candidate's greedy outputs follow the baseline's on the same prompts
+    (core.fidelity; the definitions are in docs/cycle.md). Intervals come from a seeded
+    bootstrap over prompts."""
+
+    pairs: int = Field(ge=0, description="greedy outputs compared (a prompt asked twice: two)")
+    prompts: int = Field(ge=0, description="distinct prompts, the bootstrap's unit")
+    unit: Literal["tokens", "characters"] = Field(
+        description="what prefix_length counts: tokens where both sides gave token ids"
+    )
+    identical_share: Interval = Field(description="share of outputs identical to the baseline's")
+    prefix_length: Interval = Field(description="mean length of the prefix shared with it")
+    mean_kl: Interval | None = Field(
+        None,
+        description="mean KL divergence, baseline to candidate, of the next-token distributions "
+        "up to and including the first differing token, from the runtime's top-k "
+        "log-probabilities; None: the runtime gave none",
+    )
+    top_agreement: Interval | None = Field(
+        None, description="share of those positions whose most likely token is the same"
+    )
+    positions: int = Field(0, ge=0, description="next-token distributions compared")
+    top_k: int | None = Field(None, description="log-probabilities per position, least of sides")
+    level: float = Field(description="two-sided confidence of every interval")
+    resamples: int = Field(ge=0)
+
+
+class TaskOutcome(Part):
+    """One quality task, judged on both sides' answers."""
+
+    task: str
+    baseline: bool | None = Field(description="None: the baseline gave no answer")
+    candidate: bool | None = Field(description="None: the candidate gave no answer")
+    detail: str = Field(description="the candidate's answer, as its checker judged it")
+
+
 class GateResult(Part):
     gate: str
     passed: bool
     detail: str
     comparisons: list[Comparison] = Field(default_factory=list)
+    budget: str | None = Field(
+        None, exclude_if=unset, description="the quality budget judged against, by its policy path"
+    )
+    measure: QualityMeasure | None = Field(
+        None, exclude_if=unset, description="the agreement gate's continuous measure"
+    )
+    tasks: list[TaskOutcome] | None = Field(
+        None, exclude_if=unset, description="the quality gate's tasks, baseline and candidate"
+    )
 
 
 class PromptStat(Part):

@@ -1,22 +1,25 @@
 """Quality and equality gates: pure checks of what a server answered.
 
-Task checkers parse the whole reply (a number, a JSON document, a word, a Python module); they never
-search for a substring, so "not 391, it is 390" cannot pass for "391". Smoke checks catch broken
-output (empty, U+FFFD, runaway loops) and are judged relative to the baseline, because tiny demo
-models loop by themselves and a candidate cannot be blamed for the baseline's own failure.
+Task checkers (core.answers) read the answer out of a reply (a number, a JSON object, a word, a
+function run against tests) and fail a reply that states a contradicting result anywhere, so
+"not 391, it is 390" cannot pass for "391". Smoke checks catch broken output (empty, U+FFFD,
+runaway loops) and are judged relative to the baseline, because tiny demo models loop by
+themselves and a candidate cannot be blamed for the baseline's own failure. The lossy budget's
+gates are core.budget.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from mcp_infra.contracts import Comparison, GateResult, Sample
+from mcp_infra.contracts import CodeRun, Comparison, GateResult, Sample
+from mcp_infra.core.answers import check_answer
+from mcp_infra.core.tasks import TASKS
+from mcp_infra.core.tasks import TaskSpec as TaskSpec  # the task list's type, named here too
 
 # --------------------------------------------------------------------------------------------
 # Smoke checks
@@ -172,7 +175,7 @@ def _kinds_by_prompt(samples: Sequence[Sample]) -> dict[str, dict[str, str]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Task checkers (quality suite "smoke")
+# Task checkers (quality suites; the checkers themselves are core.answers, the tasks core.tasks)
 # --------------------------------------------------------------------------------------------
 
 
@@ -184,16 +187,6 @@ class TaskCheck(BaseModel):
     task: str
     passed: bool
     detail: str
-
-
-class TaskSpec(BaseModel):
-    """A quality task: its exact prompt and what its checker requires."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str
-    prompt: str
-    checks: str
 
 
 _THINK = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.IGNORECASE | re.DOTALL)
@@ -228,197 +221,51 @@ def strip_think(text: str) -> str | None:
     return None if unclosed else answer
 
 
-def _short(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "…")
-
-
-def _check_arithmetic(reply: str) -> tuple[bool, str]:
-    answer = reply.strip()
-    if answer.endswith("."):
-        answer = answer[:-1].rstrip()
-    # ASCII digits only (\d would accept full-width and Arabic-Indic digits, which int() reads),
-    # and no leading zero: "0391" is not how the number is written.
-    if not re.fullmatch(r"[+-]?(0|[1-9][0-9]*)", answer, flags=re.ASCII):
-        return False, f"reply is not just a number: {_short(reply.strip())}"
-    value = int(answer)
-    return (value == 391, "391" if value == 391 else f"expected 391, got {value}")
-
-
-class _DuplicateKey(Exception):
-    """A JSON object names one key twice (json.loads would silently keep the last value)."""
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _check_json_object(reply: str) -> tuple[bool, str]:
-    try:
-        data = json.loads(reply.strip(), object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
-        return False, f"reply repeats the JSON key {str(exc)!r}; only one value may count"
-    except json.JSONDecodeError as exc:
-        return False, f"reply is not a JSON document ({exc.msg}): {_short(reply.strip())}"
-    if not isinstance(data, dict):
-        return False, f"reply is JSON but not an object: {type(data).__name__}"
-    if set(data) != {"city", "country"}:
-        return False, f"expected exactly the keys city and country, got {sorted(data)}"
-    want = {"city": "paris", "country": "france"}
-    for key, expected in want.items():
-        value = data[key]
-        if not isinstance(value, str) or value.strip().casefold() != expected:
-            return False, f"{key} is {value!r}, expected {expected.title()}"
-    return True, "city Paris, country France"
-
-
-def _check_one_word(reply: str) -> tuple[bool, str]:
-    answer = reply.strip()
-    if not re.fullmatch(r"[a-z]+", answer):
-        return False, f"reply is not exactly one lowercase word: {_short(answer)}"
-    return (answer == "blue", "blue" if answer == "blue" else f"expected blue, got {answer!r}")
-
-
-_FENCE = re.compile(r"```python[ \t]*\n(?P<body>.*?)\n?```", re.DOTALL)
-
-
-def _check_python_add(reply: str) -> tuple[bool, str]:
-    block = _FENCE.fullmatch(reply.strip())
-    if block is None or "```" in block.group("body"):
-        return False, f"reply is not exactly one ```python block: {_short(reply.strip())}"
-    try:
-        module = ast.parse(block.group("body"))
-    except SyntaxError as exc:
-        return False, f"code does not parse: {exc.msg} (line {exc.lineno})"
-    rebound = _rebinds(module, "add")
-    if rebound is not None:
-        return False, f"the block binds add more than once ({rebound}); the last binding would win"
-    defs = [node for node in module.body if not isinstance(node, ast.Import | ast.ImportFrom)]
-    defs = [node for node in defs if not _is_docstring(node)]
-    if len(defs) != 1 or not isinstance(defs[0], ast.FunctionDef) or defs[0].name != "add":
-        return False, "the block must define exactly one top-level function named add"
-    func = defs[0]
-    args = func.args
-    params = [a.arg for a in args.posonlyargs + args.args]
-    if len(params) != 2 or args.vararg or args.kwarg or args.kwonlyargs:
-        return False, f"add must take exactly two positional parameters, got {params}"
-    if func.decorator_list:
-        return False, "add must not be decorated"
-    body = [node for node in func.body if not _is_docstring(node)]
-    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
-        return False, "add must consist of a single return statement"
-    expr = body[0].value
-    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add)):
-        return False, f"add returns {ast.unparse(expr)!r}, not the sum of its parameters"
-    operands = [expr.left, expr.right]
-    names = [o.id for o in operands if isinstance(o, ast.Name)]
-    if sorted(names) != sorted(params):
-        wanted = f"{params[0]} + {params[1]}"
-        return False, f"add returns {ast.unparse(expr)!r}, not {wanted!r} of its parameters"
-    return True, f"def add({', '.join(params)}): return {ast.unparse(expr)}"
-
-
-def _rebinds(module: ast.Module, name: str) -> str | None:
-    """How ``name`` is bound a second time anywhere in the module, or None if it is bound once.
-
-    Any binding counts, at any depth: def, class, import (``as`` included), star import,
-    assignment, augmented or annotated assignment, walrus, for/with/except targets, global.
-    """
-    bindings: list[str] = []
-    for node in ast.walk(module):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            if node.name == name:
-                bindings.append(f"{type(node).__name__} on line {node.lineno}")
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            for alias in node.names:
-                bound = alias.asname or alias.name.split(".")[0]
-                if bound == name or alias.name == "*":
-                    bindings.append(f"import on line {node.lineno}")
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-            if node.id == name:
-                bindings.append(f"assignment on line {node.lineno}")
-        elif isinstance(node, ast.Global | ast.Nonlocal) and name in node.names:
-            bindings.append(f"global on line {node.lineno}")
-        elif isinstance(node, ast.ExceptHandler) and node.name == name:
-            bindings.append(f"except on line {node.lineno}")
-    return ", ".join(bindings) if len(bindings) > 1 else None
-
-
-def _is_docstring(node: ast.stmt) -> bool:
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    )
-
-
-_TASKS: dict[str, tuple[TaskSpec, Callable[[str], tuple[bool, str]]]] = {
-    spec.id: (spec, fn)
-    for spec, fn in [
-        (
-            TaskSpec(
-                id="arithmetic",
-                prompt="What is 17 multiplied by 23? Reply with just the number.",
-                checks="the whole reply is the integer 391 (surrounding whitespace and one "
-                "trailing period tolerated)",
-            ),
-            _check_arithmetic,
-        ),
-        (
-            TaskSpec(
-                id="json_object",
-                prompt="Return only a JSON object, no prose and no code fence, with exactly the "
-                'keys "city" and "country" for the capital of France.',
-                checks="the whole reply parses as a JSON object with exactly the keys city and "
-                "country, city Paris and country France (case-insensitive)",
-            ),
-            _check_json_object,
-        ),
-        (
-            TaskSpec(
-                id="one_word",
-                prompt="Answer with exactly one lowercase word and no punctuation: what colour "
-                "is a clear midday sky?",
-                checks="the whole reply is exactly blue (surrounding whitespace tolerated)",
-            ),
-            _check_one_word,
-        ),
-        (
-            TaskSpec(
-                id="python_add",
-                prompt="Write a Python function named add that returns the sum of two "
-                "arguments. Reply with only a python code block.",
-                checks="the reply is exactly one ```python block that parses (never runs) and "
-                "defines add(x, y) returning x + y of its two positional parameters",
-            ),
-            _check_python_add,
-        ),
-    ]
-}
+def reply_text(text: str) -> str | None:
+    """The part of a reply a checker reads: CRLF line endings made LF, thinking removed; None
+    when a thinking block never closes."""
+    return strip_think(text.replace("\r\n", "\n"))
 
 
 def list_tasks() -> list[TaskSpec]:
     """Every quality task with its exact prompt and what its checker requires."""
-    return [spec for spec, _ in _TASKS.values()]
+    return list(TASKS.values())
 
 
-def check_task(task_id: str, text: str) -> TaskCheck:
-    """Check one reply against its task, after removing a leading reasoning block."""
-    if task_id not in _TASKS:
+DETAIL_LIMIT = 300
+"""The longest detail a task check reports: the checkers quote the reply, which is untrusted."""
+
+
+def _capped(detail: str) -> str:
+    return detail if len(detail) <= DETAIL_LIMIT else detail[:DETAIL_LIMIT] + "…"
+
+
+def check_task(task_id: str, text: str, code_run: CodeRun | None = None) -> TaskCheck:
+    """Check one reply against its task, after removing a leading reasoning block. A code task
+    needs the ``CodeRun`` that ran this reply's code (``procs.sandbox``)."""
+    spec = TASKS.get(task_id)
+    if spec is None:
         return TaskCheck(task=task_id, passed=False, detail=f"unknown task {task_id!r}")
-    reply = strip_think(text.replace("\r\n", "\n"))  # CRLF line endings are tolerated
+    reply = reply_text(text)
     if reply is None:
         return TaskCheck(task=task_id, passed=False, detail="reasoning block never closed")
-    passed, detail = _TASKS[task_id][1](reply)
-    return TaskCheck(task=task_id, passed=passed, detail=detail)
+    passed, detail = check_answer(spec.answer, spec.prompt, reply, code_run)
+    return TaskCheck(task=task_id, passed=passed, detail=_capped(detail))
+
+
+def check_sample(sample: Sample) -> TaskCheck:
+    """A quality sample (prompt id = task id) checked against its task; a failed request fails."""
+    if sample.error is not None:
+        return TaskCheck(
+            task=sample.prompt_id, passed=False, detail=f"request failed ({sample.error})"
+        )
+    return check_task(sample.prompt_id, sample.text, sample.code_run)
 
 
 def quality_gate(samples: Sequence[Sample]) -> GateResult:
-    """Every ``quality`` sample (prompt id = task id) must pass its task checker."""
+    """Every ``quality`` sample (prompt id = task id) must pass its task checker: how plans
+    frozen before quality budgets judged a lossy candidate (core.budget judges it against the
+    baseline's own answers)."""
     rows = sorted(
         (s for s in samples if s.phase == "quality"), key=lambda s: (s.prompt_id, s.repeat, s.order)
     )
@@ -426,10 +273,7 @@ def quality_gate(samples: Sequence[Sample]) -> GateResult:
         return GateResult(gate="quality", passed=False, detail="no quality outputs to check")
     failed = []
     for s in rows:
-        if s.error is not None:
-            failed.append(f"{s.prompt_id}: request failed ({s.error})")
-            continue
-        check = check_task(s.prompt_id, s.text)
+        check = check_sample(s)
         if not check.passed:
             failed.append(f"{s.prompt_id}: {check.detail}")
     if failed:

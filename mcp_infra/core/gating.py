@@ -1,5 +1,5 @@
 """Which gates a candidate faces, run in a fixed order: token identity for a lossless candidate
-(or a runtime upgrade whose tokens all match), agreement and the quality suite for a lossy one,
+(or a runtime upgrade whose tokens all match), the lossy budget's (core.budget) for a lossy one,
 then smoke and memory for all. The gates themselves are ``core.gates``; the selector judges on
 what these return.
 """
@@ -15,13 +15,8 @@ from mcp_infra.contracts import (
     Sample,
     Semantics,
 )
-from mcp_infra.core.gates import (
-    compare_greedy,
-    lossy_agreement,
-    quality_gate,
-    smoke_gate,
-    split_agreement,
-)
+from mcp_infra.core.budget import QualityOutputs, Resampling, lossy_gates, resampling_for
+from mcp_infra.core.gates import compare_greedy, smoke_gate
 
 
 def run_gates(
@@ -30,12 +25,16 @@ def run_gates(
     thresholds: EffectiveThresholds,
     quality: dict[str, list[Sample]] | None,
     quality_suite: str | None = None,
+    *,
+    draws: Resampling | None = None,
 ) -> list[GateResult]:
     """Every gate that applies to ``run``, in a fixed order.
 
-    A lossy candidate gets the quality gate when a quality suite was run: the protocol names
-    one, ``quality`` was given, or the run carries ``quality`` samples. A suite that ran but left
-    no output for the candidate fails the gate rather than being skipped.
+    A lossy candidate gets the lossy budget's gates (core.budget; ``draws`` says how the measure's
+    intervals, by default as the protocol's defaults would): agreement, and quality when a
+    quality suite was run: the protocol names one, ``quality`` was given, or the run carries
+    ``quality`` samples. A suite that ran but left no output for the candidate fails the gate
+    rather than being skipped.
     """
     gates: list[GateResult] = []
     identity = runtime_identity(baseline, run)
@@ -44,26 +43,12 @@ def run_gates(
     elif identity is not None and identity.passed:
         gates.append(identity)  # a runtime upgrade whose greedy tokens all match: lossless
     else:
-        agreement = (
-            split_agreement(  # a split model: the lossless comparison said, judged as lossy
-                baseline.greedy,
-                run.greedy,
-                thresholds.lossy_min_identical_fraction,
-                run.knobs.ranks,
-            )
-            if run.knobs.ranks
-            else lossy_agreement(
-                baseline.greedy, run.greedy, thresholds.lossy_min_identical_fraction
-            )
-        )
-        if identity is not None:  # where the runtime upgrade parted from the baseline
-            agreement = agreement.model_copy(
-                update={"detail": f"{agreement.detail}; not lossless: {identity.detail}"}
-            )
-        gates.append(agreement)
         outputs = _quality_outputs(run, quality)
-        if outputs is not None or quality_suite is not None:
-            gates.append(quality_gate(outputs or []))
+        ran = outputs is not None or quality_suite is not None
+        both = QualityOutputs(_quality_outputs(baseline, quality) or [], outputs or [])
+        note = f"not lossless: {identity.detail}" if identity is not None else ""
+        draws = draws or resampling_for(MeasureProtocol(), run.candidate)
+        gates += lossy_gates(baseline, run, thresholds, draws, both if ran else None, note)
     gates.append(smoke_gate(_smoke_outputs(baseline), _smoke_outputs(run)))
     gates.append(_memory_gate(run, thresholds.max_peak_memory_gb))
     return gates
@@ -92,7 +77,14 @@ def failed_gates(
         return []
     return [
         g
-        for g in run_gates(baseline, run, thresholds, None, protocol.quality_suite)
+        for g in run_gates(
+            baseline,
+            run,
+            thresholds,
+            None,
+            protocol.quality_suite,
+            draws=resampling_for(protocol, run.candidate),
+        )
         if not g.passed
     ]
 

@@ -24,6 +24,7 @@ from mcp_infra.contracts import (
     Sample,
     WorkloadCell,
 )
+from mcp_infra.core.budget import may_promote_alone, resampling_for
 from mcp_infra.core.gating import run_gates
 from mcp_infra.core.intervals import (
     ASSUMED_START_NOISE,
@@ -430,6 +431,7 @@ def judge(
     """The verdict on one candidate: gates first, then the statistics (``core.selector``'s
     rules, in order)."""
     may_promote = run.candidate_class is not None and auto_promote.get(run.candidate_class, False)
+    may_promote = may_promote and may_promote_alone(run, thresholds)
     verdict = CandidateVerdict(
         candidate=run.candidate,
         decision=Decision.REJECTED,
@@ -440,7 +442,14 @@ def judge(
     if _refused_unmeasured(baseline, run, thresholds, verdict):
         _gated_before_timing(baseline, run, thresholds, quality, protocol, verdict)
         return verdict
-    verdict.gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
+    verdict.gates = run_gates(
+        baseline,
+        run,
+        thresholds,
+        quality,
+        protocol.quality_suite,
+        draws=resampling_for(protocol, run.candidate),
+    )
     hard = [f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed]
     look = _look(baseline, run, thresholds, protocol, verdict)
     if look is None:

@@ -34,6 +34,7 @@ from mcp_infra.contracts import (
     Recipe,
     RefusedCandidate,
 )
+from mcp_infra.core.budget import legacy_fraction
 from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.preflight import Preflight, all_candidates, find_candidate
 from mcp_infra.errors import McpInfraError
@@ -79,6 +80,9 @@ def policy_hash(policy: Policy) -> str:
     body = policy.model_dump(mode="json")
     for section, fields in RETIRED_FIELDS.items():
         body[section] = {**fields, **body[section]}
+    if (fraction := legacy_fraction(policy.thresholds.quality_budget)) is not None:
+        body["thresholds"] = {**body["thresholds"], "lossy_min_identical_fraction": fraction}
+        del body["thresholds"]["quality_budget"]  # hashed as the one field it replaced
     return sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS))
 
 
@@ -480,7 +484,7 @@ def combined_thresholds(
         max_peak_memory_gb=memory,
         max_error_rate=bounds.max_error_rate,
         worst_prompt_tolerance_pct=bounds.worst_prompt_tolerance_pct,
-        lossy_min_identical_fraction=bounds.lossy_min_identical_fraction,
+        quality_budget=bounds.quality_budget,
     )
 
 

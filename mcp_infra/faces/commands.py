@@ -63,9 +63,12 @@ def configured(home: Home, command: str) -> None:
 
 
 def cmd_demo(home: Home, args: argparse.Namespace) -> int:
-    from mcp_infra.demo.run import run_demo
+    if args.real:
+        from mcp_infra.demo.real import run_real_demo as run
+    else:
+        from mcp_infra.demo.run import run_demo as run
 
-    return run_demo(args.home, as_json=args.json, keep_serving=args.keep_serving, fresh=args.fresh)
+    return run(args.home, as_json=args.json, keep_serving=args.keep_serving, fresh=args.fresh)
 
 
 def cmd_serve(home: Home, args: argparse.Namespace) -> int:
@@ -178,8 +181,12 @@ def cmd_gate(home: Home, args: argparse.Namespace) -> int:
             else ("--task is required")
         )
         fail(f"gate check: {given}; tasks: {', '.join(known)}")
+    from mcp_infra.contracts import Sample
+    from mcp_infra.procs.sandbox import with_code_run
+
     text = args.text if args.text is not None else sys.stdin.read()
-    result = gates.check_task(args.task, text)
+    reply = Sample(candidate="cli", phase="quality", prompt_id=args.task, repeat=0, text=text)
+    result = gates.check_sample(with_code_run(reply))  # a code answer is run as a cycle runs it
     shown = result.model_copy(update={"detail": render.excerpt(result.detail)})
     show(shown.model_dump(), args.json, render.task_check_text(result))
     return ExitCode.OK if result.passed else ExitCode.NO

@@ -68,6 +68,7 @@ from mcp_infra.procs.runtime import (
     server_log_tail,
     whole,
 )
+from mcp_infra.procs.sandbox import with_code_run
 from mcp_infra.procs.service import start_candidate, stop_candidate
 from mcp_infra.state.catalog import load_suite
 from mcp_infra.state.store import Home, read_optional, utcnow, write_model
@@ -173,6 +174,7 @@ class StartSpec(NamedTuple):
     phase: str = "measure"
     greedy_times: int = 0
     quality_suite: str | None = None
+    top_logprobs: int = 0  # asked with the greedy passes and quality tasks (a lossy plan's)
     first_full: int = 0
     gate_check: GateCheck | None = None
 
@@ -296,7 +298,8 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             ]
             out.append(Batch("timed", requests))
             order += 1
-    tasks = [Batch("quality", [Request(t, t.max_tokens, dict(base))]) for t in quality_tasks]
+    cap = protocol.max_tokens  # a task's own budget, never above the protocol's, as any prompt's
+    tasks = [Batch("quality", [Request(t, t.token_budget(cap), dict(base))]) for t in quality_tasks]
     if spec.screening:  # gates first: the quality suite before anything is timed
         untimed = spec.greedy_times * len(every)
         return [*out[:untimed], *tasks, *out[untimed:]]
@@ -378,7 +381,10 @@ class _Sender:
                 candidate=self.spec.candidate,
                 prompt_id=request.prompt.id,
                 phase=self.spec.phase if batch.kind == "greedy" else "quality",
+                top_logprobs=self.spec.top_logprobs,
             )
+            if batch.kind == "quality":
+                sample = with_code_run(sample)
             into = result.greedy if batch.kind == "greedy" else result.quality
             self._keep(into, sample.model_copy(update=request.tags))
         except ServerDied as exc:

@@ -76,7 +76,7 @@ def simulated_plan(policy: Policy, candidates: Sequence[str]) -> FrozenPlan:
         max_peak_memory_gb=t.max_peak_memory_gb.default,
         max_error_rate=t.max_error_rate,
         worst_prompt_tolerance_pct=t.worst_prompt_tolerance_pct,
-        lossy_min_identical_fraction=t.lossy_min_identical_fraction,
+        quality_budget=t.quality_budget,
     )
     return FrozenPlan(
         plan_id="projected",

@@ -159,7 +159,7 @@ def _freeze_and_queue(home: Home, raw: Any, proposed_by: str, dry_run: bool) -> 
         if dry_run
         else "plan frozen and queued; a supervisor runs it",
         candidates=frozen.candidates,
-        thresholds=frozen.thresholds.model_dump(),
+        thresholds=frozen.thresholds.model_dump(exclude={"quality_budget"}),
         changes=frozen.changes,
         refused=frozen.refused,
         plan_hash=frozen.content_hash,

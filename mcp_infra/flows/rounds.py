@@ -47,6 +47,7 @@ from mcp_infra.contracts import (
     Semantics,
     Verdict,
 )
+from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.machine import busy_starts
 from mcp_infra.core.screening import (
@@ -322,6 +323,7 @@ def start_spec(
     baseline's beside them; a lossless candidate's would be judged by no gate."""
     first = item.starts == 0
     judged = item.name == BASELINE_ID or item.recipe.semantics == Semantics.LOSSY
+    quality = first and kind.quality and judged
     return StartSpec(
         recipe=item.recipe,
         candidate=item.name,
@@ -333,7 +335,8 @@ def start_spec(
         greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
         if first
         else 0,
-        quality_suite=plan.protocol.quality_suite if first and kind.quality and judged else None,
+        quality_suite=plan.protocol.quality_suite if quality else None,
+        top_logprobs=TOP_LOGPROBS if quality else 0,
         first_full=first_full,
         gate_check=gate if first else None,
     )

@@ -17,10 +17,15 @@ from typing import Any, NamedTuple
 import httpx2 as httpx
 
 from mcp_infra.contracts import Sample
+from mcp_infra.core.fidelity import top_token
 
 
 def _chat_body(
-    messages: Sequence[dict[str, Any]], max_tokens: int, stream: bool, model: str | None = None
+    messages: Sequence[dict[str, Any]],
+    max_tokens: int,
+    stream: bool,
+    model: str | None = None,
+    top_logprobs: int = 0,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "messages": list(messages),
@@ -34,7 +39,30 @@ def _chat_body(
         body["stream_options"] = {"include_usage": True}
     else:
         body["logprobs"] = True
+        if top_logprobs:
+            body["top_logprobs"] = top_logprobs
     return body
+
+
+def _token_choices(
+    entries: list[dict[str, Any]],
+) -> tuple[list[int] | None, list[list[tuple[int, float]]] | None]:
+    """(output token ids, each step's top log-probabilities) from a response's logprobs.
+
+    With ``top_logprobs`` asked, mlx_lm.server 0.32.2 sends each step's top-k list in place of
+    the chosen token (an entry's own ``id`` is then one of the list, not necessarily the one
+    chosen): the greedy choice is the list's most likely token (``fidelity.top_token``). A
+    runtime that lists no token ids (mlx_vlm.server names tokens by text) gives no lists."""
+    tops = [e.get("top_logprobs") for e in entries]
+    if entries and all(t and all("id" in x for x in t) for t in tops):
+        lists = [
+            sorted(((int(x["id"]), float(x["logprob"])) for x in t), key=lambda e: (-e[1], e[0]))
+            for t in tops
+            if t
+        ]
+        return [int(top_token(t)) for t in lists], lists  # type: ignore[arg-type]
+    ids = [int(item["id"]) for item in entries] if all("id" in i for i in entries) else []
+    return ids or None, None
 
 
 def _short_error(exc: BaseException) -> str:
@@ -164,13 +192,15 @@ def greedy_chat(
     candidate: str,
     prompt_id: str,
     phase: str = "measure",
-    model: str | None = None,
+    top_logprobs: int = 0,
 ) -> Sample:
-    """One non-streamed greedy request returning the output token ids (for the equality gate).
+    """One non-streamed greedy request returning the output token ids (for the equality gate)
+    and, with ``top_logprobs``, each step's most likely tokens (for the lossy budget's measure;
+    an empty list where the runtime gave none).
 
     Servers whose logprobs carry no token ids (mlx_vlm.server) give ``token_ids=None``, and the
     gate then compares texts."""
-    body = _chat_body(messages, max_tokens, False, model or served_model(base_url))
+    body = _chat_body(messages, max_tokens, False, served_model(base_url), top_logprobs)
     fields: dict[str, Any] = {
         "candidate": candidate,
         "prompt_id": prompt_id,
@@ -194,7 +224,7 @@ def greedy_chat(
         choice = body["choices"][0]
         text = (choice.get("message") or {}).get("content") or ""
         entries = (choice.get("logprobs") or {}).get("content") or []
-        ids = [int(item["id"]) for item in entries] if all("id" in i for i in entries) else []
+        ids, tops = _token_choices(entries)
         usage = body.get("usage") or {}
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         return Sample(**fields, error=f"unexpected response: {_short_error(exc)}")
@@ -206,7 +236,8 @@ def greedy_chat(
         e2e_s=end - start,
         finish_reason=choice.get("finish_reason"),
         text=text,
-        token_ids=ids or None,
+        token_ids=ids,
+        top_logprobs=(tops or []) if top_logprobs else None,
     )
 
 

@@ -71,6 +71,7 @@ def _bundled_manifests(b: Bundle) -> dict[str, Manifest]:
 
 def check_plan_inputs(b: Bundle) -> str:
     """The frozen thresholds follow from the bundled policy, manifests and the proposed plan."""
+    from mcp_infra.core.budget import frozen_as, policy_as_frozen
     from mcp_infra.core.preflight import find_candidate, registry_hash
     from mcp_infra.core.sanitize import combined_thresholds, policy_hash
 
@@ -78,7 +79,8 @@ def check_plan_inputs(b: Bundle) -> str:
     path = b.path / sealing.INPUTS / "policy.yaml"
     if not path.is_file():
         raise Failed("no copy of the policy in the bundle (inputs/policy.yaml)")
-    policy = Policy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    text = yaml.safe_load(path.read_text(encoding="utf-8"))
+    policy = Policy.model_validate(policy_as_frozen(text, plan.thresholds))
     problems = []
     if policy_hash(policy) != plan.policy_hash:
         problems.append("the bundled policy is not the one the plan was frozen under")
@@ -91,7 +93,8 @@ def check_plan_inputs(b: Bundle) -> str:
         found[0] for c in plan.candidates[1:] if (found := find_candidate(manifests, c)) is not None
     ]
     options = [
-        combined_thresholds(plan.proposed, policy, used, peak, []) for peak in (None, math.inf, 0.0)
+        frozen_as(combined_thresholds(plan.proposed, policy, used, peak, []), plan.thresholds)
+        for peak in (None, math.inf, 0.0)
     ]
     if plan.thresholds not in options:
         expected = options[0]

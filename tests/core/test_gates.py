@@ -1,4 +1,4 @@
-"""Gates: smoke checks, parsing task checkers, greedy comparison, agreement, and the suites."""
+"""Gates: smoke checks, greedy comparison, agreement, and the suites."""
 
 from __future__ import annotations
 
@@ -10,16 +10,15 @@ from hypothesis import strategies as st
 
 from mcp_infra.contracts import Sample
 from mcp_infra.core.gates import (
-    check_task,
     compare_greedy,
     list_tasks,
     lossy_agreement,
-    quality_gate,
     smoke_failures,
     smoke_gate,
     strip_think,
 )
 from mcp_infra.core.suites import Suite
+from mcp_infra.core.tasks import QUALITY, SMOKE
 from mcp_infra.state.catalog import list_suites, load_suite
 
 PROSE = (
@@ -119,107 +118,8 @@ def test_suite_texts_pass_smoke():
                 assert smoke_failures(message.content) == [], (name, prompt.id)
 
 
-# ------------------------------------------------------------------ task checkers
-
-FENCE = "```"
-ADD_OK = f"{FENCE}python\ndef add(a, b):\n    return a + b\n{FENCE}"
-
-
-@pytest.mark.parametrize(
-    ("task", "text", "passed"),
-    [
-        # arithmetic: the whole reply must be the number 391
-        ("arithmetic", "391", True),
-        ("arithmetic", "  391.\n", True),
-        ("arithmetic", "<think>17*23 = 17*20 + 17*3 = 340 + 51 = 391</think>\n391", True),
-        ("arithmetic", "The answer is definitely not 391, it is 390.", False),
-        ("arithmetic", "The answer is 391.", False),
-        ("arithmetic", "390", False),
-        ("arithmetic", "3 91", False),
-        ("arithmetic", "391..", False),
-        ("arithmetic", "391\n391", False),
-        ("arithmetic", "", False),
-        ("arithmetic", "<think>it is 391", False),  # the reasoning never ended: no answer
-        # json_object: the whole reply is the object
-        ("json_object", '{"city": "Paris", "country": "France"}', True),
-        ("json_object", ' {"country": "france", "city": "PARIS"}\n', True),
-        ("json_object", '<think>Paris.</think>{"city": "Paris", "country": "France"}', True),
-        ("json_object", 'Here it is: {"city": "Paris", "country": "France"}', False),
-        ("json_object", '{"city": "Paris", "country": "France"} Hope this helps!', False),
-        ("json_object", '```json\n{"city": "Paris", "country": "France"}\n```', False),
-        ("json_object", '{"city": "Lyon", "country": "France"}', False),
-        ("json_object", '{"city": "Paris", "country": "Italy"}', False),
-        ("json_object", '{"city": "Paris"}', False),
-        ("json_object", '{"city": "Paris", "country": "France", "population": 2}', False),
-        ("json_object", '{"city": ["Paris"], "country": "France"}', False),
-        ("json_object", '["Paris", "France"]', False),
-        ("json_object", "Paris, France", False),
-        # one_word: exactly "blue"
-        ("one_word", "blue", True),
-        ("one_word", " blue\n", True),
-        ("one_word", "<think>The sky is blue.</think>\nblue", True),
-        ("one_word", "blueish", False),
-        ("one_word", "Blue", False),
-        ("one_word", "blue.", False),
-        ("one_word", "light blue", False),
-        ("one_word", "azure", False),
-        ("one_word", "The sky is blue", False),
-        # python_add: one python block, parsed, never run
-        ("python_add", ADD_OK, True),
-        ("python_add", f"{FENCE}python\ndef add(x, y):\n    return y + x\n{FENCE}\n", True),
-        (
-            "python_add",
-            f'{FENCE}python\ndef add(a: int, b: int) -> int:\n    """Sum."""\n    return a + b\n'
-            f"{FENCE}",
-            True,
-        ),
-        ("python_add", f"{FENCE}python\ndef add(a, b):\n    return a - b\n{FENCE}", False),
-        ("python_add", f"{FENCE}python\ndef add(a, b):\n    return a + a\n{FENCE}", False),
-        ("python_add", f"{FENCE}python\ndef add(a, b):\n    return a + 1\n{FENCE}", False),
-        ("python_add", f"{FENCE}python\ndef plus(a, b):\n    return a + b\n{FENCE}", False),
-        ("python_add", f"{FENCE}python\ndef add(a, b, c):\n    return a + b\n{FENCE}", False),
-        ("python_add", f"{FENCE}python\ndef add(*args):\n    return sum(args)\n{FENCE}", False),
-        ("python_add", "def add(a, b):\n    return a + b", False),  # no fence
-        ("python_add", f"Here you go:\n{ADD_OK}", False),  # prose around the block
-        ("python_add", f"{ADD_OK}\n{ADD_OK}", False),  # two blocks
-        ("python_add", f"{FENCE}\ndef add(a, b):\n    return a + b\n{FENCE}", False),  # no lang
-        ("python_add", f"{FENCE}python\ndef add(a, b)\n    return a + b\n{FENCE}", False),
-        (
-            "python_add",
-            f"{FENCE}python\ndef add(a, b):\n    return a + b\nadd = lambda a, b: a - b\n{FENCE}",
-            False,
-        ),
-        (
-            "python_add",
-            f"{FENCE}python\ndef add(a, b):\n    print('hi')\n    return a + b\n{FENCE}",
-            False,
-        ),
-    ],
-)
-def test_task_checker(task, text, passed):
-    result = check_task(task, text)
-    assert result.task == task
-    assert result.passed is passed, result.detail
-    assert result.detail
-
-
-def test_checker_details_say_what_was_wrong():
-    assert check_task("arithmetic", "390").detail == "expected 391, got 390"
-    assert "Lyon" in check_task("json_object", '{"city": "Lyon", "country": "France"}').detail
-    assert "blueish" in check_task("one_word", "blueish").detail
-    assert "a - b" in check_task("python_add", ADD_OK.replace("+", "-")).detail
-    unknown = check_task("nope", "391")
-    assert not unknown.passed and "unknown task" in unknown.detail
-
-
-def test_python_add_is_never_executed(tmp_path):
-    marker = tmp_path / "ran"
-    code = (
-        f"{FENCE}python\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n"
-        f"def add(a, b):\n    return a + b\n{FENCE}"
-    )
-    assert not check_task("python_add", code).passed
-    assert not marker.exists()
+# ------------------------------------------------------------------ reasoning blocks
+# (the task checkers themselves are tested in test_answers.py)
 
 
 def test_strip_think():
@@ -228,35 +128,6 @@ def test_strip_think():
     assert strip_think("reasoning only</think>391") == "391"  # template opened the block
     assert strip_think("<think>never closed") is None
     assert strip_think("391") == "391"
-
-
-def test_list_tasks_describes_each_task():
-    tasks = {t.id: t for t in list_tasks()}
-    assert set(tasks) == {"arithmetic", "json_object", "one_word", "python_add"}
-    assert tasks["arithmetic"].prompt == "What is 17 multiplied by 23? Reply with just the number."
-    assert all(t.checks for t in tasks.values())
-
-
-def test_quality_gate():
-    def q(task, text, error=None):
-        return Sample(
-            candidate="a:b", phase="quality", prompt_id=task, repeat=0, text=text, error=error
-        )
-
-    good = [
-        q("arithmetic", "391"),
-        q("json_object", '{"city": "Paris", "country": "France"}'),
-        q("one_word", "blue"),
-        q("python_add", ADD_OK),
-    ]
-    assert quality_gate(good).passed
-    assert quality_gate(good).detail == "all 4 task(s) passed"
-    bad = quality_gate([*good[:3], q("python_add", ADD_OK.replace("+", "-"))])
-    assert not bad.passed and "3 of 4" in bad.detail and "python_add" in bad.detail
-    assert not quality_gate([q("arithmetic", "", error="timeout")]).passed
-    assert not quality_gate([]).passed
-    # Measure samples are not quality outputs.
-    assert not quality_gate([good[0].model_copy(update={"phase": "measure"})]).passed
 
 
 # ------------------------------------------------------------------ greedy comparison
@@ -380,16 +251,28 @@ def test_smoke_gate_passes_clean_outputs_and_skips_errors():
 
 
 def test_shipped_suites_load():
-    assert {"smoke", "general", "demo-speed"} <= set(list_suites())
-    for name in ("smoke", "general", "demo-speed"):
+    assert {"smoke", "quality", "general", "demo-speed"} <= set(list_suites())
+    for name in ("smoke", "quality", "general", "demo-speed"):
         assert load_suite(name).id == name
 
 
-def test_smoke_suite_matches_the_checkers():
-    suite = load_suite("smoke")
+@pytest.mark.parametrize(("name", "tasks"), [("smoke", SMOKE), ("quality", QUALITY)])
+def test_quality_suites_match_the_checkers(name, tasks):
+    suite = load_suite(name)
     assert suite.kind == "quality"
-    tasks = {t.id: t.prompt for t in list_tasks()}
-    assert {p.id: p.messages[-1].content for p in suite.prompts} == tasks
+    assert {p.id: p.messages[-1].content for p in suite.prompts} == {t.id: t.prompt for t in tasks}
+
+
+def test_the_quality_suite_has_every_kind_of_task_and_short_prompts():
+    suite = load_suite("quality")
+    kinds = {}
+    for task in QUALITY:
+        kinds[task.answer.kind] = kinds.get(task.answer.kind, 0) + 1
+    assert len(suite.prompts) >= 30
+    assert set(kinds) == {"number", "json", "code", "word"} and min(kinds.values()) >= 6
+    assert all(len(p.messages) == 1 and len(p.messages[0].content) <= 120 for p in suite.prompts)
+    assert all(p.max_tokens <= 160 for p in suite.prompts)
+    assert {t.id for t in list_tasks()} == {t.id for t in [*SMOKE, *QUALITY]}
 
 
 def test_general_suite_covers_every_class_and_long_context():
@@ -497,61 +380,3 @@ def test_compare_greedy_checks_every_answer_of_a_prompt_asked_twice():
     assert not result.passed
     assert result.detail.startswith("1 of 2 greedy output(s) identical")
     assert "p1 (asked again, prefix cached) diverges at token 2" in result.detail
-
-
-# ------------------------------------------------------------------ issue 10: checker holes
-
-ADD_OK = "```python\ndef add(a, b):\n    return a + b\n```"
-
-
-@pytest.mark.parametrize("reply", ["３９１", "٣٩١", "0391", "00391", "+0391", "३९१"])
-def test_arithmetic_accepts_ascii_digits_without_leading_zero_only(reply: str) -> None:
-    result = check_task("arithmetic", reply)
-    assert not result.passed and "not just a number" in result.detail
-
-
-def test_arithmetic_still_accepts_the_plain_answer() -> None:
-    assert check_task("arithmetic", "391").passed
-    assert check_task("arithmetic", " 391.\n").passed
-
-
-def test_json_with_a_duplicate_key_is_rejected() -> None:
-    reply = '{"city": "Rome", "city": "Paris", "country": "France"}'
-    result = check_task("json_object", reply)
-    assert not result.passed and "repeats the JSON key 'city'" in result.detail
-    nested = '{"city": "Paris", "country": "France", "x": {"a": 1, "a": 2}}'
-    assert not check_task("json_object", nested).passed
-
-
-@pytest.mark.parametrize(
-    "extra",
-    [
-        "from operator import add",
-        "import operator as add",
-        "from operator import *",
-        "add = lambda a, b: a - b",
-        "add += 1",
-        "def add(a, b):\n    return a - b",
-        "class add:\n    pass",
-        "for add in range(3):\n    pass",
-        "if (add := None):\n    pass",
-    ],
-)
-def test_python_answer_that_rebinds_add_is_rejected(extra: str) -> None:
-    reply = ADD_OK.replace("\n```", "\n" + extra + "\n```")
-    result = check_task("python_add", reply)
-    assert not result.passed
-    assert "binds add more than once" in result.detail or "exactly one" in result.detail
-
-
-def test_python_rebinding_inside_another_function_is_rejected_too() -> None:
-    reply = ADD_OK.replace("\n```", "\ndef helper():\n    global add\n    add = 1\n```")
-    assert not check_task("python_add", reply).passed
-
-
-def test_crlf_line_endings_are_tolerated() -> None:
-    assert check_task("python_add", ADD_OK).passed
-    assert check_task("python_add", ADD_OK.replace("\n", "\r\n")).passed
-    assert check_task("arithmetic", "391\r\n").passed
-    crlf_json = '{\r\n  "city": "Paris",\r\n  "country": "France"\r\n}'
-    assert check_task("json_object", crlf_json).passed

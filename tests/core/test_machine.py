@@ -154,10 +154,17 @@ def test_a_round_record_from_before_the_load_figures_still_validates() -> None:
         )
 
 
+def _as_before_budgets(body: dict) -> None:
+    """A default quality budget hashes as the one fraction it replaced (core.budget)."""
+    budget = body["thresholds"].pop("quality_budget")
+    body["thresholds"]["lossy_min_identical_fraction"] = budget["default"]["min_identical_share"]
+
+
 def test_the_quiet_setting_leaves_existing_policy_hashes_alone() -> None:
     policy = load_policy("default")
     assert policy.service.quiet_cpu_fraction is None
     body = policy.model_dump(mode="json")
+    _as_before_budgets(body)
     del body["service"]["quiet_cpu_fraction"]
     body["service"] |= RETIRED_FIELDS["service"]
     before = sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS - {"quiet_cpu_fraction"}))
@@ -171,6 +178,7 @@ def test_the_quiet_setting_leaves_existing_policy_hashes_alone() -> None:
 def test_the_retired_round_fields_leave_existing_policy_hashes_alone() -> None:
     policy = load_policy("default")
     body = policy.model_dump(mode="json")
+    _as_before_budgets(body)
     assert "max_round_repeats" not in body["service"]  # removed: nothing ever read them
     body["service"] |= {"max_live_requests_per_round": 2, "max_round_repeats": 2}
     assert policy_hash(policy) == sha256_bytes(canonical_json(body, LATER_OPTIONAL_FIELDS))

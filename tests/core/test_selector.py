@@ -14,6 +14,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.selector import DECISION_METHOD, select
+from mcp_infra.procs.sandbox import with_code_run
 from tests.helpers.selector_runs import (
     ALL,
     BASELINE,
@@ -240,8 +241,8 @@ def quality_samples(cid: str, python_ok: bool = True) -> list[Sample]:
         + ("+" if python_ok else "-")
         + " b\n```",
     }
-    return [
-        Sample(candidate=cid, phase="quality", prompt_id=t, repeat=0, text=a)
+    return [  # the code answer run against its tests, as measurement does (procs.sandbox)
+        with_code_run(Sample(candidate=cid, phase="quality", prompt_id=t, repeat=0, text=a))
         for t, a in answers.items()
     ]
 

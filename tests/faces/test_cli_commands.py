@@ -95,7 +95,7 @@ def test_gate_command_as_a_subprocess(spawn: Spawn, tmp_path: Path) -> None:
     home = tmp_path / "no-home"
     passed = spawn.mcp_infra(home, "gate", "check", "--task", "one_word", "--text", "blue")
     assert passed.returncode == 0 and passed.stdout.startswith("one_word: PASS")
-    failed = spawn.mcp_infra(home, "gate", "check", "--task", "one_word", input="Blue sky.")
+    failed = spawn.mcp_infra(home, "gate", "check", "--task", "one_word", input="Not blue.")
     assert failed.returncode == 1 and failed.stdout.startswith("one_word: FAIL")
 
 

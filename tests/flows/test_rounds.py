@@ -24,10 +24,20 @@ from mcp_infra.contracts import (
     TargetProfile,
     WorkloadCell,
 )
+from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.intervals import Spread, pooled_variance
 from mcp_infra.flows.confirm import drift_protocol
 from mcp_infra.flows.projection import simulated_plan
-from mcp_infra.flows.rounds import Bench, greedy_passes, needs_quality, run_rounds
+from mcp_infra.flows.rounds import (
+    SELECTION,
+    Bench,
+    Slot,
+    Tally,
+    greedy_passes,
+    needs_quality,
+    run_rounds,
+    start_spec,
+)
 from mcp_infra.flows.simulation import NullJournal, Setting, SimServer, project
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import CycleFiles, Home, read_model
@@ -100,6 +110,22 @@ def test_the_quality_suite_runs_only_for_lossy_candidates() -> None:
         r.candidate: any(s.phase == "quality" for s in r.samples) for r in [base, *runs.values()]
     }
     assert quality == {BASELINE_ID: True, "sim:a": False, "sim:b": True}
+
+
+def test_the_quality_suite_asks_only_the_configurations_whose_answers_are_judged() -> None:
+    plan = simulated_plan(load_policy("default"), ["sim:a"])
+    assert plan.protocol.quality_suite
+
+    def asked(name: str, semantics: str = "lossless") -> tuple[str | None, int]:
+        spec = start_spec(
+            plan, Tally(name, _recipe(name, semantics=semantics)), {}, Slot(0), SELECTION
+        )
+        return spec.quality_suite, spec.top_logprobs
+
+    assert (
+        asked(BASELINE_ID) == asked("sim:a", "lossy") == (plan.protocol.quality_suite, TOP_LOGPROBS)
+    )
+    assert asked("sim:b") == (None, 0)  # lossless: held to the baseline's greedy tokens
 
 
 def test_the_drift_re_measure_is_the_headline_cell_alone() -> None:

@@ -4,7 +4,8 @@ For tests of what happens *after* a cycle (recipe memory, approval, evidence ver
 which must not depend on how fast this machine runs the demo models. What is synthetic, and only
 this: the timing samples (`timing`: a fixed decode rate the caller picks, e.g. 13 tok/s for
 `demo-tiny:kv8` against the baseline's 10, a "speedup" that KV quantization does NOT give on
-this CPU) and, where the caller asks for them, the greedy token ids (`greedy_ids`). Nothing
+this CPU, with one fixed quality answer per task where the plan names a quality suite:
+`answers`) and, where the caller asks for them, the greedy token ids (`greedy_ids`). Nothing
 measured by these helpers is a figure about any machine; never read them as one.
 
 Everything else is the product's own code: the plan is frozen by `proposal.freeze_plan`, the verdict
@@ -83,7 +84,18 @@ def timing(candidate: str, plan: FrozenPlan, tps: float) -> list[Sample]:
                     text="x",
                 )
             )
-    return out
+    return out + answers(candidate, plan)
+
+
+def answers(candidate: str, plan: FrozenPlan) -> list[Sample]:
+    """SYNTHETIC quality answers, where the plan names a quality suite: one fixed reply per task,
+    the same on every side (it passes no task, so no task is held against a candidate)."""
+    if plan.protocol.quality_suite is None:
+        return []
+    return [
+        Sample(candidate=candidate, phase="quality", prompt_id=p.id, repeat=0, text="no answer")
+        for p in load_suite(plan.protocol.quality_suite).prompts
+    ]
 
 
 def greedy_ids(candidate: str, plan: FrozenPlan, ids: dict[str, list[int]]) -> list[Sample]:
