@@ -12,7 +12,8 @@ summary, which verifies the bundle and writes its report) M times among them:
   idle    after it has sealed.
 Then it times K cold starts: from starting `mcp-infra serve` to the first `tools/list` answer.
 
-Target: every read p99 < 50 ms, idle and during a cycle; median cold start < 1.5 s.
+Target: every read p99 < 50 ms, idle and during a cycle; `status` p50 <= 5 ms; each tool's first
+call in a session < 300 ms; median cold start < 1.5 s.
 Takes: two demo-policy cycles of one candidate and the calls, about 10 minutes on a loaded
 2-core machine. --smoke: one cycle under the smoke protocol, no cycle sealed before it, 5 calls
 each, 2 summaries, 1 cold start (about 1.5 minutes). Timings depend on the machine and its
@@ -55,6 +56,8 @@ READS = {
     "evidence (summary)": ("evidence", True),
 }
 P99_TARGET_MS = 50.0
+STATUS_P50_TARGET_MS = 5.0  # a polling IDE calls `status` most
+FIRST_CALL_TARGET_MS = 300.0  # each tool's first call in a session (imports, cold caches)
 COLD_TARGET_S = 1.5
 
 
@@ -154,6 +157,22 @@ async def cold_start(home: Home) -> float:
         return time.perf_counter() - started
 
 
+def meets(row: dict[str, Any]) -> bool:
+    """A table row's targets: p99, and for `status` also p50."""
+    p50_ok = row["tool"] != "status" or row["p50_ms"] <= STATUS_P50_TARGET_MS
+    return row["p99_ms"] < P99_TARGET_MS and p50_ok
+
+
+def slow_first_calls(phases: dict[str, Any]) -> dict[str, float]:
+    """The first calls in a session at or over their target, by "phase: tool"."""
+    return {
+        f"{phase}: {tool}": ms
+        for phase, result in phases.items()
+        for tool, ms in result["first_calls_ms"].items()
+        if ms >= FIRST_CALL_TARGET_MS
+    }
+
+
 def plan(candidate: str) -> dict[str, Any]:
     return {"hypothesis": DEMO_HYPOTHESIS, "candidates": [candidate]}
 
@@ -222,6 +241,7 @@ def print_tables(
     phases: dict[str, Any],
     rows: list[dict[str, Any]],
     cold: dict[str, Any],
+    slow_firsts: dict[str, float],
     load: float,
 ) -> None:
     during_tools = phases["during"]["tools"]
@@ -239,7 +259,7 @@ def print_tables(
         ("p95_ms", "p95 ms"),
         ("p99_ms", "p99 ms"),
         ("max_ms", "max ms"),
-        ("target", f"p99 < {P99_TARGET_MS:g} ms"),
+        ("target", f"p99 < {P99_TARGET_MS:g} ms (status: p50 <= {STATUS_P50_TARGET_MS:g})"),
     ]
     print(_common.table(rows, columns))
     print(
@@ -253,6 +273,14 @@ def print_tables(
             f"{phase}: load average {result['load']:.1f}; first calls in the session, not in "
             f"the table (ms): {firsts}"
         )
+    print(
+        f"first calls < {FIRST_CALL_TARGET_MS:g} ms: "
+        + (
+            "met"
+            if not slow_firsts
+            else "MISSED by " + ", ".join(f"{k} {v:.0f}" for k, v in slow_firsts.items())
+        )
+    )
     if args.smoke:
         print("smoke run: too few calls to judge the targets by")
 
@@ -269,11 +297,12 @@ def main() -> int:
         for tool, figures in result["tools"].items()
     ]
     cold = cold_figures(colds)
-    met = all(r["p99_ms"] < P99_TARGET_MS for r in rows) and cold["median_s"] < COLD_TARGET_S
     for row in rows:
-        row["target"] = "met" if row["p99_ms"] < P99_TARGET_MS else "MISSED"
+        row["target"] = "met" if meets(row) else "MISSED"
+    slow_firsts = slow_first_calls(phases)
+    met = all(meets(r) for r in rows) and not slow_firsts and cold["median_s"] < COLD_TARGET_S
     load = os.getloadavg()[0]
-    print_tables(args, phases, rows, cold, load)
+    print_tables(args, phases, rows, cold, slow_firsts, load)
     _common.emit(
         {
             "smoke": args.smoke,
@@ -282,6 +311,7 @@ def main() -> int:
             "phases": phases,
             "cold_start": cold,
             "targets_met": met,
+            "first_calls_missed_ms": slow_firsts,
         },
         args.json,
     )
