@@ -37,6 +37,7 @@ in 1-second phases, no demo.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -181,7 +182,7 @@ def bundle_row(evidence: Path) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = _common.parser(__doc__)
     ap.add_argument("--demo", type=int, default=0, help="demo runs beside the co-tenant")
     ap.add_argument("--on", type=float, default=20.0, help="seconds the co-tenant spins")
@@ -193,13 +194,14 @@ def main() -> int:
     ap.add_argument("--no-cotenant", action="store_true", help="the demos without it")
     ap.add_argument("--same-home", action="store_true", help="every demo in one home")
     ap.add_argument("--home", type=Path, default=None, help="that one home, kept afterwards")
-    args = ap.parse_args()
-    if args.smoke:
-        args.demo, args.on, args.off, args.seconds = 0, 1.0, 1.0, 4.0
+    return ap
+
+
+def measure(args: argparse.Namespace, cotenant: Cotenant) -> list[dict[str, Any]]:
+    """The demos' rows, beside the co-tenant unless --no-cotenant; without --demo the
+    co-tenant runs alone for its --seconds."""
     rows: list[dict[str, Any]] = []
     work = Path(tempfile.mkdtemp(prefix="cotenant-"))
-    cotenant = Cotenant(args.on, args.off, args.seconds)
-    began = time.monotonic()
     try:
         if args.no_cotenant:
             rows = [demo_row(work, i, args) for i in range(args.demo)]
@@ -212,6 +214,51 @@ def main() -> int:
                     cotenant.proc.wait(timeout=args.seconds + 30)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    """The demos' table, how many decided, and each open verdict's reason."""
+    columns = [
+        ("run", "run"),
+        ("seconds", "s"),
+        ("loadavg_before", "load@start"),
+        ("outcome", "outcome"),
+        ("decisions", "decisions"),
+        ("starts", "starts"),
+        ("learned", "learned"),
+        ("taken_mean", "taken mean"),
+        ("taken_max", "taken max"),
+        ("steal_mean", "steal mean"),
+        ("load_max", "loadavg max"),
+        ("waited_s", "waited s"),
+        ("started_busy", "started busy"),
+        ("set_aside", "set aside"),
+        ("names_load", "names load"),
+    ]
+    print(_common.table(rows, columns))
+    decided = sum(1 for r in rows if r["decided"])
+    promoted = sum(1 for r in rows if r["outcome"] == Outcome.PROMOTED.value)
+    left_open = [r for r in rows if not r["decided"]]
+    named = sum(1 for r in left_open if r["names_load"])
+    print(
+        f"decided in {decided} of {len(rows)} runs (target: at least 4 of 5), promoted in "
+        f"{promoted} (the demo's drafters are real gains: a decision that keeps the "
+        "baseline rejected them wrongly); "
+        f"{named} of {len(left_open)} open verdicts name the load (target: all)"
+    )
+    for r in left_open:
+        print(f"run {r['run']}: {r['reason']}")
+
+
+def main() -> int:
+    ap = _parser()
+    args = ap.parse_args()
+    if args.smoke:
+        args.demo, args.on, args.off, args.seconds = 0, 1.0, 1.0, 4.0
+    cotenant = Cotenant(args.on, args.off, args.seconds)
+    began = time.monotonic()
+    rows = measure(args, cotenant)
     figures = cotenant.figures
     duty = figures["cpu_s"] / figures["wall_s"] if figures.get("wall_s") else None
     mode = "none" if args.no_cotenant else f"{args.on:g} s on / {args.off:g} s off"
@@ -220,36 +267,7 @@ def main() -> int:
         f"{figures.get('wall_s', 0):.1f} s (duty {duty or 0:.2f})"
     )
     if rows:
-        columns = [
-            ("run", "run"),
-            ("seconds", "s"),
-            ("loadavg_before", "load@start"),
-            ("outcome", "outcome"),
-            ("decisions", "decisions"),
-            ("starts", "starts"),
-            ("learned", "learned"),
-            ("taken_mean", "taken mean"),
-            ("taken_max", "taken max"),
-            ("steal_mean", "steal mean"),
-            ("load_max", "loadavg max"),
-            ("waited_s", "waited s"),
-            ("started_busy", "started busy"),
-            ("set_aside", "set aside"),
-            ("names_load", "names load"),
-        ]
-        print(_common.table(rows, columns))
-        decided = sum(1 for r in rows if r["decided"])
-        promoted = sum(1 for r in rows if r["outcome"] == Outcome.PROMOTED.value)
-        left_open = [r for r in rows if not r["decided"]]
-        named = sum(1 for r in left_open if r["names_load"])
-        print(
-            f"decided in {decided} of {len(rows)} runs (target: at least 4 of 5), promoted in "
-            f"{promoted} (the demo's drafters are real gains: a decision that keeps the "
-            "baseline rejected them wrongly); "
-            f"{named} of {len(left_open)} open verdicts name the load (target: all)"
-        )
-        for r in left_open:
-            print(f"run {r['run']}: {r['reason']}")
+        print_rows(rows)
     if args.smoke:
         print("smoke run: the co-tenant alone, no target judged")
     shipped = load_policy("demo").service

@@ -308,9 +308,8 @@ def _print_rows(rows: list[dict[str, float]]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv)
-    setup = Setup(
+def _setup(args: argparse.Namespace) -> Setup:
+    return Setup(
         args.threshold_pct,
         args.start_noise,
         args.repeat_noise,
@@ -326,22 +325,26 @@ def main(argv: list[str] | None = None) -> int:
         args.confidence,
         args.screening,
     )
-    truths = [float(x) for x in args.true_speedups.split(",")]
-    began = time.monotonic()
-    tasks = [(setup, t, seed) for t in truths for seed in range(args.seeds)]
-    if args.jobs > 1:
-        with multiprocessing.Pool(args.jobs) as pool:
+
+
+def measure(setup: Setup, truths: list[float], seeds: int, jobs: int) -> list[dict[str, float]]:
+    """One row per true speedup: both protocols' rates over ``seeds`` simulated cycles."""
+    tasks = [(setup, t, seed) for t in truths for seed in range(seeds)]
+    if jobs > 1:
+        with multiprocessing.Pool(jobs) as pool:
             results = pool.map(simulate, tasks, chunksize=8)
     else:
         results = [simulate(t) for t in tasks]
     rows = []
     for i, truth in enumerate(truths):
-        chunk = results[i * args.seeds : (i + 1) * args.seeds]
+        chunk = results[i * seeds : (i + 1) * seeds]
         early = _rates([e for e, _ in chunk])
         fixed = _rates([f for _, f in chunk])
         rows.append({"true_speedup": truth, **early, **{f"fixed_{k}": v for k, v in fixed.items()}})
-    took = time.monotonic() - began
+    return rows
 
+
+def _print_settings(args: argparse.Namespace, took: float) -> None:
     reg = (
         f", one prompt at x{args.regressing_prompt:g}" if args.regressing_prompt is not None else ""
     )
@@ -354,6 +357,14 @@ def main(argv: list[str] | None = None) -> int:
         + (", screening" if args.screening else "")
         + f"; {took:.0f} s"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    truths = [float(x) for x in args.true_speedups.split(",")]
+    began = time.monotonic()
+    rows = measure(_setup(args), truths, args.seeds, args.jobs)
+    _print_settings(args, time.monotonic() - began)
     _print_rows(rows)
     _common.emit({"smoke": args.smoke, "rows": rows}, args.json)
     return 0

@@ -12,7 +12,8 @@ summary, which verifies the bundle and writes its report) M times among them:
   idle    after it has sealed.
 Then it times K cold starts: from starting `mcp-infra serve` to the first `tools/list` answer.
 
-Target: every read p99 < 50 ms, idle and during a cycle; median cold start < 1.5 s.
+Target: every read p99 < 50 ms, idle and during a cycle; `status` p50 <= 5 ms; each tool's first
+call in a session < 300 ms; median cold start < 1.5 s.
 Takes: two demo-policy cycles of one candidate and the calls, about 10 minutes on a loaded
 2-core machine. --smoke: one cycle under the smoke protocol, no cycle sealed before it, 5 calls
 each, 2 summaries, 1 cold start (about 1.5 minutes). Timings depend on the machine and its
@@ -24,6 +25,7 @@ load: quote the load average printed with them.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -54,6 +56,8 @@ READS = {
     "evidence (summary)": ("evidence", True),
 }
 P99_TARGET_MS = 50.0
+STATUS_P50_TARGET_MS = 5.0  # a polling IDE calls `status` most
+FIRST_CALL_TARGET_MS = 300.0  # each tool's first call in a session (imports, cold caches)
 COLD_TARGET_S = 1.5
 
 
@@ -153,11 +157,27 @@ async def cold_start(home: Home) -> float:
         return time.perf_counter() - started
 
 
+def meets(row: dict[str, Any]) -> bool:
+    """A table row's targets: p99, and for `status` also p50."""
+    p50_ok = row["tool"] != "status" or row["p50_ms"] <= STATUS_P50_TARGET_MS
+    return row["p99_ms"] < P99_TARGET_MS and p50_ok
+
+
+def slow_first_calls(phases: dict[str, Any]) -> dict[str, float]:
+    """The first calls in a session at or over their target, by "phase: tool"."""
+    return {
+        f"{phase}: {tool}": ms
+        for phase, result in phases.items()
+        for tool, ms in result["first_calls_ms"].items()
+        if ms >= FIRST_CALL_TARGET_MS
+    }
+
+
 def plan(candidate: str) -> dict[str, Any]:
     return {"hypothesis": DEMO_HYPOTHESIS, "candidates": [candidate]}
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = _common.parser(__doc__)
     ap.add_argument("--calls", type=int, default=200, help="calls of each tool per phase")
     ap.add_argument(
@@ -165,11 +185,28 @@ def main() -> int:
     )
     ap.add_argument("--cold", type=int, default=5, help="cold starts to time")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds to wait for a cycle")
-    args = ap.parse_args()
-    if args.smoke:
-        args.calls, args.summaries, args.cold = 5, 2, 1
+    return ap
+
+
+def during_cycle(home: Home, args: argparse.Namespace) -> dict[str, Any]:
+    """The reads while a second cycle runs (a detached supervisor), which is then waited for."""
+    queue_plan(home, plan("demo-tiny:draft-k4"))
+    cycle = supervisor(home)
+    try:
+        during = anyio.run(
+            lambda: calls(home, args.calls, args.summaries, cycle=cycle, timeout=args.timeout)
+        )
+        cycle.wait(timeout=args.timeout)
+    finally:
+        if cycle.poll() is None:
+            cycle.kill()
+            cycle.wait()
+    return during
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[float]]:
+    """Both phases' reads (during, idle) and the cold starts, in a fresh demo home."""
     phases: dict[str, Any] = {}
-    n = args.calls
     with tempfile.TemporaryDirectory(prefix="mcp-latency-") as tmp:
         home = Home(Path(tmp) / "home")
         config = prepare(home)
@@ -180,41 +217,34 @@ def main() -> int:
             if not args.smoke:  # a sealed bundle for `evidence` to read throughout
                 queue_plan(home, plan("demo-tiny:draft-k2"))
                 run_supervisor(home, timeout=args.timeout)
-            queue_plan(home, plan("demo-tiny:draft-k4"))
-            cycle = supervisor(home)
-            try:
-                phases["during"] = anyio.run(
-                    lambda: calls(
-                        home, args.calls, args.summaries, cycle=cycle, timeout=args.timeout
-                    )
-                )
-                cycle.wait(timeout=args.timeout)
-            finally:
-                if cycle.poll() is None:
-                    cycle.kill()
-                    cycle.wait()
+            phases["during"] = during_cycle(home, args)
             phases["idle"] = anyio.run(
-                lambda: calls(home, n, args.summaries, cycle=None, timeout=args.timeout)
+                lambda: calls(home, args.calls, args.summaries, cycle=None, timeout=args.timeout)
             )
             colds = [anyio.run(cold_start, home) for _ in range(args.cold)]
         finally:
             stop_home(home)
-    rows = [
-        {"phase": phase, "tool": tool, **figures, "target": "-"}
-        for phase, result in phases.items()
-        for tool, figures in result["tools"].items()
-    ]
-    cold = {
+    return phases, colds
+
+
+def cold_figures(colds: list[float]) -> dict[str, Any]:
+    return {
         "starts": len(colds),
         "median_s": round(statistics.median(colds), 3),
         "min_s": round(min(colds), 3),
         "max_s": round(max(colds), 3),
     }
-    met = all(r["p99_ms"] < P99_TARGET_MS for r in rows) and cold["median_s"] < COLD_TARGET_S
-    for row in rows:
-        row["target"] = "met" if row["p99_ms"] < P99_TARGET_MS else "MISSED"
+
+
+def print_tables(
+    args: argparse.Namespace,
+    phases: dict[str, Any],
+    rows: list[dict[str, Any]],
+    cold: dict[str, Any],
+    slow_firsts: dict[str, float],
+    load: float,
+) -> None:
     during_tools = phases["during"]["tools"]
-    load = os.getloadavg()[0]
     print(
         f"one stdio session per phase, {args.calls} rounds of the reads; during: "
         f"{during_tools.get('status', {}).get('calls', 0)} rounds saw the cycle running "
@@ -229,7 +259,7 @@ def main() -> int:
         ("p95_ms", "p95 ms"),
         ("p99_ms", "p99 ms"),
         ("max_ms", "max ms"),
-        ("target", f"p99 < {P99_TARGET_MS:g} ms"),
+        ("target", f"p99 < {P99_TARGET_MS:g} ms (status: p50 <= {STATUS_P50_TARGET_MS:g})"),
     ]
     print(_common.table(rows, columns))
     print(
@@ -243,8 +273,36 @@ def main() -> int:
             f"{phase}: load average {result['load']:.1f}; first calls in the session, not in "
             f"the table (ms): {firsts}"
         )
+    print(
+        f"first calls < {FIRST_CALL_TARGET_MS:g} ms: "
+        + (
+            "met"
+            if not slow_firsts
+            else "MISSED by " + ", ".join(f"{k} {v:.0f}" for k, v in slow_firsts.items())
+        )
+    )
     if args.smoke:
         print("smoke run: too few calls to judge the targets by")
+
+
+def main() -> int:
+    ap = _parser()
+    args = ap.parse_args()
+    if args.smoke:
+        args.calls, args.summaries, args.cold = 5, 2, 1
+    phases, colds = measure(args)
+    rows = [
+        {"phase": phase, "tool": tool, **figures, "target": "-"}
+        for phase, result in phases.items()
+        for tool, figures in result["tools"].items()
+    ]
+    cold = cold_figures(colds)
+    for row in rows:
+        row["target"] = "met" if meets(row) else "MISSED"
+    slow_firsts = slow_first_calls(phases)
+    met = all(meets(r) for r in rows) and not slow_firsts and cold["median_s"] < COLD_TARGET_S
+    load = os.getloadavg()[0]
+    print_tables(args, phases, rows, cold, slow_firsts, load)
     _common.emit(
         {
             "smoke": args.smoke,
@@ -253,6 +311,7 @@ def main() -> int:
             "phases": phases,
             "cold_start": cold,
             "targets_met": met,
+            "first_calls_missed_ms": slow_firsts,
         },
         args.json,
     )

@@ -33,7 +33,7 @@ from mcp_infra.contracts import (
     Semantics,
     TaskOutcome,
 )
-from mcp_infra.core.fidelity import measure, paired
+from mcp_infra.core.fidelity import matched_answers, measure
 from mcp_infra.core.gates import (
     check_sample,
     compare_greedy,
@@ -245,7 +245,7 @@ def agreement_gate(
     fails the gate, as it counts as not identical."""
     base_q = [s for s in baseline.samples if s.phase == "quality"]
     cand_q = [s for s in run.samples if s.phase == "quality"]
-    pairs = paired(baseline.greedy, run.greedy) + paired(base_q, cand_q, "task ")
+    pairs = matched_answers(baseline.greedy, run.greedy) + matched_answers(base_q, cand_q, "task ")
     m = measure(pairs, level=draws.level, resamples=draws.resamples, seed=draws.seed)
     if m is None:
         return GateResult(

@@ -1,7 +1,7 @@
 """A continuous measure of how closely a lossy candidate follows the baseline, on the same prompts.
 
 Each prompt's greedy output (the greedy passes and the quality tasks, temperature 0, the same
-messages on both sides) is paired with the baseline's first answer; a candidate that answered a
+messages on both sides) is matched with the baseline's first answer; a candidate that answered a
 prompt twice (again with its prefix cached) gives two pairs of that prompt. Per pair:
 
 - **identical**: the token ids are equal (the texts, where a runtime gives no token ids);
@@ -130,10 +130,10 @@ def pair_figures(prompt: str, baseline: Sample | None, candidate: Sample | None)
     )
 
 
-def paired(
+def matched_answers(
     baseline: Sequence[Sample], candidate: Sequence[Sample], group: str = ""
 ) -> list[PairFigures]:
-    """Every candidate answer paired with the baseline's first answer to its prompt (by repeat,
+    """Every candidate answer matched with the baseline's first answer to its prompt (by repeat,
     then order); a prompt one side lacks pairs with nothing. ``group`` prefixes the prompt key
     (greedy passes and quality tasks may share ids)."""
     key = lambda s: (s.prompt_id, s.repeat, s.order)  # noqa: E731

@@ -1,7 +1,7 @@
 """The quality tasks: each one's exact prompt and the answer its checker reads (core.answers).
 
 A quality suite (``policy/suites/*.yaml``, kind ``quality``) lists tasks by id and must carry
-each task's prompt exactly (``core.suites``), so a checker is never paired with a question it
+each task's prompt exactly (``core.suites``), so a checker is never matched with a question it
 was not written for. ``smoke`` is the quick check of four tasks; ``quality`` holds 35 short
 tasks phrased so that a small instruct model (SmolLM2-135M-Instruct) can answer some of them
 ("answer with a number", "answer in one sentence"): numbers, JSON objects, Python functions

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_infra.contracts import Sample
-from mcp_infra.core.fidelity import measure, next_token_kl, pair_figures, paired, top_token
+from mcp_infra.core.fidelity import matched_answers, measure, next_token_kl, pair_figures, top_token
 
 
 def lp(*pairs: tuple[int, float]) -> list[tuple[int, float]]:
@@ -94,7 +94,7 @@ def test_paired_uses_the_baselines_first_answer_and_every_candidate_answer() -> 
     base = [greedy("baseline", "a", [1, 2]), greedy("baseline", "b", [3])]
     again = greedy("c", "a", [1, 9]).model_copy(update={"repeat": 1})
     cand = [greedy("c", "a", [1, 2]), again, greedy("c", "z", [5])]
-    got = [(p.prompt, p.identical, p.prefix) for p in paired(base, cand, "g:")]
+    got = [(p.prompt, p.identical, p.prefix) for p in matched_answers(base, cand, "g:")]
     assert got == [("g:a", True, 2), ("g:a", False, 1), ("g:b", False, 0), ("g:z", False, 0)]
 
 
@@ -104,7 +104,7 @@ def _pairs(identical: int, total: int) -> list:
         greedy("c", f"p{i}", [1, 2, 3] if i < identical else [1, 5, 5], [lp((1, 0.8))] * 3)
         for i in range(total)
     ]
-    return paired(base, cand)
+    return matched_answers(base, cand)
 
 
 def test_the_measure_has_intervals_around_its_values_and_is_seeded() -> None:
@@ -125,6 +125,6 @@ def test_the_measure_has_intervals_around_its_values_and_is_seeded() -> None:
 def test_a_prompt_asked_twice_is_resampled_as_one() -> None:
     base = [greedy("baseline", "p", [1])]
     cand = [greedy("c", "p", [1]), greedy("c", "p", [2]).model_copy(update={"repeat": 1})]
-    m = measure(paired(base, cand), level=0.9, resamples=200, seed=1)
+    m = measure(matched_answers(base, cand), level=0.9, resamples=200, seed=1)
     assert m is not None and (m.pairs, m.prompts) == (2, 1)
     assert m.identical_share.low == m.identical_share.high == 0.5  # one cluster: no spread
