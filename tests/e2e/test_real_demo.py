@@ -6,13 +6,20 @@ verify` on the sealed bundle.
 The home's own `demo-real` policy shortens the shipped one: every answer stops at 12 tokens
 (the one-sentence and number answers fit; code and JSON answers do not, so the baseline fails
 those tasks and they are reported, not held) and one start per configuration. The quality
-suite, the budget and the gates are the shipped ones."""
+suite, the budget and the gates are the shipped ones.
+
+It runs only with ``MCP_INFRA_REAL_DEMO=1``: every judged configuration answers all 35 quality
+tasks, and the bf16 source decodes at about 2.6 tok/s on a 2-core CPU, so the cycle takes about
+45 minutes here, past the whole suite's budget in CI. The same gates and the same 4-bit/8-bit
+separation run in CI in tests/demo/test_real_quality.py (11 prompts, no cycle)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
 import yaml
 
 from mcp_infra.contracts import Decision, GateResult, Verdict
@@ -22,6 +29,11 @@ from mcp_infra.demo.smollm import RealModel
 from mcp_infra.state.catalog import load_suite, policy_dir
 from mcp_infra.state.store import CycleFiles, Home, read_model
 from tests.helpers.run import Spawn
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("MCP_INFRA_REAL_DEMO") != "1",
+    reason="the real demo's cycle takes about 45 min on 2 CPUs; MCP_INFRA_REAL_DEMO=1 runs it",
+)
 
 SHORT = {"max_tokens": 12, "timed_max_tokens": 8, "min_starts": 1, "max_starts": 1}
 
