@@ -160,23 +160,30 @@ def spawn_logged(
     from mcp_infra.state.store import private_dir  # here: the relay imports the stdlib only
 
     private_dir(log.parent)
-    with contextlib.suppress(OSError):  # there from the start, as a file opened for the process
-        os.close(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+    # The log is there from the start, locked before the process runs: the relay inherits the
+    # lock (``--hold-fd``), so a reader waiting on it (``settled``) never reads a process that
+    # ended before its relay had started as a finished, empty log.
+    hold = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with contextlib.suppress(OSError):
+        fcntl.flock(hold, fcntl.LOCK_EX | fcntl.LOCK_NB)
     read_end, write_end = os.pipe()
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "mcp_infra.procs.logpipe", "--path", str(log)],
+            [sys.executable, "-m", "mcp_infra.procs.logpipe", "--path", str(log)]
+            + ["--hold-fd", str(hold)],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             env=dict(env) if env is not None else None,
+            pass_fds=(hold,),
         )
     except BaseException:
         os.close(write_end)
         raise
     finally:
         os.close(read_end)
+        os.close(hold)
     try:
         return subprocess.Popen(
             list(argv),
@@ -230,10 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", required=True)
     parser.add_argument("--max-bytes", type=int, default=LOG_MAX_BYTES)
     parser.add_argument("--keep", type=int, default=LOG_KEEP)
+    parser.add_argument("--hold-fd", type=int, help="the log's lock taken for this relay")
     args = parser.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # only the end of the pipe ends a relay
     relay(sys.stdin.fileno(), Sink(Path(args.path), args.max_bytes, args.keep))
+    if args.hold_fd is not None:  # the log is complete: readers may go on
+        with contextlib.suppress(OSError):
+            os.close(args.hold_fd)
     return 0
 
 
