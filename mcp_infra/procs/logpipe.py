@@ -163,27 +163,31 @@ def spawn_logged(
     # The log is there from the start, locked before the process runs: the relay inherits the
     # lock (``--hold-fd``), so a reader waiting on it (``settled``) never reads a process that
     # ended before its relay had started as a finished, empty log.
-    hold = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # A full disk may refuse the file: the process starts all the same (the relay drops and
+    # counts what it cannot write).
+    hold = None
     with contextlib.suppress(OSError):
+        hold = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         fcntl.flock(hold, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    held = [] if hold is None else ["--hold-fd", str(hold)]
     read_end, write_end = os.pipe()
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "mcp_infra.procs.logpipe", "--path", str(log)]
-            + ["--hold-fd", str(hold)],
+            [sys.executable, "-m", "mcp_infra.procs.logpipe", "--path", str(log), *held],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             env=dict(env) if env is not None else None,
-            pass_fds=(hold,),
+            pass_fds=() if hold is None else (hold,),
         )
     except BaseException:
         os.close(write_end)
         raise
     finally:
         os.close(read_end)
-        os.close(hold)
+        if hold is not None:
+            os.close(hold)
     try:
         return subprocess.Popen(
             list(argv),

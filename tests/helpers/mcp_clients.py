@@ -150,8 +150,14 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.5, what: str = 
 
 
 def files_under(path: Path) -> set[str]:
+    """The files under ``path``, the proposals' lock file (``plans/.propose.lock``, which only
+    serializes proposals and holds nothing) left out."""
     return (
-        {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()}
+        {
+            str(p.relative_to(path))
+            for p in path.rglob("*")
+            if p.is_file() and p.name != ".propose.lock"
+        }
         if path.exists()
         else set()
     )
