@@ -39,6 +39,7 @@ from mcp_infra.procs.runtime import (
     LOOPBACK6,
     PortBusy,
     is_running,
+    loopback_client,
     port_open,
     port_owner_is,
     stop_server,
@@ -156,11 +157,8 @@ def ask_front(home: Home, timeout: float = 2.0) -> FrontStatus | None:
         if token:
             headers["authorization"] = f"Bearer {token}"
     try:
-        response = httpx.get(
-            f"http://{LOOPBACK}:{record.port}/health",
-            headers=headers,
-            timeout=timeout,
-            trust_env=False,
+        response = loopback_client().get(
+            f"http://{LOOPBACK}:{record.port}/health", headers=headers, timeout=timeout
         )
         data = response.json()
         fields = {k: v for k, v in data.items() if k in FrontStatus.model_fields}

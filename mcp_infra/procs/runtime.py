@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import signal
 import socket
@@ -48,6 +49,15 @@ from mcp_infra.state.runtimes import RuntimeEnvError, verify_recipe_runtime
 from mcp_infra.state.store import Home, flock_held, utcnow
 
 LOOPBACK = "127.0.0.1"
+
+
+@functools.cache
+def loopback_client() -> httpx.Client:
+    """One HTTP client per process for plain-HTTP requests to loopback ports (the front's
+    ``/health`` on every `status` call): building a client builds a TLS context with the CA
+    bundle, about 25 ms each time, and the connection pool keeps a connection open between
+    polls. Thread-safe; each request passes its own timeout."""
+    return httpx.Client(trust_env=False)
 
 
 class ServerStartError(ServerUnavailable):

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psutil
+import yaml
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -47,6 +48,14 @@ PLAN = {"hypothesis": "two ranks share the work", "candidates": [SPLIT]}
 # The split decodes about ten times slower than one process on a 2-core machine (two ranks
 # and their ring share the cores with the live backend): short answers keep each start short.
 SPLIT_PROTOCOL: dict[str, object] = {"repeats": 1, "warmup": 0, "max_tokens": 8}
+
+
+def forget_outcomes(home: Home) -> None:
+    """Turn recipe memory off in the home's own policy."""
+    (path,) = home.user_policy.glob("*.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["recipe_memory"] = False
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def measuring_split(start: int):  # noqa: ANN201 - a predicate over journal events
@@ -200,6 +209,9 @@ def test_a_killed_rank_rejects_the_candidate_and_recover_leaves_no_rank(
     assert first.orphans == [] and first.serving == "demo-split:single" and first.healthy
     killed_rank_s = time.monotonic() - began
 
+    # The same candidate again: its agreement gate failed above (its requests died with the
+    # rank), which recipe memory would remember and refuse; this cycle is about the supervisor.
+    forget_outcomes(home)
     queue_plan(home, PLAN)
     proc = supervisor(home)
     try:
