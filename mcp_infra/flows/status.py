@@ -32,12 +32,13 @@ from mcp_infra.core.progress import Progress, left_text, progress
 from mcp_infra.flows.views import View, checked_summary
 from mcp_infra.procs.front import (
     ask_front,
+    front_holds_port,
     front_record,
     front_status,
     read_route,
     status_age_s,
 )
-from mcp_infra.procs.runtime import is_running, port_owner_is
+from mcp_infra.procs.runtime import is_running
 from mcp_infra.state import evidence as evidence_mod
 from mcp_infra.state.context import HomeContext
 from mcp_infra.state.signing import home_fingerprint
@@ -240,7 +241,7 @@ class FrontSeen:
             record = front_record(home)
         except CorruptFile as exc:
             problems.append(str(exc))
-        alive = record is not None and is_running(record) and port_owner_is(record, port)
+        alive = front_holds_port(record, port)
         if not alive:
             return cls(record, alive)
         answered = ask_front(home, timeout=1.0)
