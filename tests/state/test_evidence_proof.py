@@ -1,7 +1,7 @@
 """Evidence that can be proven: forged bundles fail `evidence verify`, naming the failed check.
 
-One real cycle (real mlx_lm servers on the demo models; promotion by policy: a zero minimum
-speedup, so it does not depend on this machine's speed) is sealed once per module; each test
+One real cycle (real mlx_lm servers on the demo models; promotion by policy: any measured gain
+qualifies, so it does not depend on this machine's speed) is sealed once per module; each test
 forges a copy of its bundle. A forger *without* the key can re-hash MANIFEST.json (and even
 rewrite the signed Statement); a careless forger *with* the key re-signs too. Both are caught.
 """
@@ -30,7 +30,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.sanitize import plan_content_hash
 from mcp_infra.core.selector import DECISION_METHOD
-from mcp_infra.demo.homes import PROMOTING_PROTOCOL, make_home, stop_home
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
 from mcp_infra.faces import cli
 from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence, sealing, signing
@@ -48,43 +48,20 @@ CANDIDATES = ["demo-tiny:draft-k4", "demo-tiny:kv8"]
 def sealed_home(
     tmp_path_factory: pytest.TempPathFactory, demo_models: dict[str, Path]
 ) -> Iterator[tuple[Home, str]]:
-    # A promotion by policy with the drift check on: the drift tolerance must stay below the
-    # minimum speedup (a policy rule), so both are loose (a busy machine drifts; drift samples
-    # are still taken). Judged over three starts per side at 90% confidence, not the 60% of
-    # conftest.PROMOTING_PROTOCOL: the drift check allows one re-measure the start spread at the
-    # protocol's confidence beyond its tolerance, and at 60% that allowance is a quarter of one
-    # spread. On 2026-12-03 CI kept the baseline in both tries, and this machine in its first,
-    # with k4 at 2.04x (60% interval 1.96x to 2.13x) made inconclusive by a drift start at
-    # 1.223x (its three baseline starts: 25.2, 26.6 and 24.4 tok/s; the drift start 30.4).
+    # A promotion by policy, not by this machine's speed: any measured gain qualifies
+    # (demo.homes.PROMOTE_ANY_GAIN: an estimate above 1.000x, an interval above 0.5x, judged over
+    # three starts per side). A real bar with the drift check on makes a 2-core machine's speed
+    # swings decide whether these tests get their bundle (docs/benchmarks.md). The drift check's
+    # rule (its tolerance below the minimum speedup) cannot hold under a bar below zero: the
+    # drift re-measure on real servers is tested by the A/A cycle in
+    # tests/e2e/test_measure_cycle.py, the rule itself in tests/core/test_decisions.py.
     home = make_home(
-        tmp_path_factory.mktemp("proof") / "home",
-        demo_models,
-        thresholds={
-            "min_speedup_pct": {"default": 30.0, "low": 0.0, "high": 200.0},
-            "worst_prompt_tolerance_pct": 100.0,
-        },
-        drift_check=True,
-        drift_tolerance_pct=25.0,
-        **{**PROMOTING_PROTOCOL, "confidence": 0.9},
-        # 64-token answers, as the demo's: at 24 the winner's held-out gain measured 1.34x
-        # [1.23x, 1.47x], too close to a 1.25x threshold (the demo's held-out gains at 64
-        # tokens: 1.60x to 1.77x).
-        max_tokens=64,
+        tmp_path_factory.mktemp("proof") / "home", demo_models, thresholds=PROMOTE_ANY_GAIN
     )
     try:
-        # One more cycle if the machine's speed refused the first: on this 2-core machine it
-        # can swing beyond 25% between starts (the fixture's drift start measured the baseline
-        # at 0.739x and at 1.511x of its rounds in two full runs), and the drift check then
-        # rightly keeps the baseline; a held-out start can land in a slow moment as well, and
-        # three starts per side can leave the drafter open (2026-12-02's full run: k4
-        # inconclusive on a quiet machine, whose starts moved by up to 45% that morning). These
-        # tests need a promoted, sealed cycle; the drift, held-out and interval rules are tested
-        # in tests/core/test_decisions.py and tests/core/test_selector.py. A fifth refusal fails
-        # the fixture (a try that promotes ends the loop, so a good run pays for one cycle). Three
-        # were not enough on 2026-12-04: a held-out gain of 1.396x [1.243x, 1.568x] under the
-        # 1.3x bar, a drift start at 0.727x, and k4 left open, in one full run (this VM's
-        # unpinned servers run spells at 40% speed that no load counter sees: docs/cycle.md).
-        for _ in range(5):
+        # One more cycle if a try keeps the baseline all the same (the drafter's estimate at or
+        # under 1.000x in a slow spell of this machine); a third refusal fails the fixture.
+        for _ in range(3):
             home.enqueue(freeze(home, CANDIDATES))
             (summary,) = supervise(home, ignore_window=True)
             if summary.outcome == Outcome.PROMOTED:
@@ -294,11 +271,11 @@ def test_the_real_cycle_promoted_and_its_bundle_verifies(sealed_home: tuple[Home
         "SIGNATURE.dsse.json",
     } <= names
     assert any(n.startswith("inputs/registry/") for n in names)
-    # warm-up, drift and online samples are all sealed, and covered by the signed digest
+    # warm-up, held-out and online samples are all sealed, and covered by the signed digest
     counts = InTotoStatement.model_validate_json(
         signing.payload_of(read_model(bundle / evidence.SIGNATURE, DsseEnvelope))
     ).predicate.sample_counts
-    assert counts.get("warmup") and counts.get("drift") and counts.get("verify")
+    assert counts.get("warmup") and counts.get("heldout") and counts.get("verify")
     # the key: private 0600, outside evidence/
     private = signing.private_key_path(home)
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
