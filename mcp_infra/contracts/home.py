@@ -62,6 +62,13 @@ class RememberedOutcome(Part):
     reasons: list[str] = Field(default_factory=list)
     gates: list[RememberedGate] = Field(default_factory=list)
     started: bool = True
+    failed_requests: int = Field(
+        0,
+        ge=0,
+        description="requests of its selection run that got no answer (its server died, hung or "
+        "refused): a gate that failed beside them judged no answers, so it is not held against "
+        "the recipe",
+    )
     speedup_estimate: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None

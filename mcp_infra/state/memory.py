@@ -15,7 +15,9 @@ depend on the plan (``lossless``, ``smoke``, ``quality``, ``agreement``; ``memor
 failed under a cap at least as loose as the policy's) is refused with a reason naming the cycle and
 the gate. Change any of them — edit the manifest, upgrade mlx-vlm, rebuild the model, change the
 policy — and it runs again. Measurements that were merely too slow or inconclusive are never
-skipped: noise is not a reason to stop measuring.
+skipped: noise is not a reason to stop measuring. Nor is a gate that failed in a run whose
+requests went unanswered (a server killed for memory, a rank that died, a hang): it judged the
+machine's moment, not the recipe's answers.
 
 Only the supervisor writes (``record``, at sealing); everything else reads. A sealed bundle that
 was never recorded (a crash between sealing and recording, or bundles older than this module) is
@@ -144,9 +146,9 @@ def from_bundle(home: Home, cycle_id: str, *, env_now: bool = False) -> CycleMem
         outcomes = [_approved(shared, summary, recipes, approval_of)]
     elif verdict is not None:
         cap = plan.thresholds.max_peak_memory_gb if plan else None
-        started = _selection_started(files)
+        runs = _selection_runs(files)
         outcomes = [
-            _judged(shared, summary, verdict, item, recipes.get(item.candidate, {}), cap, started)
+            _judged(shared, summary, verdict, item, recipes.get(item.candidate, {}), cap, runs)
             for item in verdict.candidates
         ]
     else:
@@ -175,18 +177,26 @@ def _journaled(
     return recipes, approval_of
 
 
-def _selection_started(files: CycleFiles) -> dict[str, bool]:
-    """Whether each candidate's selection run started (held-out and live runs are not the
-    candidate's start)."""
-    started: dict[str, bool] = {}
+@dataclass(frozen=True)
+class _RunFacts:
+    """What memory keeps of a candidate's selection run (held-out and live runs are not it)."""
+
+    started: bool = True
+    failed_requests: int = 0
+
+
+def _selection_runs(files: CycleFiles) -> dict[str, _RunFacts]:
+    """Each candidate's selection run: did it start, how many of its requests got no answer."""
+    facts: dict[str, _RunFacts] = {}
     for run_file in sorted(files.runs.glob("*.json")):
         try:
             run = read_model(run_file, CandidateRun)
         except CorruptFile:
             continue
         if run.purpose == "selection":
-            started[run.candidate] = run.started
-    return started
+            failed = sum(1 for s in [*run.samples, *run.greedy] if s.error is not None)
+            facts[run.candidate] = _RunFacts(run.started, failed)
+    return facts
 
 
 @dataclass
@@ -242,9 +252,10 @@ def _judged(
     item: CandidateVerdict,
     recipe: dict[str, JSONValue],
     cap: float | None,
-    started: dict[str, bool],
+    runs: dict[str, _RunFacts],
 ) -> RememberedOutcome:
     """One candidate the cycle's verdict judged, with its gates and figures."""
+    run = runs.get(item.candidate, _RunFacts())
     return shared.outcome(
         item.candidate,
         recipe,
@@ -253,7 +264,8 @@ def _judged(
         gates=[
             RememberedGate(gate=g.gate, passed=g.passed, detail=g.detail[:300]) for g in item.gates
         ],
-        started=started.get(item.candidate, True),
+        started=run.started,
+        failed_requests=run.failed_requests,
         speedup_estimate=item.speedup_estimate,
         ci_low=item.ci_low,
         ci_high=item.ci_high,
@@ -328,7 +340,10 @@ def skip_reason(outcome: RememberedOutcome | None, policy: Policy) -> str | None
     if outcome is None or outcome.decision != Decision.REJECTED:
         return None
     failed = [g for g in outcome.gates if not g.passed]
-    blocking = [g for g in failed if g.gate in PLAN_INDEPENDENT_GATES]
+    # Requests that got no answer: the gates beside them judged the server's moment, not the
+    # recipe's answers (module notes); the memory gate reads the measured peak, which stands.
+    judged = () if outcome.failed_requests else PLAN_INDEPENDENT_GATES
+    blocking = [g for g in failed if g.gate in judged]
     if not blocking:
         loose = policy.thresholds.max_peak_memory_gb.default
         blocking = [

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-import yaml
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -30,8 +29,8 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.demo.homes import make_split_home
 from mcp_infra.flows.supervisor import operator_recover, supervise
-from mcp_infra.state import evidence
-from mcp_infra.state.context import service_record
+from mcp_infra.state import evidence, memory
+from mcp_infra.state.context import HomeContext, service_record
 from mcp_infra.state.store import CycleFiles, Home, file_safe, read_model, read_optional
 from tests.helpers.faultkit import (
     inspect,
@@ -48,14 +47,6 @@ PLAN = {"hypothesis": "two ranks share the work", "candidates": [SPLIT]}
 # The split decodes about ten times slower than one process on a 2-core machine (two ranks
 # and their ring share the cores with the live backend): short answers keep each start short.
 SPLIT_PROTOCOL: dict[str, object] = {"repeats": 1, "warmup": 0, "max_tokens": 8}
-
-
-def forget_outcomes(home: Home) -> None:
-    """Turn recipe memory off in the home's own policy."""
-    (path,) = home.user_policy.glob("*.yaml")
-    data = yaml.safe_load(path.read_text())
-    data["recipe_memory"] = False
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def measuring_split(start: int):  # noqa: ANN201 - a predicate over journal events
@@ -209,9 +200,13 @@ def test_a_killed_rank_rejects_the_candidate_and_recover_leaves_no_rank(
     assert first.orphans == [] and first.serving == "demo-split:single" and first.healthy
     killed_rank_s = time.monotonic() - began
 
-    # The same candidate again: its agreement gate failed above (its requests died with the
-    # rank), which recipe memory would remember and refuse; this cycle is about the supervisor.
-    forget_outcomes(home)
+    # The same candidate again: its agreement gate failed above by the requests that died with
+    # the rank, which recipe memory does not hold against the recipe (state.memory).
+    (remembered,) = memory.outcomes(home, judged.candidate)
+    assert (
+        remembered.failed_requests > 0
+        and memory.skip_reason(remembered, HomeContext(home).policy) is None
+    )
     queue_plan(home, PLAN)
     proc = supervisor(home)
     try:

@@ -12,6 +12,7 @@ from mcp_infra.contracts import CandidateRun, Decision
 from mcp_infra.core.sanitize import PlanRefused
 from mcp_infra.flows import api as app
 from mcp_infra.state import memory
+from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import Home
 from tests.helpers.synthetic_bundle import (
     baseline_run,
@@ -199,3 +200,31 @@ def test_the_watcher_lets_queued_plans_wait_for_the_window(home: Home) -> None:
     assert watch(home, interval_s=60, max_looks=2, sleep=slept.append, log=lines.append) == []
     assert slept == [60] and len(home.queued()) == 1
     assert any("queued plans wait: the policy's window is 'never'" in line for line in lines)
+
+
+def test_a_gate_failed_beside_unanswered_requests_is_not_held_against_the_recipe(
+    home: Home,
+) -> None:
+    """A candidate whose server died mid-run (an OOM kill, a dead rank) fails the lossless gate
+    by the requests it never answered: recipe memory records how many, and does not skip it."""
+    write_manifest(home)
+    plan = freeze(home, [BAD])
+    ids = {pid: list(range(1, 17)) for pid in prompts(plan)}
+    greedy = greedy_ids(BAD, plan, ids)
+    dead = "server process exited with code -9 before answering"
+    greedy = [greedy[0].model_copy(update={"error": dead, "token_ids": None}), *greedy[1:]]
+    run = CandidateRun(
+        candidate=BAD, samples=timing(BAD, plan, 14.0), greedy=greedy, peak_memory_gb=0.3
+    )
+    base = baseline_run(plan, greedy_ids("baseline", plan, ids))
+    seal(home, plan, base, [run])
+    (bad,) = memory.outcomes(home, BAD)
+    assert [g.gate for g in bad.gates if not g.passed] == ["lossless"]
+    assert "candidate request failed" in next(g.detail for g in bad.gates if g.gate == "lossless")
+    assert bad.failed_requests == 1
+    assert memory.skip_reason(bad, load_policy("default")) is None
+    # the same gate failed on answers that were given and differ: held against the recipe
+    judged = bad.model_copy(update={"failed_requests": 0})
+    assert "failed the lossless gate" in (memory.skip_reason(judged, load_policy("default")) or "")
+    view = app.propose(home, {"hypothesis": "again", "candidates": [BAD]}, dry_run=True)
+    assert view.accepted, view
