@@ -29,7 +29,7 @@ from mcp_infra.faces import render
 from mcp_infra.faces.live_status import register_status
 from mcp_infra.faces.mcp_guard import ArgumentGuard, one_line_logging, protocol_error
 from mcp_infra.faces.mcp_resources import register_resources
-from mcp_infra.faces.mcp_tools import BROKEN, MODES, Mode, ServerEnv, register_tools
+from mcp_infra.faces.mcp_tools import BROKEN, MODES, Mode, ServerEnv, Tools, register_tools
 from mcp_infra.flows import api as app
 from mcp_infra.flows import planning
 from mcp_infra.state.store import Home
@@ -37,9 +37,12 @@ from mcp_infra.state.store import Home
 __all__ = ["MODES", "Mode", "ServeOptions", "build_server", "serve"]
 
 
-def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = True) -> MCPServer:
+def build_server(
+    home: Home, mode: Mode = "propose", start_supervisor: bool = True, *, warm: bool = False
+) -> MCPServer:
     """The MCP server for one home directory. ``start_supervisor=False`` only queues plans
-    (someone runs `mcp-infra supervise`)."""
+    (someone runs `mcp-infra supervise`); ``warm`` computes the registry in the background
+    as it starts (`serve`: a session's first `registry` call then finds it kept)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     one_line_logging()
@@ -56,6 +59,8 @@ def build_server(home: Home, mode: Mode = "propose", start_supervisor: bool = Tr
     register_resources(server, env)
     server.status_notifier = register_status(server, home, mode)  # type: ignore[attr-defined]
     register_prompt(server, env)
+    if warm:
+        Tools(env).warm()
     return server
 
 
@@ -107,7 +112,7 @@ class ServeOptions:
 
 def serve(home: Home, options: ServeOptions) -> int:
     """`mcp-infra serve`: stdio (stdout is the wire: nothing else is printed there) or HTTP."""
-    server = build_server(home, options.mode, start_supervisor=options.start_supervisor)
+    server = build_server(home, options.mode, options.start_supervisor, warm=True)
     if options.mode == "autonomous" and options.start_supervisor:
         app.ensure_watcher(home)
     if options.transport == "stdio":

@@ -15,6 +15,7 @@ their text.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -123,15 +124,24 @@ class Tools:
     def __init__(self, env: ServerEnv) -> None:
         self.env = env
 
+    def _registry_read(
+        self, candidate_id: str | None, only: app.RegistryFilter
+    ) -> tuple[object, Callable[[], app.RegistryView]]:
+        """The read cache's key of a registry answer, and how to compute it."""
+        home = self.env.home
+        key = ("registry", candidate_id, only.model_dump_json())
+        return key, lambda: app.registry_view(home, candidate_id, wait_costs=False, only=only)
+
     def _registry(self) -> app.RegistryView:
         """The whole registry view, kept while nothing it reads has changed."""
-        home = self.env.home
-        only = app.RegistryFilter()
-        return self.env.reads.get(
-            ("registry", None, only.model_dump_json()),
-            registry_inputs(home),
-            lambda: app.registry_view(home, wait_costs=False, only=only),
-        )
+        key, compute = self._registry_read(None, app.RegistryFilter())
+        return self.env.reads.get(key, registry_inputs(self.env.home), compute)
+
+    def warm(self) -> None:
+        """The whole registry view computed in the background as a server starts, so the first
+        `registry` call of a session (the costliest read) finds it kept."""
+        key, compute = self._registry_read(None, app.RegistryFilter())
+        self.env.reads.warm(key, lambda: registry_inputs(self.env.home), compute)
 
     def status(self) -> Annotated[CallToolResult, app.StatusView]:
         try:
@@ -169,12 +179,9 @@ class Tools:
             preflight=preflight,
             verdict=verdict,
         )
+        key, compute = self._registry_read(candidate_id, only)
         try:
-            view = self.env.reads.get(
-                ("registry", candidate_id, only.model_dump_json()),
-                registry_inputs(home),
-                lambda: app.registry_view(home, candidate_id, wait_costs=False, only=only),
-            )
+            view = self.env.reads.get(key, registry_inputs(home), compute)
         except BROKEN as exc:
             raise broken(exc) from exc
         if candidate_id and not view.candidates:

@@ -5,9 +5,9 @@ past cycles learned) and an agent calls it over and over. Its answer is kept key
 identity, size and modification time of every file and folder it reads (shipped and home
 manifests and policies, the home's config, service record, memory and evidence, the model and
 hub cache folders, the projection cache, the runtime environments' locks, the import path for
-installed versions). Host facts
-that drift without a file changing (free memory and disk) are re-read at most ``ttl`` seconds
-later.
+installed versions). Host facts that drift without a file changing (free memory and disk) are
+refreshed in the background once ``ttl`` seconds have passed, the kept answer served meanwhile.
+A server computes the whole registry as it starts (``ReadCache.warm``).
 """
 
 from __future__ import annotations
@@ -70,20 +70,59 @@ def registry_inputs(home: Home) -> Stamp:
 
 
 class ReadCache:
-    """One cached answer per key, recomputed when the inputs' stamps change or ``ttl`` passes."""
+    """One cached answer per key. A change in the inputs' stamps recomputes it before the answer;
+    past ``ttl`` with the same stamps (host facts that drift without a file changing) the kept
+    answer is served and one refresh runs in the background, so a polling client never waits for
+    a recomputation that no file asked for. One computation per key at a time: a caller that
+    finds one running waits for it and takes its answer."""
 
     def __init__(self, ttl: float = 10.0) -> None:
         self.ttl = ttl
         self._lock = threading.Lock()
         self._entries: dict[object, tuple[Stamp, float, object]] = {}
+        self._flights: dict[object, threading.Lock] = {}
 
     def get(self, key: object, inputs: Stamp, compute: Callable[[], T]) -> T:
-        now = time.monotonic()
         with self._lock:
             hit = self._entries.get(key)
-        if hit is not None and hit[0] == inputs and now - hit[1] < self.ttl:
-            return hit[2]  # type: ignore[return-value]
-        value = compute()
+        if hit is None or hit[0] != inputs:
+            return self._compute(key, inputs, compute)
+        if time.monotonic() - hit[1] >= self.ttl:
+            self._in_background(key, lambda: inputs, compute)
+        return hit[2]  # type: ignore[return-value]
+
+    def warm(self, key: object, inputs: Callable[[], Stamp], compute: Callable[[], T]) -> None:
+        """Compute ``key`` in the background now (a server that has just started), so the first
+        call of a session finds it kept; a call that comes first waits for this computation."""
+        self._in_background(key, inputs, compute)
+
+    def _flight(self, key: object) -> threading.Lock:
         with self._lock:
-            self._entries[key] = (inputs, now, value)
-        return value
+            return self._flights.setdefault(key, threading.Lock())
+
+    def _compute(self, key: object, inputs: Stamp, compute: Callable[[], T]) -> T:
+        with self._flight(key):
+            with self._lock:
+                hit = self._entries.get(key)
+            if hit is not None and hit[0] == inputs and time.monotonic() - hit[1] < self.ttl:
+                return hit[2]  # type: ignore[return-value]  # what the flight waited for made
+            started = time.monotonic()
+            value = compute()
+            with self._lock:
+                self._entries[key] = (inputs, started, value)
+            return value
+
+    def _in_background(
+        self, key: object, inputs: Callable[[], Stamp], compute: Callable[[], object]
+    ) -> None:
+        if self._flight(key).locked():
+            return  # a computation of this key is running: its answer will be kept
+
+        def run() -> None:
+            try:
+                self._compute(key, inputs(), compute)
+            except Exception:  # noqa: BLE001  the next call computes in the open and says why
+                with self._lock:
+                    self._entries.pop(key, None)
+
+        threading.Thread(target=run, name="read-cache", daemon=True).start()
