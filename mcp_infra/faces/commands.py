@@ -21,6 +21,7 @@ from mcp_infra.errors import ExitCode, Interrupted, McpInfraError
 from mcp_infra.faces import evidence_cli, render
 from mcp_infra.faces.refusals import person_fix
 from mcp_infra.flows import api as app
+from mcp_infra.flows.journal import stop_requested
 from mcp_infra.state.context import active_recipe, load_config, window_state
 from mcp_infra.state.store import Home
 
@@ -195,12 +196,13 @@ def cmd_gate(home: Home, args: argparse.Namespace) -> int:
 @contextmanager
 def stopping_on_signals() -> Iterator[None]:
     """SIGINT and SIGTERM raise ``Interrupted`` in the main thread (once; later signals are
-    ignored while the command puts things back)."""
+    ignored while the command puts things back), after any step held against them
+    (``journal.stops_held``: a plan taken from the queue and its cycle's first journal line)."""
 
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Interrupted(signum)
+        stop_requested(signum)  # raises Interrupted, at once or as a held step ends
 
     before = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

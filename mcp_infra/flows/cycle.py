@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -102,8 +103,18 @@ def new_cycle_id(plan: FrozenPlan) -> str:
     return f"c-{utcnow().strftime('%Y%m%d-%H%M%S')}-{plan.content_hash[:6]}"
 
 
-def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
-    """Run one frozen plan to a sealed evidence bundle. Never leaves the service unrestored."""
+@dataclass(frozen=True)
+class Begun:
+    """A cycle whose first journal line is written: from here recovery accounts for its plan."""
+
+    cycle_id: str
+    journal: Journal
+    started: datetime
+
+
+def begin_cycle(home: Home, plan: FrozenPlan) -> Begun:
+    """The plan taken from the queue: its cycle's folder, plan, usage mark and first journal
+    line (the supervisor runs this with stop signals held, ``journal.stops_held``)."""
     cycle_id = new_cycle_id(plan)
     cdir = home.cycle_dir(cycle_id)
     cdir.mkdir(parents=True, exist_ok=True)
@@ -112,6 +123,12 @@ def run_cycle(home: Home, plan: FrozenPlan) -> CycleSummary:
     journal = Journal(home, cycle_id)
     started = utcnow()
     journal(CycleState.QUEUED, "plan taken from the queue", plan_id=plan.plan_id)
+    return Begun(cycle_id, journal, started)
+
+
+def run_cycle(home: Home, plan: FrozenPlan, begun: Begun) -> CycleSummary:
+    """Run one begun cycle to a sealed evidence bundle. Never leaves the service unrestored."""
+    cycle_id, journal, started = begun.cycle_id, begun.journal, begun.started
     try:
         try:
             result = run_steps(CycleContext.open(home, plan, journal))

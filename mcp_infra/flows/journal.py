@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import psutil
@@ -22,6 +23,7 @@ from mcp_infra.contracts import (
     JournalStep,
     SupervisorRecord,
 )
+from mcp_infra.errors import Interrupted
 from mcp_infra.state.store import (
     Home,
     utcnow,
@@ -97,3 +99,36 @@ def supervisor_record(cycle_id: str | None) -> SupervisorRecord:
         started_at=utcnow(),
         cycle_id=cycle_id,
     )
+
+
+class _Stops:
+    """A stop signal that reached a held step, for ``stops_held`` to raise as the step ends."""
+
+    depth = 0
+    pending: int | None = None
+
+
+_STOPS = _Stops()
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """A step that a stop request (SIGINT, SIGTERM through ``stop_requested``) does not split:
+    one that arrives meanwhile raises ``Interrupted`` as the step ends."""
+    _STOPS.depth += 1
+    try:
+        yield
+    finally:
+        _STOPS.depth -= 1
+    if _STOPS.depth == 0 and _STOPS.pending is not None:
+        signum, _STOPS.pending = _STOPS.pending, None
+        raise Interrupted(signum)
+
+
+def stop_requested(signum: int) -> None:
+    """What a long-running command's SIGINT or SIGTERM handler does: raise ``Interrupted`` in
+    the main thread now, or, inside a held step (``stops_held``), as that step ends."""
+    if _STOPS.depth:
+        _STOPS.pending = signum
+        return
+    raise Interrupted(signum)

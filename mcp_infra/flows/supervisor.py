@@ -20,8 +20,8 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.errors import ServerUnavailable
-from mcp_infra.flows.cycle import run_cycle
-from mcp_infra.flows.journal import Journal, supervisor_record
+from mcp_infra.flows.cycle import begin_cycle, run_cycle
+from mcp_infra.flows.journal import Journal, stops_held, supervisor_record
 from mcp_infra.flows.promotion import CycleResult, commit, conclude, restore
 from mcp_infra.procs.logpipe import CYCLE_ROOM_BYTES, room_problem
 from mcp_infra.procs.runtime import PortBusy, ServerStartError
@@ -194,8 +194,12 @@ def _run_queue(home: Home, summaries: list[CycleSummary], ignore_window: bool) -
             return False  # the plan waits in the queue for the window
         entry = queued[0]
         plan = read_model(entry, FrozenPlan)
+        # A stop request (SIGINT, SIGTERM) lands before the plan is taken (it stays queued) or
+        # after its cycle's first journal line (recovery seals it as interrupted), never between.
+        with stops_held():
+            begun = begin_cycle(home, plan)
         try:
-            summary = run_cycle(home, plan)
+            summary = run_cycle(home, plan, begun)
         finally:
             home.retire(entry)
         summaries.append(summary)
