@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import queue
+import os
 import statistics
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -47,6 +46,13 @@ from mcp_infra.core.screening import screens
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.flows.measure import (
     timed_tokens,
+)
+from mcp_infra.flows.projection_jobs import (
+    BACKGROUND,
+    NICE,
+    ProjectionJob,
+    ProjectionJobs,
+    failed_projection,
 )
 from mcp_infra.flows.simulation import Projection, Setting, project, prompt_tokens, sim_recipe
 from mcp_infra.state.catalog import load_policy, load_suite
@@ -621,30 +627,23 @@ def plan_cost(
     if not bundles:
         return PlanCost(basis="unknown", why=NO_FIGURES, configurations=plan.candidates, mode=mode)
     key = _cost_key(bundles, plan, policy, live_recipe, mode, recipes, seeds)
-    folder = home.projections
-    path = folder / f"{key}.json"
+    path = home.projections / f"{key}.json"
     with contextlib.suppress(CorruptFile):
         if (cached := read_optional(path, PlanCost)) is not None:
             return cached
-
-    def compute() -> PlanCost:
-        try:
-            cost = project_cost(bundles, plan, policy, live_recipe, mode, recipes, seeds)
-        except Exception as exc:  # a projection never breaks the answer it is part of
-            cost = PlanCost(
-                basis="unknown",
-                why=f"the projection failed: {type(exc).__name__}: {exc}"[:1000],
-                configurations=plan.candidates,
-                mode=mode,
-            )
-        private_dir(folder)
-        write_model(path, cost)
-        _prune(folder)
-        return cost
-
+    job = ProjectionJob(
+        path=str(path),
+        bundles=[str(b) for b in bundles],
+        plan=plan,
+        policy=policy,
+        live_recipe=live_recipe,
+        mode=mode,
+        recipes=dict(recipes),
+        seeds=seeds,
+    )
     if wait:
-        return compute()
-    _BACKGROUND.submit(key, compute)
+        return keep_projection(job)
+    BACKGROUND.submit(key, job)
     return PlanCost(
         basis="pending",
         why=f"being projected from {bundles[0].name} (a few seconds); ask again",
@@ -653,56 +652,43 @@ def plan_cost(
     )
 
 
+def keep_projection(job: ProjectionJob) -> PlanCost:
+    """Compute one projection and keep it in the home's projection cache (a projection never
+    breaks the answer it is part of: one that fails is kept with the reason)."""
+    try:
+        cost = project_cost(
+            [Path(b) for b in job.bundles],
+            job.plan,
+            job.policy,
+            job.live_recipe,
+            job.mode,
+            job.recipes,
+            job.seeds,
+        )
+    except Exception as exc:  # noqa: BLE001  said in the answer instead
+        cost = failed_projection(job, f"{type(exc).__name__}: {exc}")
+    path = Path(job.path)
+    private_dir(path.parent)
+    write_model(path, cost)
+    _prune(path.parent)
+    return cost
+
+
 def _prune(folder: Path, keep: int = CACHE_KEEP) -> None:
     files = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in files[keep:]:
         old.unlink(missing_ok=True)
 
 
-class _Background:
-    """One daemon thread that computes projections a fast read asked for, each key once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[str, Callable[[], object]]] = queue.Queue()
-        self._keys: set[str] = set()
-        self._thread: threading.Thread | None = None
-
-    def submit(self, key: str, job: Callable[[], object]) -> None:
-        with self._lock:
-            if key in self._keys:
-                return
-            self._keys.add(key)
-            self._queue.put((key, job))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="projections", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            try:
-                key, job = self._queue.get(timeout=5.0)
-            except queue.Empty:
-                with self._lock:
-                    if self._queue.empty():
-                        self._thread = None
-                        return
-                continue
-            try:
-                job()
-            finally:
-                with self._lock:
-                    self._keys.discard(key)
-
-    def drain(self, timeout: float = 60.0) -> bool:
-        """Wait until every submitted projection is done (tests, and a process about to exit)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._keys:
-                    return True
-            time.sleep(0.02)
-        return False
+def main(argv: list[str]) -> int:
+    """A child of ``projection_jobs.run_batch``: compute and keep every job of the file
+    ``argv[0]``, at low priority."""
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    for job in read_model(Path(argv[0]), ProjectionJobs).jobs:
+        keep_projection(job)
+    return 0
 
 
-_BACKGROUND = _Background()
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

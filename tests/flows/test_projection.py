@@ -42,6 +42,7 @@ from mcp_infra.core.admission import unserved_limit
 from mcp_infra.demo.homes import write_test_policy
 from mcp_infra.flows import api as app
 from mcp_infra.flows import projection as pj
+from mcp_infra.flows import projection_jobs
 from mcp_infra.flows.status import cost_sidecar, projection_progress
 from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
@@ -50,6 +51,7 @@ from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import CycleFiles, Home, read_model, write_model
 from tests.helpers import paths
+from tests.helpers.run import Spawn
 
 SHIPPED = paths.SHIPPED[0]
 LIVE = "demo-tiny:target"
@@ -197,7 +199,8 @@ def test_the_unserved_limit(
         assert f"service.max_unserved_s ({limit:.0f} s)" in why
 
 
-def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home) -> None:
+def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home, spawn: Spawn) -> None:
+    # `spawn`: a fast read's projection is computed in a child process (flows.projection_jobs)
     found = pj.profile_from_bundle(SHIPPED)
     policy = load_policy("demo")
     plan = pj.simulated_plan(policy, ["demo-tiny:draft-k4"])
@@ -207,7 +210,7 @@ def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home) -> None:
     copy_bundle(bare_home)
     pending = pj.plan_cost(bare_home, plan, policy, LIVE, "exclusive", recipes, wait=False)
     assert pending.basis == "pending" and SHIPPED.name in pending.why
-    assert pj._BACKGROUND.drain(timeout=120)
+    assert pj.BACKGROUND.drain(timeout=120)
     (kept,) = bare_home.projections.glob("*.json")
     done = pj.plan_cost(bare_home, plan, policy, LIVE, "exclusive", recipes, wait=False)
     assert done == read_model(kept, PlanCost) and done.basis == "this-home"
@@ -342,3 +345,22 @@ def test_a_fresh_demo_cycle_is_projected_within_a_quarter(home: Home) -> None:
     assert dry.accepted and dry.cost is not None and dry.cost.basis == "this-home", dry
     assert dry.cost.source == [summary.cycle_id] and dry.cost.rounds == 2
     assert within(dry.cost.minutes * 60, found.measured.wall_s)
+
+
+def test_a_projection_whose_process_fails_is_kept_as_failed_with_the_reason(
+    bare_home: Home, monkeypatch: pytest.MonkeyPatch, spawn: Spawn
+) -> None:
+    """The child that computes a fast read's projection exits without an answer: the read is
+    answered with the failure and its reason, never left pending."""
+    found = pj.profile_from_bundle(SHIPPED)
+    policy = load_policy("demo")
+    plan = pj.simulated_plan(policy, ["demo-tiny:draft-k4"])
+    recipes = {"demo-tiny:draft-k4": found.recipes["demo-tiny:draft-k4"]}
+    copy_bundle(bare_home)
+    monkeypatch.setattr(projection_jobs.sys, "executable", "/bin/false")
+    pending = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes, wait=False)
+    assert pending.basis == "pending"
+    assert pj.BACKGROUND.drain(timeout=60)
+    done = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes, wait=False)
+    assert done.basis == "unknown"
+    assert done.why and "its process exited with code 1" in done.why
