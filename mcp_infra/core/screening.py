@@ -49,6 +49,7 @@ from mcp_infra.contracts import (
     Verdict,
     WorkloadCell,
 )
+from mcp_infra.core.budget import QualityOutputs, task_gate
 from mcp_infra.core.gates import compare_greedy
 from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.intervals import ASSUMED_START_NOISE
@@ -114,12 +115,14 @@ def gate_stop(
     """The gate a screening start already fails between its untimed requests, or None. Before
     every greedy and quality answer is in, only a lossless candidate's divergence on a prompt
     both sides answered (more answers cannot undo it); once all are in, every gate but memory
-    (its peak is read when the start ends, and screening judges it then)."""
+    (its peak is read when the start ends, and screening judges it then), and a lossy
+    candidate's quality gate once it has lost more of the tasks the baseline passes than its
+    budget allows (more answers cannot win them back)."""
     if not partial.greedy or not baseline.greedy:
         return None
     if not complete:
         if partial.semantics != Semantics.LOSSLESS:
-            return None
+            return tasks_already_lost(baseline, partial, thresholds)
         answered = {s.prompt_id for s in partial.greedy}
         gate = compare_greedy(
             [s for s in baseline.greedy if s.prompt_id in answered], partial.greedy
@@ -129,6 +132,28 @@ def gate_stop(
         g for g in failed_gates(baseline, partial, thresholds, protocol) if g.gate != "memory"
     ]
     return failed[0] if failed else None
+
+
+def tasks_already_lost(
+    baseline: CandidateRun, partial: CandidateRun, thresholds: EffectiveThresholds
+) -> GateResult | None:
+    """The quality gate of a lossy candidate whose quality answers so far already lose more of
+    the tasks the baseline passes than its class's budget allows, judged on the tasks both
+    sides answered; None while it may still hold."""
+    if thresholds.quality_budget is None:
+        return None
+    answers = [s for s in partial.samples if s.phase == "quality"]
+    asked = {s.prompt_id for s in answers}
+    base = [s for s in baseline.samples if s.phase == "quality" and s.prompt_id in asked]
+    if not answers or not base:
+        return None
+    path, budget = thresholds.quality_budget.for_class(partial.candidate_class)
+    gate = task_gate(QualityOutputs(base, answers), path, budget)
+    if gate.passed:
+        return None
+    return gate.model_copy(
+        update={"detail": f"after {len(asked)} of the quality suite's tasks, {gate.detail}"}
+    )
 
 
 def screen(

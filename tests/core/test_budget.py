@@ -29,6 +29,7 @@ from mcp_infra.core.budget import (
 )
 from mcp_infra.core.gates import lossy_agreement
 from mcp_infra.core.sanitize import policy_hash
+from mcp_infra.core.screening import gate_stop
 from mcp_infra.core.selector import select
 from mcp_infra.procs.sandbox import with_code_run
 from mcp_infra.state.catalog import load_policy
@@ -249,3 +250,30 @@ def test_thresholds_rederived_from_an_old_policy_take_the_plans_form() -> None:
     assert frozen_as(named, legacy) == named, "a real budget stays one (and fails to match)"
     with pytest.raises(ValueError, match="exactly one"):
         EffectiveThresholds(**{**PLAIN.model_dump(), "lossy_min_identical_fraction": 0.5})
+
+
+def test_a_screening_start_stops_once_lost_tasks_pass_the_allowance() -> None:
+    """Between a screening start's quality answers: a lossy candidate that has already lost more
+    of the tasks the baseline passes than its budget allows fails its quality gate there (more
+    answers cannot win them back); within the allowance, or lossless, it goes on."""
+    thresholds = budget_of(task_allowance=1)
+    base = BASELINE.model_copy(
+        update={"samples": [*BASELINE.samples, *answers("baseline", BASE_ANSWERS)]}
+    )
+    quantized = make_run("m:q4", 1.2, klass=CandidateClass.QUANTIZATION, semantics=Semantics.LOSSY)
+
+    def after(replies: dict[str, str]) -> CandidateRun:
+        return quantized.model_copy(update={"samples": answers("m:q4", replies)})
+
+    wrong = {"num-add-small": "7 plus 5 is 11.", "word-france": "It is Istanbul."}
+    one = after({"num-add-small": wrong["num-add-small"], "num-hard": "It is 391."})
+    assert gate_stop(base, one, thresholds, PROTOCOL, complete=False) is None  # 1 lost: allowed
+    two = after(wrong)
+    stop = gate_stop(base, two, thresholds, PROTOCOL, complete=False)
+    assert stop is not None and stop.gate == "quality" and not stop.passed
+    assert stop.detail.startswith("after 2 of the quality suite's tasks, holds 0 of the 2 task(s)")
+    assert "lost: num-add-small: expected 12, got 11" in stop.detail
+    # the tasks not asked yet are not counted against it; a lossless run is judged by its tokens
+    assert gate_stop(base, after({}), thresholds, PROTOCOL, complete=False) is None
+    lossless = two.model_copy(update={"semantics": Semantics.LOSSLESS})
+    assert gate_stop(base, lossless, thresholds, PROTOCOL, complete=False) is None
