@@ -170,9 +170,11 @@ _fast_test: list[str] = []  # the node id of the fast-tier test now running, if 
 _violations: list[str] = []
 
 
-LIGHT = {"mcp_infra.procs.logpipe"}
+LIGHT = {"mcp_infra.procs.logpipe", "mcp_infra.flows.projection"}
 """Modules the fast tier may run: a server's log relay (standard library only, it ends when the
-process whose output it writes ends)."""
+process whose output it writes ends) and the child that computes an MCP read's cost projections
+(pure computation, it ends with its jobs; a fast test that reads `registry` on a home with a
+sealed bundle starts one)."""
 
 
 def _forbidden(argv: Sequence[str]) -> bool:

@@ -10,8 +10,9 @@ a session's first `status` took 263-394 ms while the first `registry` projected 
 
 The child (``python -m mcp_infra.flows.projection JOBS``) reads the jobs, computes each and
 keeps it in the home's projection cache (``projection.keep_projection``); a job the child left
-without an answer (it crashed, or ran past ``BATCH_TIMEOUT_S``) is kept as a projection that
-failed, with the reason, so a read never waits on it forever.
+without an answer (it exited with an error, or ran past ``BATCH_TIMEOUT_S``) is kept as a
+projection that failed, with the reason, so a read never waits on it forever; one stopped by a
+signal is asked again by the next read.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def run_batch(jobs: list[ProjectionJob]) -> None:
                 timeout=BATCH_TIMEOUT_S,
                 check=False,
             )
+            if done.returncode < 0:
+                return  # stopped by a signal (the server exiting, a kill): the next read asks again
             why = (
                 f"its process exited with code {done.returncode}: "
                 + done.stderr.decode(errors="replace").strip()[-300:]
