@@ -51,7 +51,6 @@ from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
 from mcp_infra.state.store import CycleFiles, Home, read_model, write_model
 from tests.helpers import paths
-from tests.helpers.run import Spawn
 
 SHIPPED = paths.SHIPPED[0]
 LIVE = "demo-tiny:target"
@@ -199,8 +198,7 @@ def test_the_unserved_limit(
         assert f"service.max_unserved_s ({limit:.0f} s)" in why
 
 
-def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home, spawn: Spawn) -> None:
-    # `spawn`: a fast read's projection is computed in a child process (flows.projection_jobs)
+def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home) -> None:
     found = pj.profile_from_bundle(SHIPPED)
     policy = load_policy("demo")
     plan = pj.simulated_plan(policy, ["demo-tiny:draft-k4"])
@@ -348,7 +346,7 @@ def test_a_fresh_demo_cycle_is_projected_within_a_quarter(home: Home) -> None:
 
 
 def test_a_projection_whose_process_fails_is_kept_as_failed_with_the_reason(
-    bare_home: Home, monkeypatch: pytest.MonkeyPatch, spawn: Spawn
+    bare_home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The child that computes a fast read's projection exits without an answer: the read is
     answered with the failure and its reason, never left pending."""
