@@ -28,7 +28,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError, WithJsonSchema
 
-from mcp_infra.contracts import CandidateClass, GateResult
+from mcp_infra.contracts import CandidateClass, FrontStatus, GateResult
 from mcp_infra.core.sanitize import MAX_PLAN_BYTES
 from mcp_infra.faces import render
 from mcp_infra.faces.mcp_guard import client_name, refusal, strict
@@ -37,6 +37,7 @@ from mcp_infra.faces.read_cache import ReadCache, registry_inputs
 from mcp_infra.faces.refusals import person_fix, proposable
 from mcp_infra.flows import api as app
 from mcp_infra.flows import planning
+from mcp_infra.procs.front import FrontWatch
 from mcp_infra.state.catalog import RegistryError
 from mcp_infra.state.store import CorruptFile, Home
 
@@ -74,6 +75,11 @@ class ServerEnv:
     mode: Mode = "propose"
     start_supervisor: bool = True
     reads: ReadCache = field(default_factory=ReadCache)
+    # `status` takes the front's answer a watcher got at most a second ago (``FrontWatch``).
+    front: FrontWatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.front = FrontWatch(self.home)
 
 
 def broken(exc: BaseException) -> ToolError:
@@ -138,14 +144,38 @@ class Tools:
         return self.env.reads.get(key, registry_inputs(self.env.home), compute)
 
     def warm(self) -> None:
-        """The whole registry view computed in the background as a server starts, so the first
-        `registry` call of a session (the costliest read) finds it kept."""
+        """What a session's first reads would pay for, done in the background as a server
+        starts, in the order an agent reads: one `status` (the front's first answer with its
+        HTTP client, the newest bundle's integrity check), the whole registry view (the
+        costliest read, kept), then the newest sealed cycle's full verification (its summary
+        recomputes the verdict; kept while the bundle is unchanged)."""
         key, compute = self._registry_read(None, app.RegistryFilter())
-        self.env.reads.warm(key, lambda: registry_inputs(self.env.home), compute)
+        home = self.env.home
 
-    def status(self) -> Annotated[CallToolResult, app.StatusView]:
+        def reads() -> app.RegistryView:
+            with contextlib.suppress(Exception):  # the call itself says what is wrong
+                app.status(home, self.env.front)
+            return compute()
+
+        def newest_summary() -> None:
+            with contextlib.suppress(Exception):
+                app.evidence_view(home, "latest", None, 1)
+
+        self.env.reads.warm(key, lambda: registry_inputs(home), reads, then=newest_summary)
+
+    async def status(self) -> Annotated[CallToolResult, app.StatusView]:
+        # With the front's answer kept by the watcher, `status` reads only the home's files
+        # (about a millisecond) and answers on the event loop: no hop to a worker thread, which
+        # on a busy machine waits for a core. Without one, it asks the front (up to 1 s) on a
+        # worker thread, never blocking the loop.
+        kept = self.env.front.kept()
+        if kept is not None:
+            return self._status(lambda: kept.answer)
+        return await anyio.to_thread.run_sync(self._status, self.env.front)
+
+    def _status(self, ask: Callable[[], FrontStatus | None]) -> CallToolResult:
         try:
-            view = app.status(self.env.home)
+            view = app.status(self.env.home, ask)
         except BROKEN as exc:
             raise broken(exc) from exc
         view = view.model_copy(update={"server_mode": self.env.mode})

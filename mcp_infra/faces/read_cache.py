@@ -91,10 +91,18 @@ class ReadCache:
             self._in_background(key, lambda: inputs, compute)
         return hit[2]  # type: ignore[return-value]
 
-    def warm(self, key: object, inputs: Callable[[], Stamp], compute: Callable[[], T]) -> None:
+    def warm(
+        self,
+        key: object,
+        inputs: Callable[[], Stamp],
+        compute: Callable[[], T],
+        then: Callable[[], None] | None = None,
+    ) -> None:
         """Compute ``key`` in the background now (a server that has just started), so the first
-        call of a session finds it kept; a call that comes first waits for this computation."""
-        self._in_background(key, inputs, compute)
+        call of a session finds it kept; a call that comes first waits for this computation.
+        ``then`` runs after it on the same thread (more warming that must not compete with
+        it)."""
+        self._in_background(key, inputs, compute, then)
 
     def _flight(self, key: object) -> threading.Lock:
         with self._lock:
@@ -113,7 +121,11 @@ class ReadCache:
             return value
 
     def _in_background(
-        self, key: object, inputs: Callable[[], Stamp], compute: Callable[[], object]
+        self,
+        key: object,
+        inputs: Callable[[], Stamp],
+        compute: Callable[[], object],
+        then: Callable[[], None] | None = None,
     ) -> None:
         if self._flight(key).locked():
             return  # a computation of this key is running: its answer will be kept
@@ -124,5 +136,7 @@ class ReadCache:
             except Exception:  # noqa: BLE001  the next call computes in the open and says why
                 with self._lock:
                     self._entries.pop(key, None)
+            if then is not None:
+                then()
 
         threading.Thread(target=run, name="read-cache", daemon=True).start()

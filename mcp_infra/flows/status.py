@@ -7,6 +7,7 @@ It only reads files and the front's own answer, so it answers fast, also during 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -164,9 +165,11 @@ class StatusView(View):
     problems: list[str] = Field(default_factory=list)
 
 
-def status(home: Home) -> StatusView:
+def status(home: Home, ask: FrontAsk | None = None) -> StatusView:
     """What the home says now: the service, the cycle in progress, the queue, the last sealed
-    cycle (its figures only if its bundle verifies) and every problem met on the way."""
+    cycle (its figures only if its bundle verifies) and every problem met on the way. ``ask``:
+    how the front's own answer is had (default: a ``GET /health`` now; the MCP server passes
+    its ``FrontWatch``)."""
     if not home.config.exists():
         return StatusView(
             configured=False,
@@ -179,7 +182,7 @@ def status(home: Home) -> StatusView:
     except CorruptFile as exc:
         return StatusView(configured=False, home=str(home.root), problems=[str(exc)])
     problems: list[str] = []
-    service = service_view(home, config, recipe, problems)
+    service = service_view(home, config, recipe, problems, ask)
     sup = _read_or_report(home.supervisor_file, SupervisorRecord, problems)
     sup_running = home.lock_is_held()
     cycle = _cycle_now(home, problems) if sup_running else None
@@ -223,6 +226,10 @@ def _cycle_now(home: Home, problems: list[str]) -> CycleView | None:
     return cycle_progress(home, view)
 
 
+FrontAsk = Callable[[], FrontStatus | None]
+"""How `status` has the front's own answer of about this instant (None: it did not answer)."""
+
+
 @dataclass(frozen=True)
 class FrontSeen:
     """What the front on the stable port says now, read without a backend request: the front
@@ -235,7 +242,9 @@ class FrontSeen:
     route: FrontRoute | None = None
 
     @classmethod
-    def read(cls, home: Home, port: int, problems: list[str]) -> FrontSeen:
+    def read(
+        cls, home: Home, port: int, problems: list[str], ask: FrontAsk | None = None
+    ) -> FrontSeen:
         record = None
         try:
             record = front_record(home)
@@ -244,7 +253,7 @@ class FrontSeen:
         alive = front_holds_port(record, port)
         if not alive:
             return cls(record, alive)
-        answered = ask_front(home, timeout=1.0)
+        answered = ask() if ask is not None else ask_front(home, timeout=1.0)
         route = None
         with contextlib.suppress(CorruptFile):
             route = read_route(home)
@@ -320,13 +329,17 @@ class FrontSeen:
 
 
 def service_view(
-    home: Home, config: ServiceConfig, recipe: Recipe, problems: list[str]
+    home: Home,
+    config: ServiceConfig,
+    recipe: Recipe,
+    problems: list[str],
+    ask: FrontAsk | None = None,
 ) -> ServiceView:
     """The managed service as the front sees it; unreadable records are reported in
     ``problems``, never raised."""
     record = _read_or_report(home.service_file, ProcessRecord, problems)
     alive = record is not None and is_running(record)
-    front = FrontSeen.read(home, config.port, problems)
+    front = FrontSeen.read(home, config.port, problems, ask)
     problems.extend(front.task_problems())
     fstat, probe = front.status, front.probe
     healing = fstat.healing if fstat else None

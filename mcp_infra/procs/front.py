@@ -21,11 +21,13 @@ import os
 import resource
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import httpx2 as httpx
 import psutil
@@ -167,6 +169,78 @@ def ask_front(home: Home, timeout: float = 2.0) -> FrontStatus | None:
         return None
 
 
+class Kept(NamedTuple):
+    """A kept answer of the front (None: it did not answer)."""
+
+    answer: FrontStatus | None
+
+
+@dataclass
+class FrontWatch:
+    """The front's own ``GET /health``, asked every ``period`` seconds by a daemon thread while
+    someone reads it, for a server whose clients read `status` over and over (an IDE polling,
+    an agent following a cycle): each read takes the answer the thread got at most about
+    ``period`` ago instead of a request to another process on the read's path, which on a busy
+    machine waits for that process to be scheduled. An answer is only taken while it is fresh
+    (``period`` plus the ask's ``timeout``); a read finding none asks in the open and starts the
+    thread, which ends after ``linger`` seconds without a read. A stuck front shows as one that
+    did not answer within ``timeout``, as with a direct ask."""
+
+    home: Home
+    period: float = 1.0
+    timeout: float = 1.0
+    linger: float = 30.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _kept: tuple[float, FrontStatus | None] | None = field(default=None, repr=False)
+    _read_at: float = field(default=0.0, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def __call__(self) -> FrontStatus | None:
+        kept = self.kept()
+        return kept.answer if kept is not None else self._ask()
+
+    def kept(self) -> Kept | None:
+        """The answer the thread got, if fresh (None: none is, ask in the open). A read: the
+        thread keeps asking, or starts again."""
+        now = time.monotonic()
+        with self._lock:
+            self._read_at, kept = now, self._kept
+            running = self._thread is not None and self._thread.is_alive()
+            if not running and not self._stopped.is_set():
+                self._thread = threading.Thread(target=self._run, name="front-watch", daemon=True)
+                self._thread.start()
+        if kept is not None and now - kept[0] <= self.period + self.timeout:
+            return Kept(kept[1])
+        return None
+
+    def _ask(self) -> FrontStatus | None:
+        asked = time.monotonic()
+        answer = ask_front(self.home, timeout=self.timeout)
+        with self._lock:
+            if self._kept is None or self._kept[0] < asked:
+                self._kept = (asked, answer)
+        return answer
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.period):
+            with self._lock:
+                if time.monotonic() - self._read_at > self.linger:
+                    self._thread = None
+                    return
+            with contextlib.suppress(Exception):  # the next read asks in the open
+                self._ask()
+
+    @property
+    def watching(self) -> bool:
+        """Whether the thread asks now (it ends ``linger`` seconds after the last read)."""
+        with self._lock:
+            return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
 def current_status(home: Home) -> FrontStatus | None:
     """The front's status of this instant when it answers, else its last written one."""
     return ask_front(home) or front_status(home)
@@ -238,7 +312,7 @@ def ensure_front(home: Home, config: ServiceConfig, *, timeout: float = 20.0) ->
             break
         with contextlib.suppress(httpx.HTTPError):
             url = f"http://{LOOPBACK}:{config.port}/health"
-            if httpx.get(url, timeout=1.0, trust_env=False).is_success:
+            if loopback_client().get(url, timeout=1.0).is_success:
                 return "started"
         time.sleep(0.1)
     stop_server(new, grace=2.0)

@@ -44,6 +44,7 @@ from mcp_infra.procs.runtime import (
     backend_url,
     free_port,
     is_running,
+    loopback_client,
     pin_to_cpus,
     port_open,
     port_owner_is,
@@ -407,9 +408,9 @@ def _route_to(home: Home, record: ProcessRecord, reason: str, wait_s: float = 10
 def answers_health(url: str, timeout: float = 5.0) -> bool:
     """``GET /health`` answers 200 (``/v1/models`` where a server has no ``/health``)."""
     try:
-        response = httpx.get(f"{url}/health", timeout=timeout, trust_env=False)
+        response = loopback_client().get(f"{url}/health", timeout=timeout)
         if response.status_code == 404:
-            response = httpx.get(f"{url}/v1/models", timeout=timeout, trust_env=False)
+            response = loopback_client().get(f"{url}/v1/models", timeout=timeout)
     except httpx.HTTPError:
         return False
     return response.status_code == 200

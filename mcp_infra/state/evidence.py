@@ -7,6 +7,7 @@ samples with the same ``selector.select`` the cycle used; both must agree.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Callable
@@ -125,6 +126,7 @@ Stamp = tuple[tuple[str, int, int, int, int], ...]
 INTEGRITY = ("file_hashes", "signature", "statement_files")
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], tuple[Stamp, Verification]] = {}
+_flights: dict[tuple[str, str], threading.Lock] = {}
 
 
 def _stamps(paths: list[Path]) -> Stamp:
@@ -143,10 +145,13 @@ def _stamps(paths: list[Path]) -> Stamp:
 
 
 def _files(folder: Path) -> list[Path]:
-    try:
-        return sorted(p for p in folder.rglob("*") if p.is_file())
-    except OSError:
-        return []
+    """Every file under ``folder`` (not descending into linked folders, as ``rglob``), by one
+    directory scan each: half the time of ``rglob`` with an ``is_file`` per entry, and read on
+    every `status` call."""
+    out: list[Path] = []
+    for root, _dirs, names in os.walk(folder):  # an unreadable folder lists nothing
+        out += [Path(root, name) for name in names]
+    return sorted(out)
 
 
 def key_for(bundle: Path, home: Home | None) -> Path | None:
@@ -225,14 +230,17 @@ def verify_cached(bundle: Path, home: Home | None = None) -> Verification:
     stamp = bundle_stamp(bundle, home)
     cache_key = ("full", str(bundle))
     with _lock:
-        hit = _cache.get(cache_key)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    key = key_for(bundle, home)
-    result = verify(bundle, key=None if home else key, home=home)
-    with _lock:
-        _cache[cache_key] = (stamp, result)
-    return result
+        flight = _flights.setdefault(cache_key, threading.Lock())
+    with flight:  # one verification of a bundle at a time: a second caller takes its result
+        with _lock:
+            hit = _cache.get(cache_key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        key = key_for(bundle, home)
+        result = verify(bundle, key=None if home else key, home=home)
+        with _lock:
+            _cache[cache_key] = (stamp, result)
+        return result
 
 
 def verify_command(home: Home | None, ref: str, bundle: Path | None = None) -> str:

@@ -17,7 +17,7 @@ from mcp import Client, MCPError
 from mcp_infra.contracts import CycleState
 from mcp_infra.faces.live_status import STATUS_URI, fingerprint
 from mcp_infra.faces.mcp_server import build_server
-from mcp_infra.procs.front import ask_front, front_record
+from mcp_infra.procs.front import FrontWatch, ask_front, front_record
 from mcp_infra.state.store import Home
 from tests.helpers.mcp_clients import stdio_client
 
@@ -198,15 +198,34 @@ async def test_an_idle_subscriber_beside_a_real_front_is_told_nothing(
     # A front whose process lives but does not answer (stopped, as a wedged event loop would
     # be) is no healthy service, whatever its last status file says; it is again once it runs.
     # (The proxy is stopped, not the keeper that holds the port: it would replace the proxy.)
+    # The MCP server's `status` takes the front's answer from a watcher that asks it every
+    # period while someone reads: the same answer as a direct ask, kept between its asks.
     proxy = ask_front(home)
     assert proxy is not None and front_record(home) is not None
+    watch = FrontWatch(home, period=0.5, linger=1.0)
+    first = watch()
+    assert first is not None and first.pid == proxy.pid and watch.watching
+    assert watch() is first, "a read within the period asked the front again"
     os.kill(proxy.pid, signal.SIGSTOP)
     try:
         service = app.status(home).service
         assert service is not None and service.healthy is False
         assert "did not answer its own GET /health" in service.health_check
+        with anyio.fail_after(10):  # the watcher's next ask times out: no answer is kept
+            while watch() is not None:
+                await anyio.sleep(0.1)
+        server = build_server(home, "read-only", start_supervisor=False)
+        async with Client(server) as client:
+            seen = (await client.call_tool("status", {})).structured_content
+        assert seen is not None and seen["service"]["healthy"] is False
+        assert "did not answer its own GET /health" in seen["service"]["health_check"]
     finally:
         os.kill(proxy.pid, signal.SIGCONT)
     with anyio.fail_after(10):
         while not healthy():
+            await anyio.sleep(0.2)
+    with anyio.fail_after(10):  # the watcher asks again, then ends once nobody reads
+        while watch() is None:
+            await anyio.sleep(0.1)
+        while watch.watching:
             await anyio.sleep(0.2)
