@@ -13,6 +13,7 @@ kept running).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
@@ -95,6 +96,14 @@ def register_prompt(server: MCPServer, env: ServerEnv) -> None:
         return [UserMessage(render.planning_prompt(context, goal, can_propose=can_propose))]
 
 
+SWITCH_INTERVAL_S = 0.0005
+"""How long a thread of the server may hold the interpreter lock while another waits for it.
+Reads answer while other threads compute (the registry's refresh, the warm-up): a read that
+comes back from a file or a socket waits for the lock up to this long each time, and a read
+makes dozens of such calls. Python's default, 5 ms, made a `registry` read that met a refresh
+take 40-100 ms; a shorter interval costs the computing thread only more lock hand-overs."""
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     """How `mcp-infra serve` runs: one field per option of the command."""
@@ -112,6 +121,7 @@ class ServeOptions:
 
 def serve(home: Home, options: ServeOptions) -> int:
     """`mcp-infra serve`: stdio (stdout is the wire: nothing else is printed there) or HTTP."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = build_server(home, options.mode, options.start_supervisor, warm=True)
     if options.mode == "autonomous" and options.start_supervisor:
         app.ensure_watcher(home)
