@@ -338,14 +338,21 @@ def task_gate(outputs: QualityOutputs, path: str, budget: QualityBudget) -> Gate
         )
     held = [r for r in rows if r.baseline]
     lost = [r for r in held if not r.candidate]
+    wrong = [r for r in lost if r.candidate is False]
+    unanswered = len(lost) - len(wrong)
     reported = [r for r in rows if not r.baseline]
     allowed = budget.task_allowance
     detail = (
         f"holds {len(held) - len(lost)} of the {len(held)} task(s) the baseline passes "
         f"(may lose {allowed}, {path})"
     )
-    if lost:
-        detail += "; lost: " + "; ".join(f"{r.task}: {r.detail}" for r in lost)
+    if unanswered:  # a start that ended early (a gate failed, the server died) asked no more
+        detail += (
+            f"; answered {len(held) - unanswered} of them and lost {len(wrong)}; "
+            f"{unanswered} without an answer count as lost"
+        )
+    if wrong:
+        detail += "; lost: " + "; ".join(f"{r.task}: {r.detail}" for r in wrong)
     if reported:
         passes = sum(1 for r in reported if r.candidate)
         detail += (

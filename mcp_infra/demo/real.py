@@ -135,7 +135,10 @@ def measure_row(candidate: str, gates: list[GateResult]) -> str | None:
     if quality is not None and quality.tasks is not None:
         held = [t for t in quality.tasks if t.baseline]
         kept = sum(1 for t in held if t.candidate)
+        unanswered = sum(1 for t in held if t.candidate is None)
         tasks = f"{kept}/{len(held)} of {len(quality.tasks)}"
+        if unanswered:  # its start stopped at a failed gate before asking them
+            tasks = f"{kept}/{len(held) - unanswered} asked, {unanswered} not, of {len(held)}"
     return f"{candidate:32} {ident:>19} {prefix:>19} {kl:>22} {top:>19} {tasks:>12}"
 
 
@@ -157,7 +160,7 @@ def first_wrong(gates: list[GateResult], order: dict[str, int]) -> str | None:
     if quality is None or quality.tasks is None:
         return None
     lost = sorted(
-        (t for t in quality.tasks if t.baseline and not t.candidate),
+        (t for t in quality.tasks if t.baseline and t.candidate is False),
         key=lambda t: order.get(t.task, len(order)),
     )
     return f"{lost[0].task}: {lost[0].detail}" if lost else None

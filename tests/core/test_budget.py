@@ -164,6 +164,20 @@ def test_the_candidate_is_held_to_what_the_baseline_passes_less_its_allowance() 
     assert task_gate(outputs, "x", QualityBudget(task_allowance=1)).passed
 
 
+def test_tasks_a_stopped_start_never_answered_count_as_lost_and_are_said_apart() -> None:
+    """A screening start that stopped at its quality gate answered only some tasks: the rest
+    count against the candidate (the gate cannot pass on answers it never got), and the detail
+    says how many it answered and lost, not a list of "no answer"."""
+    cand = {"word-france": "The capital of France is Istanbul."}
+    outputs = QualityOutputs(answers("baseline", BASE_ANSWERS), answers("q:int4", cand))
+    gate = task_gate(outputs, "quality_budget.default", QualityBudget(task_allowance=1))
+    assert not gate.passed
+    assert "holds 0 of the 3 task(s) the baseline passes (may lose 1" in gate.detail
+    assert "answered 1 of them and lost 1; 2 without an answer count as lost" in gate.detail
+    assert "lost: word-france: states 'Istanbul'" in gate.detail
+    assert "no answer" not in gate.detail
+
+
 def test_the_baseline_failing_everything_holds_nothing_but_is_reported() -> None:
     gibberish = {t: "glorp vank" for t in BASE_ANSWERS}
     outputs = QualityOutputs(answers("baseline", gibberish), answers("q:int4", gibberish))

@@ -112,6 +112,18 @@ def test_the_quality_table_shows_each_measure_the_budget_and_the_first_wrong_ans
     # the suite's first task lost, not the alphabetically first; the server setting has no row
     assert "first wrong answer: word-france: Istanbul" in text
     assert "pcache-off" not in text
+    # a build whose start stopped at its quality gate: the tasks never asked are said apart,
+    # and the first wrong answer is one it gave
+    stopped = _candidate("own-builds:q3", Decision.REJECTED, _measure(0.1, 0.9), lost=True)
+    gate = stopped.gates[1]
+    unasked = TaskOutcome(task="word-france", baseline=True, candidate=None, detail="no answer")
+    tasks = gate.tasks or []
+    gate = gate.model_copy(update={"tasks": [tasks[0], unasked, tasks[2]]})
+    stopped = stopped.model_copy(update={"gates": [stopped.gates[0], gate]})
+    lines = quality_lines(Verdict(candidates=[stopped], selected=None, reason=""), budgets, order)
+    (q3,) = (line for line in lines if line.startswith("own-builds:q3"))
+    assert q3.endswith("0/1 asked, 1 not, of 2  rejected")
+    assert "first wrong answer: word-japan: Kyoto: wrong" in "\n".join(lines)
     assert (
         "budget quality_budget.classes.quantization: identical share >= 0.50, top-1 agreement "
         ">= 0.90, mean KL <= 0.05, at most 0 task(s) the baseline passes lost" in text
