@@ -194,7 +194,6 @@ class FrontWatch:
     _kept: tuple[float, FrontStatus | None] | None = field(default=None, repr=False)
     _read_at: float = field(default=0.0, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
-    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def __call__(self) -> FrontStatus | None:
         kept = self.kept()
@@ -207,7 +206,7 @@ class FrontWatch:
         with self._lock:
             self._read_at, kept = now, self._kept
             running = self._thread is not None and self._thread.is_alive()
-            if not running and not self._stopped.is_set():
+            if not running:
                 self._thread = threading.Thread(target=self._run, name="front-watch", daemon=True)
                 self._thread.start()
         if kept is not None and now - kept[0] <= self.period + self.timeout:
@@ -223,7 +222,8 @@ class FrontWatch:
         return answer
 
     def _run(self) -> None:
-        while not self._stopped.wait(self.period):
+        while True:
+            time.sleep(self.period)
             with self._lock:
                 if time.monotonic() - self._read_at > self.linger:
                     self._thread = None
@@ -236,9 +236,6 @@ class FrontWatch:
         """Whether the thread asks now (it ends ``linger`` seconds after the last read)."""
         with self._lock:
             return self._thread is not None and self._thread.is_alive()
-
-    def stop(self) -> None:
-        self._stopped.set()
 
 
 def current_status(home: Home) -> FrontStatus | None:
