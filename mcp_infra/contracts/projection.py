@@ -21,7 +21,10 @@ class ConfigTruth(Part):
     prefill_tps: float = Field(gt=0)
     load_s: float = Field(ge=0, description="fresh start until the first request is answered")
     peak_gb: float | None = Field(None, ge=0)
-    diverges: bool = Field(False, description="greedy tokens differ from the baseline's")
+    diverges: bool = Field(
+        False,
+        description="greedy outputs (greedy passes and quality answers) differ from the baseline's",
+    )
 
 
 class TargetProfile(Contract):

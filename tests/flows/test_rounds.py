@@ -373,6 +373,30 @@ def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_s
     assert runs["sim:win"].stopped.startswith("qualified after")  # the full decision's rounds
 
 
+def test_a_lossy_build_whose_greedy_outputs_diverge_fails_agreement_in_screening() -> None:
+    """A lossy candidate's agreement is measured over its greedy passes and its quality answers
+    (both greedy outputs): a truth that diverges must diverge in both, or the quality answers
+    (35 of the 40 prompts) would carry it over the identical-share budget. Its screening start
+    asks every untimed request, fails agreement, and is dropped before any timing."""
+    base = PROFILE.baseline
+    truths = {
+        "sim:win": FAST,
+        "sim:null": base,
+        "sim:slow": SLOW,
+        "sim:q3": FAST.model_copy(update={"diverges": True}),
+    }
+    recipes = {n: _recipe(n) for n in truths}
+    recipes["sim:q3"] = _recipe("sim:q3", semantics="lossy")
+    plan = simulated_plan(load_policy("single-user"), list(truths))
+    server = SimServer(PROFILE, truths, seed=3)
+    bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
+    _, runs = run_rounds(bench, _recipe(BASELINE_ID), recipes, deadline=1e9)
+    q3 = runs["sim:q3"]
+    quality = [s for s in q3.samples if s.phase == "quality"]
+    assert q3.starts == 1 and len(quality) == len(q3.samples) > 0, "timed, or no quality asked"
+    assert q3.stopped.startswith("dropped by screening after 1 start(s): the agreement gate")
+
+
 def test_the_projection_prices_screening_and_deciding_apart() -> None:
     policy = load_policy("single-user")
     truths = {f"sim:{n}": t for n, t in (("a", FAST), ("b", SLOW), ("c", FAST), ("d", SLOW))}
