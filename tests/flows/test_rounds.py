@@ -15,6 +15,7 @@ import yaml
 
 from mcp_infra.contracts import (
     BASELINE_ID,
+    CandidateRun,
     ConfigTruth,
     CycleSummary,
     FrozenPlan,
@@ -327,6 +328,23 @@ class Recorder(NullJournal):
         self.lines.append((step.value if step else None, message, fields))
 
 
+def _screened_rounds(
+    truths: dict[str, ConfigTruth],
+    recipes: dict[str, Recipe],
+    seed: int,
+    journal: NullJournal | None = None,
+) -> tuple[FrozenPlan, CandidateRun, dict[str, CandidateRun]]:
+    """A single-user plan of ``truths`` run through the round loop on simulated servers (no
+    history: the 5% spread assumed); it must be screened."""
+    plan = simulated_plan(load_policy("single-user"), list(truths))
+    server = SimServer(PROFILE, truths, seed=seed)
+    journal = journal or NullJournal()
+    bench = Bench(plan=plan, journal=journal, run_start=server, clock=server.clock)
+    assert bench.screened
+    baseline, runs = run_rounds(bench, _recipe(BASELINE_ID), recipes, deadline=1e9)
+    return plan, baseline, runs
+
+
 def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_start() -> None:
     from mcp_infra.flows.measure import cells_for_start
     from mcp_infra.flows.rounds import decide_cycle
@@ -338,14 +356,8 @@ def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_s
         "sim:slow": SLOW,
         "sim:div": base.model_copy(update={"diverges": True}),
     }
-    plan = simulated_plan(load_policy("single-user"), list(truths))  # no history: 5% assumed
-    server = SimServer(PROFILE, truths, seed=2)
     journal = Recorder()
-    bench = Bench(plan=plan, journal=journal, run_start=server, clock=server.clock)
-    assert bench.screened
-    baseline, runs = run_rounds(
-        bench, _recipe(BASELINE_ID), {n: _recipe(n) for n in truths}, deadline=1e9
-    )
+    plan, baseline, runs = _screened_rounds(truths, {n: _recipe(n) for n in truths}, 2, journal)
     # The failed gate ended its start at the first diverging greedy answer: nothing was timed.
     div = runs["sim:div"]
     assert div.starts == 1 and len(div.greedy) == 1 and not div.samples
@@ -387,10 +399,7 @@ def test_a_lossy_build_whose_greedy_outputs_diverge_fails_agreement_in_screening
     }
     recipes = {n: _recipe(n) for n in truths}
     recipes["sim:q3"] = _recipe("sim:q3", semantics="lossy")
-    plan = simulated_plan(load_policy("single-user"), list(truths))
-    server = SimServer(PROFILE, truths, seed=3)
-    bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
-    _, runs = run_rounds(bench, _recipe(BASELINE_ID), recipes, deadline=1e9)
+    _, _, runs = _screened_rounds(truths, recipes, 3)
     q3 = runs["sim:q3"]
     quality = [s for s in q3.samples if s.phase == "quality"]
     assert q3.starts == 1 and len(quality) == len(q3.samples) > 0, "timed, or no quality asked"
