@@ -21,11 +21,12 @@ from mcp_infra.contracts.policy import MeasureProtocol, QualityBudgets
 
 MAX_PLAN_CANDIDATES = 16
 """The most candidates one plan may name. A plan of more than a few is screened
-(``core.screening``): every gate and one short start each, then the full decision for the
-survivors. 16 because the screening round is paid in full, one fresh start per candidate with
-all its gates: on the real target of ``benchmarks/profiles/qwen27b-m5pro.yaml`` the screening
-round of a 14-candidate generated catalog takes 70 (single-user) to 85 (default) of the shipped
-policies' 120-minute cycle budget (docs/benchmarks.md); a longer list belongs in two plans."""
+(``core.screening``): one short start each, then the full decision for the survivors, each
+taking its gates once its speed qualifies it. 16 because the screening round is paid in full,
+one fresh start per candidate: on the real target of ``benchmarks/profiles/qwen27b-m5pro.yaml``
+a 14-candidate generated catalog takes about half an hour under the single-user policy and most
+of the shipped policies' 120-minute cycle budget under the default one (docs/benchmarks.md); a
+longer list belongs in two plans."""
 
 
 def _finite(value: float | None) -> float | None:

@@ -193,6 +193,13 @@ class MeasureProtocol(Part):
         le=20,
         description="fresh server processes per configuration before any decision (one per round)",
     )
+    gates_first: bool | None = Field(
+        None,
+        description="true: a screened plan's candidates take every gate in their screening "
+        "start, before any timing, so each one's outputs are judged whether or not it is "
+        "faster; unset: a candidate takes its gates once its speed qualifies it "
+        "(core.screening)",
+    )
     max_starts: int = Field(
         13,
         ge=1,

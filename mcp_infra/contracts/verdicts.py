@@ -145,6 +145,11 @@ class CandidateVerdict(Part):
     candidate_tps: float | None = None
     peak_memory_gb: float | None = None
     gates: list[GateResult] = Field(default_factory=list)
+    gates_pending: bool = Field(
+        False,
+        description="its speed qualifies it and its gates are not taken yet (a screened plan "
+        "takes a candidate's gates once its speed qualifies it): not qualified until they pass",
+    )
     auto_promote: bool = True
     repeats_to_decide: int | None = None
     noise_floor: float | None = Field(
@@ -173,7 +178,7 @@ class CandidateVerdict(Part):
 
 class Screening(Part):
     """What screening decided in a plan of many candidates (``core.screening``): after one short
-    start each (every gate first), the candidates it judged, those it dropped with the reason
+    start each, the candidates it judged, those it dropped with the reason
     in words, and those it left to the full decision unjudged because a start ran on a busy
     machine. It can only drop, never qualify."""
 

@@ -158,7 +158,8 @@ def _gated_before_timing(
     verdict: CandidateVerdict,
 ) -> None:
     """A candidate that started, gave its greedy outputs and timed nothing: where a gate failed
-    (a screening start ends there, ``core.screening.gate_stop``), the gates are its reasons."""
+    (a start that takes its gates first ends there, ``core.screening.gate_stop``), the gates
+    are its reasons."""
     if not run.started or not run.greedy or verdict.requests_used:
         return
     gates = run_gates(baseline, run, thresholds, quality, protocol.quality_suite)
@@ -166,6 +167,34 @@ def _gated_before_timing(
     if failed:
         verdict.gates = gates
         verdict.reasons = [*failed, "Its start ended at the failed gate, before any timing."]
+
+
+def awaiting_gates(run: CandidateRun) -> bool:
+    """Whether ``run`` was timed and has not taken its gates: no greedy output and no quality
+    answer (a screened plan takes a candidate's gates in a start of their own once its speed
+    qualifies it, ``flows.rounds``). Every other start that times takes its greedy passes
+    first, so a timed run without them is only ever one whose gates wait."""
+    quality = any(s.phase == "quality" for s in run.samples)
+    return bool(run.samples) and not run.greedy and not quality
+
+
+def _without_gates(
+    decision: Decision, lines: list[str], verdict: CandidateVerdict, speed: str
+) -> tuple[Decision, list[str]]:
+    """The decision on a candidate whose gates are not taken: one its speed qualifies stays
+    open (``gates_pending``) until its gates pass; a rejection on speed stands, and needed
+    none."""
+    note = (
+        "Its gates were not taken: a screened plan takes a candidate's gates once its speed "
+        "qualifies it."
+    )
+    if decision == Decision.QUALIFIED:
+        verdict.gates_pending = True
+        return Decision.INCONCLUSIVE, [
+            f"Qualifies on speed ({speed}); its gates are not taken yet, and it is not "
+            "qualified before they pass."
+        ]
+    return decision, [*lines, note]
 
 
 def _verdict_notes(
@@ -442,14 +471,16 @@ def judge(
     if _refused_unmeasured(baseline, run, thresholds, verdict):
         _gated_before_timing(baseline, run, thresholds, quality, protocol, verdict)
         return verdict
-    verdict.gates = run_gates(
-        baseline,
-        run,
-        thresholds,
-        quality,
-        protocol.quality_suite,
-        draws=resampling_for(protocol, run.candidate),
-    )
+    pending = awaiting_gates(run)
+    if not pending:
+        verdict.gates = run_gates(
+            baseline,
+            run,
+            thresholds,
+            quality,
+            protocol.quality_suite,
+            draws=resampling_for(protocol, run.candidate),
+        )
     hard = [f"The {g.gate} gate failed: {g.detail}." for g in verdict.gates if not g.passed]
     look = _look(baseline, run, thresholds, protocol, verdict)
     if look is None:
@@ -468,6 +499,8 @@ def judge(
         decision, lines = _qualified(
             look, run, may_promote, confirmation=confirmation
         ) or _left_open(look, verdict, protocol, confirmation=confirmation)
+    if pending:
+        decision, lines = _without_gates(decision, lines, verdict, look.speed)
     verdict.decision = decision
     verdict.reasons.extend(lines)
     verdict.reasons.extend(_verdict_notes(verdict.cells, look.summary, confirmation=confirmation))

@@ -64,6 +64,7 @@ LATER_OPTIONAL_FIELDS = frozenset(
         "heldout_repeats",
         "max_unserved_s",
         "quiet_cpu_fraction",
+        "gates_first",
     }
 )
 """Protocol and policy fields added after plans were first sealed: unset, they hash as absent."""

@@ -7,6 +7,9 @@ and must reach the same verdict, so nothing here reads a clock, a file or a salt
 The rules, in order (judged per candidate by ``core.judging``; statistics in ``core.stats``):
 
 1. Did not start, no measurement, too many errors, a failed gate, a missing prompt: rejected.
+   A candidate whose gates are not taken yet (a screened plan takes them once its speed
+   qualifies it) is judged on speed alone and is never qualified: where speed would qualify
+   it, it is inconclusive with ``gates_pending`` until its gate start.
 2. The headline interval (one short request at a time, else the first decisive workload cell)
    wholly below 1.000x: rejected as a regression; wholly below the threshold: rejected as too
    slow. A prompt whose own interval is wholly below the worst-prompt floor (1 - tolerance):
@@ -58,7 +61,7 @@ TIE_TOLERANCE_PCT = 2.0
 """Qualified candidates within this many percent of the fastest count as tied: a smaller gain is
 not worth a costlier or output-changing setup, so the lossless and the cheaper are preferred."""
 
-DECISION_METHOD = 7
+DECISION_METHOD = 8
 """The decision method recorded in each verdict (``Verdict.method``): raised whenever the same
 samples could get another verdict, so ``evidence verify`` recomputes a verdict only under the
 method that reached it (docs/statistics.md says what each number changed)."""

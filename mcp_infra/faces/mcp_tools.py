@@ -354,7 +354,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Propose an experiment plan",
         PROPOSE,
         "Queue an experiment: 1-16 candidate ids from `registry` (4 or more are screened "
-        "first: every gate and one short start each drop the clear losers), e.g. "
+        "first: one short start each drops the clear losers), e.g. "
         '{"hypothesis": "a 4-token drafter decodes faster", "candidates": '
         '["demo-tiny:draft-k4"]}. Code '
         "sanitizes it (unknown or non-runnable ids refused, thresholds only tightened), then "

@@ -18,8 +18,9 @@ Each start measures the policy's workload: every cell (request class x concurren
 configuration's first ``max(2, min_starts)`` starts only: enough for its interval, and the later
 rounds, which exist to settle decisions, are spent on the decisive cells. Greedy outputs for the
 equality gate are taken at concurrency 1 at the start of each configuration's first start (they
-warm it up), the quality suite at its end. Each sample records its start, round, send time (UTC
-and monotonic), request class and concurrency.
+warm it up), the quality suite at its end; a screened plan takes a candidate's in a gate start
+of their own once its speed qualifies it (``flows.rounds``). Each sample records its start,
+round, send time (UTC and monotonic), request class and concurrency.
 
 After selection, ``heldout_check`` measures the winner and the baseline on the suite's held-out
 prompts (never seen by selection), each in a fresh start, and judges them with the selector.
@@ -151,19 +152,23 @@ class StartResult:
     peak_gb: float | None = None
     memory_source: str | None = None
     port: int | None = None
-    gated: str | None = None  # why a screening start ended at a failed gate
+    gated: str | None = None  # why a gate start ended at a failed gate
 
 
 GateCheck = Callable[[StartResult, bool], str | None]
-"""A screening start's gate check between its untimed requests: the start's result so far and
+"""A gate start's gate check between its untimed requests: the start's result so far and
 whether every untimed answer is in; why it ends the start (a failed gate), or None."""
 
 
 class StartSpec(NamedTuple):
-    """What one fresh start measures: greedy passes first (0 after a configuration's first
-    start), warm-up, the workload cells of this start, then the quality suite if named. A
-    screening start (``start < first_full``) takes its gates first, the quality suite before
-    any timing, and ``gate_check`` may end it there."""
+    """What one fresh start measures: greedy passes first (0 where it takes no gates), warm-up,
+    the workload cells of this start, then the quality suite if named. A screening start
+    (``start < first_full``) times the headline cell alone; a gate start (``timed`` False: a
+    screened plan's candidate once its speed qualifies it) takes the greedy passes and the
+    quality suite, and times the reported cells alone (``reported``: a screened plan times a
+    candidate's reported cells there, where they are shown, and in no earlier start). A start
+    with a ``gate_check`` takes its gates before anything is timed, and the check may end it
+    at a failed gate."""
 
     recipe: Recipe
     candidate: str
@@ -177,10 +182,8 @@ class StartSpec(NamedTuple):
     top_logprobs: int = 0  # asked with the greedy passes and quality tasks (a lossy plan's)
     first_full: int = 0
     gate_check: GateCheck | None = None
-
-    @property
-    def screening(self) -> bool:
-        return self.start < self.first_full
+    timed: bool = True  # False: no decisive or guard cell is timed (a gate start)
+    reported: bool = True  # False: no reported cell is timed (a screened plan's, until its gates)
 
 
 def _timed(
@@ -249,14 +252,17 @@ def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
 
 
 def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> list[Batch]:
-    """Every request of one start, in order: greedy passes (a configuration's first start), the
-    warm-up, each workload cell of this start in batches, then the quality tasks. Pure: the
+    """Every request of one start, in order: greedy passes (where it takes its gates), the
+    warm-up, each workload cell of this start in batches, then the quality tasks (a gate start:
+    the greedy passes and the quality tasks alone). Pure: the
     cycle sends it (``measure_start``) and the cost model prices it (``flows.simulation``)."""
     protocol, prompts = spec.protocol, spec.prompts
     base = {"candidate": spec.candidate, "start": spec.start, "round": spec.round_index}
     classes = dict.fromkeys(c.request_class for c in protocol.workload)
     every = [p for cls in classes for p in prompts.get(cls, [])]  # the workload's classes
     out: list[Batch] = []
+    cap = protocol.max_tokens  # a task's own budget, never above the protocol's, as any prompt's
+    tasks = [Batch("quality", [Request(t, t.token_budget(cap), dict(base))]) for t in quality_tasks]
     # Greedy outputs first: each pass sends every prompt once, so it warms the process up as a
     # warm-up pass does and replaces one. It meets the server's prompt cache as a user would:
     # empty at the first prompt, then holding earlier prompts' prefixes, then each asked again.
@@ -267,9 +273,10 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             out.append(Batch("greedy", [Request(prompt, budget, tags)]))
     # Warm-up: one request per request class per remaining pass (the readiness probe's
     # one-token completion has already loaded the model; a pass over every prompt measured no
-    # different from one per class).
+    # different from one per class), where anything is timed.
     order = 0
-    firsts = [prompts[cls][0] for cls in classes if prompts.get(cls)]
+    cells = _cells(spec)
+    firsts = [prompts[cls][0] for cls in classes if prompts.get(cls) and cells]
     for repeat in range(max(0, protocol.warmup - spec.greedy_times)):
         for prompt in firsts:
             cls = request_class_of(prompt.prompt_class)
@@ -277,7 +284,7 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             tags |= {"request_class": cls, "concurrency": 1}
             out.append(Batch("timed", [Request(prompt, timed_tokens(prompt, protocol), tags)]))
             order += 1
-    for cell in cells_for_start(protocol, spec.start, spec.first_full):
+    for cell in cells:
         chosen = {p.id: p for p in prompts.get(cell.request_class, [])}
         seed = derive_seed(SEED, f"{cell.request_class}:{cell.concurrency}:{spec.round_index}")
         for batch in batches(list(chosen), cell.concurrency, protocol.repeats, seed):
@@ -298,20 +305,27 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
             ]
             out.append(Batch("timed", requests))
             order += 1
-    cap = protocol.max_tokens  # a task's own budget, never above the protocol's, as any prompt's
-    tasks = [Batch("quality", [Request(t, t.token_budget(cap), dict(base))]) for t in quality_tasks]
-    if spec.screening:  # gates first: the quality suite before anything is timed
+    if spec.gate_check is not None:  # gates first: the quality suite before anything is timed
         untimed = spec.greedy_times * len(every)
         return [*out[:untimed], *tasks, *out[untimed:]]
     return out + tasks
+
+
+def _cells(spec: StartSpec) -> list[WorkloadCell]:
+    """The cells ``spec`` times: ``cells_for_start``'s, less what ``timed`` and ``reported``
+    leave out (a gate start: the workload's reported cells alone, where ``reported``)."""
+    if not spec.timed:
+        return [c for c in spec.protocol.workload if c.role == "reported" and spec.reported]
+    cells = cells_for_start(spec.protocol, spec.start, spec.first_full)
+    return cells if spec.reported else [c for c in cells if c.role != "reported"]
 
 
 def play(
     spec: StartSpec, plan: Sequence[Batch], send: Callable[[Batch], None], result: StartResult
 ) -> None:
     """Send a start's plan in order, one batch after another, until the server dies or, in a
-    screening start, ``spec.gate_check`` ends it at a failed gate (asked after every untimed
-    batch). The cycle's sender and the cost model's simulated server both play a plan so."""
+    gate start, ``spec.gate_check`` ends it at a failed gate (asked after every untimed batch).
+    The cycle's sender and the cost model's simulated server both play a plan so."""
     untimed_left = sum(b.kind != "timed" for b in plan)
     for batch in plan:
         send(batch)

@@ -18,9 +18,14 @@ futility stop, the rounds before ``min_starts`` are judged too, for rejections o
 qualification likelier, and it saves a whole round of starts on a plan that holds no gain.
 
 A plan of many candidates (``core.screening.screens``) makes its first round a screening round:
-each candidate's start takes its gates first and may end at a failed one (``_gate_check``), it
-times the headline cell alone, and after the round ``core.screening.screen`` drops the failed
-gates and the clear losers (``_screen_round``, journaled); the survivors go on as above.
+each candidate's start times the headline cell alone, and after the round
+``core.screening.screen`` drops the clear losers (``_screen_round``, journaled); the survivors
+go on as above. Such a plan takes a candidate's gates (greedy passes, the quality suite) only
+once its speed qualifies it: a look that would qualify it but for its gates
+(``CandidateVerdict.gates_pending``) keeps it open, and its next start is a gate start, untimed,
+that a failed gate ends (``_gate_check``). Why: on the 27B target the gates of a screened
+catalog cost three quarters of its time, and most of its candidates never qualify on speed; no
+candidate is selected without its gates, so what is promoted is the same.
 """
 
 from __future__ import annotations
@@ -106,6 +111,12 @@ class Bench:
         return screens(self.plan) if self.screening is None else self.screening
 
     @property
+    def defers_gates(self) -> bool:
+        """Whether candidates take their gates once their speed qualifies them: a screened plan
+        whose protocol does not take them first."""
+        return self.screened and not self.plan.protocol.gates_first
+
+    @property
     def busy_line(self) -> float | None:
         """The share of the CPUs taken above which a start counts as busy (None: unread)."""
         return self.machine.busy if self.machine is not None else None
@@ -125,6 +136,7 @@ class Pass(NamedTuple):
     phase: str = "measure"
     quality: bool = True
     heldout: bool = False
+    timed: bool = True  # False: a round of gate starts alone (the baseline's reference start)
 
 
 SELECTION = Pass()
@@ -147,22 +159,34 @@ def next_round(
     protocol: MeasureProtocol,
     seconds_left: float,
     last_round_s: float,
+    *,
+    gates_due: Sequence[str] = (),
 ) -> tuple[bool, str]:
-    """Whether to run another round, and why (or why not)."""
+    """Whether to run another round, and why (or why not). ``gates_due``: open candidates whose
+    next start is their gate start; past the protocol's maximum of starts (which counts timed
+    ones) a round of their gate starts alone still runs (``past_max``)."""
     if not open_candidates:
         return False, "every decision was made"
     if seconds_left <= 0:
         return False, "the cycle's time budget ran out"
     if rounds_done < protocol.min_starts:
         return True, f"fewer than {protocol.min_starts} starts so far (the protocol's minimum)"
-    if rounds_done >= max(protocol.max_starts, protocol.min_starts):
+    fits = seconds_left >= ROUND_TIME_FACTOR * last_round_s
+    if past_max(rounds_done, protocol):
+        if gates_due and fits:
+            return True, f"{', '.join(gates_due)} qualif(ies) on speed and take(s) its gates"
         return False, f"the protocol's maximum of {protocol.max_starts} starts was reached"
-    if seconds_left < ROUND_TIME_FACTOR * last_round_s:
+    if not fits:
         return False, (
             f"the cycle's time budget does not allow another round ({seconds_left:.0f}"
             f" s left, the last round took {last_round_s:.0f} s)"
         )
     return True, "a decision is still open"
+
+
+def past_max(rounds_done: int, protocol: MeasureProtocol) -> bool:
+    """Whether the protocol's maximum of timed starts has been reached."""
+    return rounds_done >= max(protocol.max_starts, protocol.min_starts)
 
 
 def outrun(verdict: Verdict, open_: Sequence[str], best: float | None, tie_pct: float) -> list[str]:
@@ -218,6 +242,7 @@ class Tally:
     start_error: str | None = None
     stopped: str = ""
     qualified_at: float | None = None  # its estimate when a look qualified it
+    gates_due: bool = False  # its speed qualifies it and its next start takes its gates
 
     def run(self, purpose: str = "selection") -> CandidateRun:
         return CandidateRun(
@@ -318,12 +343,24 @@ def start_spec(
     gate: GateCheck | None = None,
 ) -> StartSpec:
     """What ``item``'s next start measures: greedy passes and the quality suite in its first;
-    in a screened plan (``first_full`` 1) the first is its screening start, ``gate`` its gate
-    check. The quality suite runs where a gate reads it: a lossy candidate's answers, and the
-    baseline's beside them; a lossless candidate's would be judged by no gate."""
-    first = item.starts == 0
-    judged = item.name == BASELINE_ID or item.recipe.semantics == Semantics.LOSSY
-    quality = first and kind.quality and judged
+    in a screened plan (``first_full`` 1) the first is its screening start, and a candidate's
+    gates wait for its gate start (``item.gates_due``: untimed), unless the protocol takes
+    them first (``gates_first``): a candidate's reported cells are timed in its gate start and
+    no earlier (they are shown, never decide), and the baseline takes its greedy pass first and
+    its quality answers in the round of the first lossy candidate's gate start (its
+    ``gates_due``). ``gate``: the check that may end a start taking gates. The quality suite
+    runs where a gate reads it: a lossy candidate's answers, and the baseline's beside them; a
+    lossless candidate's would be judged by no gate."""
+    baseline = item.name == BASELINE_ID
+    deferred = bool(first_full) and not plan.protocol.gates_first
+    if deferred:  # the baseline's greedy pass first; its quality answers once a gate reads them
+        greedy = item.starts == 0 if baseline else item.gates_due
+        answers = item.gates_due
+    else:
+        greedy = answers = item.starts == 0
+    judged = baseline or item.recipe.semantics == Semantics.LOSSY
+    quality = answers and kind.quality and judged
+    logprobs = (greedy or answers) and kind.quality and judged
     return StartSpec(
         recipe=item.recipe,
         candidate=item.name,
@@ -332,13 +369,13 @@ def start_spec(
         start=item.starts,
         round_index=slot.round_index,
         phase=kind.phase,
-        greedy_times=greedy_passes(item.recipe, baseline=item.name == BASELINE_ID or kind.heldout)
-        if first
-        else 0,
+        greedy_times=greedy_passes(item.recipe, baseline=baseline or kind.heldout) if greedy else 0,
         quality_suite=plan.protocol.quality_suite if quality else None,
-        top_logprobs=TOP_LOGPROBS if quality else 0,
+        top_logprobs=TOP_LOGPROBS if logprobs else 0,
         first_full=first_full,
-        gate_check=gate if first else None,
+        gate_check=gate if greedy or answers else None,
+        timed=kind.timed if baseline else not (deferred and item.gates_due),
+        reported=kind.timed if baseline else not deferred or item.gates_due,
     )
 
 
@@ -355,8 +392,8 @@ def one_start(
     """Start ``item`` fresh, measure it, stop it; record the round. None if it did not start.
     A start that other processes slowed is set aside and measured again where the machine's
     rule says so (``Machine.set_aside``, the held-out check's): ``redone`` counts the redos so
-    far. In a screened plan a selection start counts from the second as full, and ``gate``
-    may end a candidate's screening start at a failed gate."""
+    far. In a screened plan a selection start counts from the second as full; ``gate`` may end
+    a start that takes a candidate's gates at a failed one."""
     plan, journal = bench.plan, bench.journal
     start = item.starts
     where = _entered(journal, item, slot, kind)
@@ -399,9 +436,9 @@ def one_start(
     item.keep(result)
     record_round(result.died, result.port)
     item.rounds[-1] = item.rounds[-1].model_copy(update={"peak_gb": result.peak_gb})
-    reason = (
+    reason = (  # a gate start times nothing: load changes no token
         bench.machine.set_aside(item.rounds[-1].machine, redone)
-        if bench.machine and not result.died
+        if bench.machine and not result.died and spec.timed
         else None
     )
     if reason is None:
@@ -444,17 +481,24 @@ def run_rounds(
     rounds_done = 0
     last_round_s = 0.0
     while True:
-        go, why = next_round(rounds_done, open_, protocol, deadline - bench.clock(), last_round_s)
+        due = [name for name in open_ if items[name].gates_due]
+        base.gates_due = bench.defers_gates and _reference_due(base, [items[n] for n in due])
+        left_s = deadline - bench.clock()
+        go, why = next_round(rounds_done, open_, protocol, left_s, last_round_s, gates_due=due)
+        if go and past_max(rounds_done, protocol):
+            _stop([n for n in open_ if n not in due], items, "no timed start is left")
+            open_ = due
         if not go:
-            for name in open_:
-                left = items[name]
-                left.stopped = f"stopped after {left.starts} start(s): {why}"
-                if left.starts == 0:
-                    left.start_error = "the cycle's time budget ran out before it was measured"
+            _stop(open_, items, why)
             break
-        order = round_order([BASELINE_ID, *open_], rounds_done)
+        timed = [name for name in open_ if not items[name].gates_due]
+        if timed:
+            order = round_order([BASELINE_ID, *open_], rounds_done)
+        else:  # gate starts alone, the baseline's reference first where a gate reads it
+            order = [BASELINE_ID] * base.gates_due + round_order(open_, rounds_done)
         began = bench.clock()
-        for name, result in _round_starts(bench, base, items, order, prompts, rounds_done, quality):
+        kind = Pass(quality=quality, timed=bool(timed))
+        for name, result in _round_starts(bench, base, items, order, prompts, rounds_done, kind):
             item = base if name == BASELINE_ID else items[name]
             if name == BASELINE_ID and (result is None or result.died):
                 raise RuntimeError(
@@ -494,6 +538,21 @@ def run_rounds(
     return base.run(), {name: item.run() for name, item in items.items()}
 
 
+def _reference_due(base: Tally, due: Sequence[Tally]) -> bool:
+    """Whether the baseline's quality answers are due: a lossy candidate takes its gates in the
+    coming round and the baseline has given none yet."""
+    return not base.quality and any(i.recipe.semantics == Semantics.LOSSY for i in due)
+
+
+def _stop(names: Sequence[str], items: dict[str, Tally], why: str) -> None:
+    """Stop ``names`` with ``why`` (one never measured: the time budget ran out first)."""
+    for name in names:
+        left = items[name]
+        left.stopped = f"stopped after {left.starts} start(s): {why}"
+        if left.starts == 0:
+            left.start_error = "the cycle's time budget ran out before it was measured"
+
+
 def _round_starts(
     bench: Bench,
     base: Tally,
@@ -501,20 +560,24 @@ def _round_starts(
     order: Sequence[str],
     prompts: dict[str, list[SuitePrompt]],
     round_index: int,
-    quality: bool,
+    kind: Pass,
 ) -> Iterator[tuple[str, StartResult | None]]:
     """A round's starts in ``order``, one after another, each (name, result) as it is
-    measured; in a screening round each candidate's start with its gate check."""
-    screening = bench.screened and round_index == SCREEN_ROUND
+    measured; a candidate's gate start (or, ``gates_first``, its screening start) with its
+    gate check."""
+    first = bench.screened and round_index == SCREEN_ROUND and bool(bench.plan.protocol.gates_first)
     for position, name in enumerate(order):
         item = base if name == BASELINE_ID else items[name]
         slot = Slot(round_index, position, len(order))
-        gate = _gate_check(bench, base, item) if screening and item is not base else None
-        yield name, one_start(bench, item, prompts, slot, Pass(quality=quality), gate=gate)
+        checked = item is not base and (item.gates_due or first)
+        gate = _gate_check(bench, base, item) if checked else None
+        result = one_start(bench, item, prompts, slot, kind, gate=gate)
+        item.gates_due = False
+        yield name, result
 
 
 def _gate_check(bench: Bench, base: Tally, item: Tally) -> GateCheck:
-    """The screening start's gate check of ``item`` against the baseline's outputs so far
+    """A gate start's check of ``item`` against the baseline's outputs
     (``core.screening.gate_stop``): a failed gate ends the start, and costs nothing more."""
 
     def check(result: StartResult, complete: bool) -> str | None:
@@ -640,20 +703,32 @@ def _judge_round(
             f"stopped after {items[name].starts} start(s) (round {rounds}): even its interval's "
             f"upper end is below the {best:.3f}x a qualified candidate already shows"
         )
+    # Only a look that may qualify sends a candidate to its gates: before ``min_starts`` its
+    # decisive cells may not all be timed yet (a screening start times the headline alone).
+    due = [
+        v.candidate
+        for v in verdict.candidates
+        if v.gates_pending and v.candidate in still and not rejections_only
+    ]
+    for name in due:
+        items[name].gates_due = True
     busy = (
         f"; not judged before min_starts, a start so far ran on a busy machine: {', '.join(held)}"
         if held
         else ""
     )
+    gates = f"; {', '.join(due)} qualif(ies) on speed and take(s) its gates next" if due else ""
     bench.journal(
         CycleState.EXPERIMENT,
-        f"round {rounds} judged: {len(decided)} decided, {len(still) + len(held)} open{busy}",
+        f"round {rounds} judged: {len(decided)} decided, {len(still) + len(held)} open"
+        f"{busy}{gates}",
         step=JournalStep.JUDGED,
         round=rounds - 1,
         decided=decided,
         open=[*still, *held],
         round_s=round(round_s, 1),
         **({"held_busy": list(held)} if held else {}),
+        **({"gates_due": due} if due else {}),
     )
     return still
 

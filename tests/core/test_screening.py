@@ -158,6 +158,45 @@ def test_evidence_show_lists_what_screening_dropped_and_why() -> None:
     base = make_run(BASELINE_ID, klass=None)
     verdict = select_screened(base, runs, THRESHOLDS, PROTOCOL, ALL, result)
     lines = screening_lines(verdict)
-    assert lines[0] == "screening (99%, one short start each, every gate first): dropped 1 of 2"
+    assert lines[0] == "screening (99%, one short start each): dropped 1 of 2"
     assert lines[1].startswith("    m:slow: too slow: speedup 0.600x in one start a side")
     assert screening_lines(verdict.model_copy(update={"screening": None})) == []
+
+
+def test_a_candidate_whose_gates_wait_is_judged_on_speed_alone_and_never_qualified() -> None:
+    from mcp_infra.core.judging import awaiting_gates
+    from mcp_infra.core.selector import select
+
+    base = make_run(BASELINE_ID, klass=None)
+    fast = make_run("m:fast", 1.5)
+    waiting = fast.model_copy(update={"greedy": []})
+    slow = make_run("m:slow", 0.6).model_copy(update={"greedy": []})
+    assert awaiting_gates(waiting) and not awaiting_gates(fast)
+    judged = {
+        v.candidate: v
+        for v in select(base, [waiting, slow], THRESHOLDS, PROTOCOL, ALL, interim=True).candidates
+    }
+    pending = judged["m:fast"]
+    assert pending.decision == Decision.INCONCLUSIVE and pending.gates_pending
+    assert not pending.gates and pending.reasons[0].startswith("Qualifies on speed (speedup 1.5")
+    assert "not qualified before they pass" in pending.reasons[0]
+    # A rejection on speed stands and needed no gate; its verdict says they were not taken.
+    assert judged["m:slow"].decision == Decision.REJECTED and not judged["m:slow"].gates_pending
+    assert judged["m:slow"].reasons[-1].startswith("Its gates were not taken")
+    # The same timed samples with the gates taken qualify, and so are selected.
+    verdict = select(base, [fast], THRESHOLDS, PROTOCOL, ALL)
+    assert verdict.selected == "m:fast" and not verdict.candidates[0].gates_pending
+    # Without its gates it is never selected, in a final call too.
+    assert select(base, [waiting], THRESHOLDS, PROTOCOL, ALL).selected is None
+
+
+def test_a_quality_answer_counts_as_gates_taken() -> None:
+    """Either kind of gate output, a greedy answer or a quality answer, means a run's gates
+    were taken: the gates judge it, not its speed alone."""
+    from mcp_infra.contracts import Sample
+    from mcp_infra.core.judging import awaiting_gates
+
+    run = make_run("m:lossy", 1.5, semantics=Semantics.LOSSY).model_copy(update={"greedy": []})
+    answer = Sample(candidate="m:lossy", prompt_id="q1", repeat=0, phase="quality", text="x")
+    assert awaiting_gates(run)
+    assert not awaiting_gates(run.model_copy(update={"samples": [*run.samples, answer]}))

@@ -23,8 +23,15 @@ from mcp_infra.core.workload import (
     describe_cell,
 )
 from mcp_infra.flows.confirm import heldout_protocol
-from mcp_infra.flows.measure import batches, cells_for_start, prompts_by_class
-from mcp_infra.flows.rounds import next_round, round_order
+from mcp_infra.flows.measure import (
+    StartSpec,
+    batches,
+    cells_for_start,
+    prompts_by_class,
+    start_plan,
+)
+from mcp_infra.flows.rounds import next_round, past_max, round_order
+from mcp_infra.flows.simulation import sim_recipe
 from mcp_infra.state.catalog import load_policy, load_suite
 
 THRESHOLDS = EffectiveThresholds(
@@ -70,6 +77,37 @@ def test_next_round(
     protocol = MeasureProtocol(min_starts=2, max_starts=3)
     decision, why = next_round(done, open_, protocol, left, last)
     assert decision is go and words in why
+
+
+def test_a_gate_start_runs_past_the_maximum_of_timed_starts_while_time_allows() -> None:
+    protocol = MeasureProtocol(min_starts=2, max_starts=3)
+    go, why = next_round(3, ["a:1", "a:2"], protocol, 1000, 100, gates_due=["a:1"])
+    assert go and why.startswith("a:1 qualif(ies) on speed")
+    assert not next_round(3, ["a:1"], protocol, 150, 100, gates_due=["a:1"])[0]  # no time
+    assert not next_round(3, ["a:1"], protocol, 0, 100, gates_due=["a:1"])[0]
+    assert past_max(3, protocol) and not past_max(2, protocol)
+
+
+def test_a_gate_start_asks_the_greedy_passes_and_the_quality_tasks_and_times_nothing() -> None:
+    suite = load_suite("demo-speed")
+    tasks = load_suite("quality").prompts[:3]
+    spec = StartSpec(
+        sim_recipe("a:1"),
+        "a:1",
+        prompts_by_class(suite),
+        MeasureProtocol(),
+        start=3,
+        greedy_times=2,
+        timed=False,
+    )
+    plan = start_plan(spec, tasks)
+    every = sum(len(v) for v in prompts_by_class(suite).values())
+    assert [b.kind for b in plan] == ["greedy"] * 2 * every + ["quality"] * 3
+    # With a gate check a timed start asks its quality tasks before anything is timed.
+    checked = start_plan(spec._replace(timed=True, gate_check=lambda *_: None), tasks)
+    kinds = [b.kind for b in checked]
+    assert kinds.index("timed") > max(i for i, k in enumerate(kinds) if k == "quality")
+    assert [b.kind for b in start_plan(spec._replace(timed=True), tasks)][-1] == "quality"
 
 
 def test_min_starts_wins_over_a_smaller_max() -> None:

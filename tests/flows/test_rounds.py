@@ -18,6 +18,7 @@ from mcp_infra.contracts import (
     CandidateRun,
     ConfigTruth,
     CycleSummary,
+    Decision,
     FrozenPlan,
     Knobs,
     LearnedSpread,
@@ -39,7 +40,7 @@ from mcp_infra.flows.rounds import (
     run_rounds,
     start_spec,
 )
-from mcp_infra.flows.simulation import NullJournal, Setting, SimServer, project
+from mcp_infra.flows.simulation import NullJournal, Setting, SimServer, project, prompts_of
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.store import CycleFiles, Home, read_model
 from tests.helpers.paths import BENCHMARKS, SHIPPED
@@ -333,10 +334,16 @@ def _screened_rounds(
     recipes: dict[str, Recipe],
     seed: int,
     journal: NullJournal | None = None,
+    *,
+    gates_first: bool = False,
+    learned: LearnedSpread | None = None,
 ) -> tuple[FrozenPlan, CandidateRun, dict[str, CandidateRun]]:
     """A single-user plan of ``truths`` run through the round loop on simulated servers (no
-    history: the 5% spread assumed); it must be screened."""
+    history unless ``learned``: the 5% spread assumed); it must be screened."""
     plan = simulated_plan(load_policy("single-user"), list(truths))
+    update = {"gates_first": gates_first or None, "learned_spread": learned}
+    protocol = plan.protocol.model_copy(update=update)
+    plan = plan.model_copy(update={"protocol": protocol})
     server = SimServer(PROFILE, truths, seed=seed)
     journal = journal or NullJournal()
     bench = Bench(plan=plan, journal=journal, run_start=server, clock=server.clock)
@@ -345,7 +352,131 @@ def _screened_rounds(
     return plan, baseline, runs
 
 
-def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_start() -> None:
+def _gate_start(run: CandidateRun) -> int:
+    """The one start of ``run`` that took its gates; it timed no decisive cell (single-user:
+    one request at a time), only the reported one (four at once), and no earlier start did."""
+    [start] = {s.start for s in run.greedy}
+    timed = [s for s in run.samples if s.phase in ("measure", "warmup")]
+    assert {s.concurrency for s in timed if s.start == start} <= {4}
+    assert {s.start for s in timed if s.concurrency == 4} <= {start}
+    return start
+
+
+def test_a_screened_plan_drops_a_clear_loser_and_gates_only_what_speed_qualifies() -> None:
+    from mcp_infra.flows.measure import cells_for_start
+    from mcp_infra.flows.rounds import decide_cycle
+
+    base = PROFILE.baseline
+    truths = {
+        "sim:win": FAST,
+        "sim:null": base,
+        "sim:slow": SLOW,
+        "sim:div": FAST.model_copy(update={"diverges": True}),
+    }
+    journal = Recorder()
+    plan, baseline, runs = _screened_rounds(truths, {n: _recipe(n) for n in truths}, 2, journal)
+    slow = runs["sim:slow"]
+    assert slow.starts == 1 and slow.stopped.startswith(
+        "dropped by screening after 1 start(s): too"
+    )
+    assert not slow.greedy, "a candidate screening drops never takes its gates"
+    # The diverging one qualified on speed; its gate start ended at the first diverging answer.
+    div = runs["sim:div"]
+    assert _gate_start(div) == div.starts - 1 and len(div.greedy) == 1
+    assert "the lossless gate failed" in div.stopped
+    # The winner's gates were taken in a start of their own, after its timed ones.
+    win = runs["sim:win"]
+    assert _gate_start(win) == win.starts - 1 >= 2
+    passes = greedy_passes(_recipe("sim:win"))
+    assert len(win.greedy) == passes * len(prompts_of(plan)["short"])  # nothing cut
+    assert runs["sim:null"].starts >= 2 and not runs["sim:null"].greedy
+    # The screening start timed the headline cell alone; the reported cell waited for the gate
+    # start (``_gate_start``), where it is timed alone.
+    cells = {(s.start, s.request_class, s.concurrency) for s in win.samples}
+    assert {c for c in cells if c[0] == 0} == {(0, "short", 1)}
+    assert (_gate_start(win), "short", 4) in cells
+    assert cells_for_start(plan.protocol, 0, first_full=1) == [
+        WorkloadCell(request_class="short", concurrency=1)
+    ]
+    [line] = [fields for step, _, fields in journal.lines if step == "screened"]
+    assert set(line["dropped"]) == {"sim:slow"}
+    due = [n for step, _, f in journal.lines if step == "judged" for n in f.get("gates_due", [])]
+    assert sorted(due) == ["sim:div", "sim:win"]
+    verdict, _ = decide_cycle(baseline, runs, plan, screened=True)
+    assert verdict.screening is not None and set(verdict.screening.dropped) == {"sim:slow"}
+    judged = {v.candidate: v for v in verdict.candidates}
+    assert judged["sim:win"].reasons[0].startswith("Qualified:")  # the drift check still due
+    assert [g.gate for g in judged["sim:win"].gates if g.passed] == ["lossless", "smoke", "memory"]
+    assert judged["sim:div"].decision == Decision.REJECTED
+    assert not judged["sim:null"].gates and "gates were not taken" in judged["sim:null"].reasons[-1]
+    assert runs["sim:win"].stopped.startswith("qualified after")
+
+
+def test_a_look_before_min_starts_never_sends_a_candidate_to_its_gates() -> None:
+    """With a learned spread one start a side has an interval, and the look after the screening
+    round judges rejections: a fast candidate's gates wait for a look that may qualify it, after
+    ``min_starts`` timed starts (a screening start times the headline cell alone)."""
+    base = PROFILE.baseline
+    truths = {"sim:win": FAST, "sim:null": base, "sim:slow": SLOW, "sim:other": base}
+    learned = LearnedSpread(sd=0.02, df=20)
+    plan, _, runs = _screened_rounds(truths, {n: _recipe(n) for n in truths}, 4, learned=learned)
+    win = runs["sim:win"]
+    timed = {s.start for s in win.samples if s.phase == "measure" and s.concurrency == 1}
+    assert len(timed) >= plan.protocol.min_starts and _gate_start(win) > max(timed)
+    assert win.stopped.startswith("qualified after")
+
+
+def test_a_lossy_build_whose_greedy_outputs_diverge_fails_agreement_at_its_gate_start() -> None:
+    """A lossy candidate's agreement is measured over its greedy passes and its quality answers
+    (both greedy outputs): a truth that diverges must diverge in both, or the quality answers
+    (35 of the 40 prompts) would carry it over the identical-share budget. Its speed qualifies
+    it; its gate start asks every untimed request, fails agreement, and it is rejected."""
+    base = PROFILE.baseline
+    truths = {
+        "sim:win": FAST,
+        "sim:null": base,
+        "sim:slow": SLOW,
+        "sim:q3": FAST.model_copy(update={"diverges": True}),
+    }
+    recipes = {n: _recipe(n) for n in truths}
+    recipes["sim:q3"] = _recipe("sim:q3", semantics="lossy")
+    _, baseline, runs = _screened_rounds(truths, recipes, 3)
+    q3 = runs["sim:q3"]
+    start = _gate_start(q3)
+    quality = [s for s in q3.samples if s.phase == "quality"]
+    assert quality and {s.start for s in quality} == {start}, "no quality asked, or elsewhere"
+    assert "the agreement gate failed" in q3.stopped
+    # The baseline gave its quality answers in the round of that gate start, not before.
+    [gate_round] = {r.round for r in q3.rounds if r.start == start}
+    answers = [s for s in baseline.samples if s.phase == "quality"]
+    assert answers and {s.round for s in answers} == {gate_round} and gate_round >= 1
+
+
+def test_the_baseline_answers_the_quality_suite_only_where_a_lossy_gate_reads_it() -> None:
+    base = PROFILE.baseline
+    truths = {"sim:win": FAST, "sim:kv": base, "sim:slow": SLOW, "sim:null": base}
+    recipes = {n: _recipe(n) for n in truths}
+    recipes["sim:kv"] = _recipe("sim:kv", semantics="lossy")
+    _, baseline, runs = _screened_rounds(truths, recipes, 5)
+    assert runs["sim:win"].greedy and not runs["sim:kv"].greedy  # only the fast one is gated
+    assert not [s for s in baseline.samples if s.phase == "quality"]
+    # Its greedy pass is taken first, with the top log-probabilities a lossy measure reads.
+    assert {s.start for s in baseline.greedy} == {0}
+    plan = simulated_plan(load_policy("single-user"), list(truths))
+    prompts = prompts_of(plan)
+    first = start_spec(
+        plan, Tally(BASELINE_ID, _recipe(BASELINE_ID)), prompts, Slot(0), SELECTION, first_full=1
+    )
+    assert (first.greedy_times, first.top_logprobs, first.quality_suite) == (1, TOP_LOGPROBS, None)
+    due = Tally(BASELINE_ID, _recipe(BASELINE_ID), starts=2, gates_due=True)
+    untimed = SELECTION._replace(timed=False)
+    reference = start_spec(plan, due, prompts, Slot(2), untimed, first_full=1)
+    assert reference.quality_suite == "quality" and not reference.timed
+    assert reference.greedy_times == 0
+
+
+def test_gates_first_drops_a_failed_gate_and_a_clear_loser_after_one_short_start() -> None:
+    """``protocol.gates_first``: every candidate takes its gates in its screening start."""
     from mcp_infra.flows.measure import cells_for_start
     from mcp_infra.flows.rounds import decide_cycle
 
@@ -357,7 +488,8 @@ def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_s
         "sim:div": base.model_copy(update={"diverges": True}),
     }
     journal = Recorder()
-    plan, baseline, runs = _screened_rounds(truths, {n: _recipe(n) for n in truths}, 2, journal)
+    recipes = {n: _recipe(n) for n in truths}
+    plan, baseline, runs = _screened_rounds(truths, recipes, 2, journal, gates_first=True)
     # The failed gate ended its start at the first diverging greedy answer: nothing was timed.
     div = runs["sim:div"]
     assert div.starts == 1 and len(div.greedy) == 1 and not div.samples
@@ -385,11 +517,12 @@ def test_a_screened_plan_drops_a_failed_gate_and_a_clear_loser_after_one_short_s
     assert runs["sim:win"].stopped.startswith("qualified after")  # the full decision's rounds
 
 
-def test_a_lossy_build_whose_greedy_outputs_diverge_fails_agreement_in_screening() -> None:
+def test_gates_first_fails_a_diverging_lossy_build_on_agreement_in_screening() -> None:
     """A lossy candidate's agreement is measured over its greedy passes and its quality answers
     (both greedy outputs): a truth that diverges must diverge in both, or the quality answers
-    (35 of the 40 prompts) would carry it over the identical-share budget. Its screening start
-    asks every untimed request, fails agreement, and is dropped before any timing."""
+    (35 of the 40 prompts) would carry it over the identical-share budget. With
+    ``gates_first`` its screening start asks every untimed request, fails agreement, and it is
+    dropped before any timing."""
     base = PROFILE.baseline
     truths = {
         "sim:win": FAST,
@@ -399,7 +532,7 @@ def test_a_lossy_build_whose_greedy_outputs_diverge_fails_agreement_in_screening
     }
     recipes = {n: _recipe(n) for n in truths}
     recipes["sim:q3"] = _recipe("sim:q3", semantics="lossy")
-    _, _, runs = _screened_rounds(truths, recipes, 3)
+    _, _, runs = _screened_rounds(truths, recipes, 3, gates_first=True)
     q3 = runs["sim:q3"]
     quality = [s for s in q3.samples if s.phase == "quality"]
     assert q3.starts == 1 and len(quality) == len(q3.samples) > 0, "timed, or no quality asked"

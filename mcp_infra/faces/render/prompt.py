@@ -26,9 +26,10 @@ def server_instructions(mode: str) -> str:
     return text + (
         " `propose_plan` queues an experiment of 1-16 registry candidates; deterministic code then "
         "measures them against the live baseline, gates them, and promotes a winner only if it "
-        "qualifies (a plan of 4 or more is screened first: every gate and one short start each "
-        "drop the clear losers). Keeping the baseline is a valid result. Plans run when the "
-        "policy's maintenance window allows; `propose_plan` returns at once."
+        "qualifies (a plan of 4 or more is screened first: one short start each drops the clear "
+        "losers, and a candidate takes its gates once its speed qualifies it). Keeping the "
+        "baseline is a valid result. Plans run when the policy's maintenance window allows; "
+        "`propose_plan` returns at once."
     )
 
 

@@ -398,7 +398,7 @@ def screening_lines(verdict: Verdict) -> list[str]:
         return []
     judged = len(screening.judged) + len(screening.held)
     lines = [
-        f"screening ({screening.confidence:.0%}, one short start each, every gate first): "
+        f"screening ({screening.confidence:.0%}, one short start each): "
         f"dropped {len(screening.dropped)} of {judged}"
         + (f"; not judged on a busy machine: {', '.join(screening.held)}" if screening.held else "")
     ]
