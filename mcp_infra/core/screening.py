@@ -29,7 +29,7 @@ rounds after it are the same for a survivor as they would have been without it. 
 with and without screening on the same measurements: every candidate the screened cycle
 qualifies, the unscreened one qualifies too at the same look, so a candidate no faster than the
 threshold qualifies at most as often as without screening, (1 - confidence) / 2 over all looks
-(a non-binding futility stop, docs/statistics.md). A gate start times nothing, and a
+(a non-binding futility stop, docs/statistics.md). A gate start times no decisive cell, and a
 candidate's timed starts stay within the protocol's maximum, so the looks at its speed are
 those the error rate is spent over. What screening spends is power: a candidate truly at the
 threshold is dropped when its one-start interval lies below it, 0.5% of the time at 99% with
