@@ -24,9 +24,9 @@ MAX_PLAN_CANDIDATES = 16
 (``core.screening``): one short start each, then the full decision for the survivors, each
 taking its gates once its speed qualifies it. 16 because the screening round is paid in full,
 one fresh start per candidate: on the real target of ``benchmarks/profiles/qwen27b-m5pro.yaml``
-a 14-candidate generated catalog takes about half an hour under the single-user policy and most
-of the shipped policies' 120-minute cycle budget under the default one (docs/benchmarks.md); a
-longer list belongs in two plans."""
+a 14-candidate generated catalog is projected at about half an hour under the single-user
+policy and an hour (up to 110 minutes in one seed of ten) of the shipped policies' 120-minute
+cycle budget under the default one (docs/benchmarks.md); a longer list belongs in two plans."""
 
 
 def _finite(value: float | None) -> float | None:
