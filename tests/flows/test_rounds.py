@@ -362,24 +362,34 @@ def _gate_start(run: CandidateRun) -> int:
     return start
 
 
-def test_a_screened_plan_drops_a_clear_loser_and_gates_only_what_speed_qualifies() -> None:
+def _four(div: ConfigTruth) -> dict[str, ConfigTruth]:
+    """A winner, a null, a clear loser and ``div``: the screened plans of the tests below."""
+    return {"sim:win": FAST, "sim:null": PROFILE.baseline, "sim:slow": SLOW, "sim:div": div}
+
+
+def _headline_first(plan: FrozenPlan, runs: dict[str, CandidateRun]) -> set[tuple[int, str, int]]:
+    """The clear loser was dropped after its screening start, and a screening start timed the
+    headline cell alone; the winner's timed (start, request class, concurrency)."""
     from mcp_infra.flows.measure import cells_for_start
+
+    slow = runs["sim:slow"]
+    assert slow.starts == 1
+    assert slow.stopped.startswith("dropped by screening after 1 start(s): too")
+    cells = {(s.start, s.request_class, s.concurrency) for s in runs["sim:win"].samples}
+    assert {c for c in cells if c[0] == 0} == {(0, "short", 1)}
+    headline = WorkloadCell(request_class="short", concurrency=1)
+    assert cells_for_start(plan.protocol, 0, first_full=1) == [headline]
+    return cells
+
+
+def test_a_screened_plan_drops_a_clear_loser_and_gates_only_what_speed_qualifies() -> None:
     from mcp_infra.flows.rounds import decide_cycle
 
-    base = PROFILE.baseline
-    truths = {
-        "sim:win": FAST,
-        "sim:null": base,
-        "sim:slow": SLOW,
-        "sim:div": FAST.model_copy(update={"diverges": True}),
-    }
+    truths = _four(FAST.model_copy(update={"diverges": True}))
     journal = Recorder()
     plan, baseline, runs = _screened_rounds(truths, {n: _recipe(n) for n in truths}, 2, journal)
-    slow = runs["sim:slow"]
-    assert slow.starts == 1 and slow.stopped.startswith(
-        "dropped by screening after 1 start(s): too"
-    )
-    assert not slow.greedy, "a candidate screening drops never takes its gates"
+    cells = _headline_first(plan, runs)
+    assert not runs["sim:slow"].greedy, "a candidate screening drops never takes its gates"
     # The diverging one qualified on speed; its gate start ended at the first diverging answer.
     div = runs["sim:div"]
     assert _gate_start(div) == div.starts - 1 and len(div.greedy) == 1
@@ -390,14 +400,8 @@ def test_a_screened_plan_drops_a_clear_loser_and_gates_only_what_speed_qualifies
     passes = greedy_passes(_recipe("sim:win"))
     assert len(win.greedy) == passes * len(prompts_of(plan)["short"])  # nothing cut
     assert runs["sim:null"].starts >= 2 and not runs["sim:null"].greedy
-    # The screening start timed the headline cell alone; the reported cell waited for the gate
-    # start (``_gate_start``), where it is timed alone.
-    cells = {(s.start, s.request_class, s.concurrency) for s in win.samples}
-    assert {c for c in cells if c[0] == 0} == {(0, "short", 1)}
+    # The reported cell waited for the gate start (``_gate_start``), where it is timed alone.
     assert (_gate_start(win), "short", 4) in cells
-    assert cells_for_start(plan.protocol, 0, first_full=1) == [
-        WorkloadCell(request_class="short", concurrency=1)
-    ]
     [line] = [fields for step, _, fields in journal.lines if step == "screened"]
     assert set(line["dropped"]) == {"sim:slow"}
     due = [n for step, _, f in journal.lines if step == "judged" for n in f.get("gates_due", [])]
@@ -477,16 +481,9 @@ def test_the_baseline_answers_the_quality_suite_only_where_a_lossy_gate_reads_it
 
 def test_gates_first_drops_a_failed_gate_and_a_clear_loser_after_one_short_start() -> None:
     """``protocol.gates_first``: every candidate takes its gates in its screening start."""
-    from mcp_infra.flows.measure import cells_for_start
     from mcp_infra.flows.rounds import decide_cycle
 
-    base = PROFILE.baseline
-    truths = {
-        "sim:win": FAST,
-        "sim:null": base,
-        "sim:slow": SLOW,
-        "sim:div": base.model_copy(update={"diverges": True}),
-    }
+    truths = _four(PROFILE.baseline.model_copy(update={"diverges": True}))
     journal = Recorder()
     recipes = {n: _recipe(n) for n in truths}
     plan, baseline, runs = _screened_rounds(truths, recipes, 2, journal, gates_first=True)
@@ -494,18 +491,9 @@ def test_gates_first_drops_a_failed_gate_and_a_clear_loser_after_one_short_start
     div = runs["sim:div"]
     assert div.starts == 1 and len(div.greedy) == 1 and not div.samples
     assert div.stopped.startswith("dropped by screening after 1 start(s): the lossless gate")
-    slow = runs["sim:slow"]
-    assert slow.starts == 1 and slow.stopped.startswith(
-        "dropped by screening after 1 start(s): too"
-    )
+    cells = _headline_first(plan, runs)
     assert runs["sim:win"].starts >= 2 and runs["sim:null"].starts >= 2
-    # The screening start timed the headline cell alone; the reported cell moved to the next.
-    cells = {(s.start, s.request_class, s.concurrency) for s in runs["sim:win"].samples}
-    assert {c for c in cells if c[0] == 0} == {(0, "short", 1)}
-    assert (1, "short", 4) in cells
-    assert cells_for_start(plan.protocol, 0, first_full=1) == [
-        WorkloadCell(request_class="short", concurrency=1)
-    ]
+    assert (1, "short", 4) in cells  # the reported cell in the first full start
     [line] = [fields for step, _, fields in journal.lines if step == "screened"]
     assert set(line["dropped"]) == {"sim:div", "sim:slow"}
     assert line["survivors"] == ["sim:win", "sim:null"]
