@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,12 +51,22 @@ def states(home: Home, summary: CycleSummary) -> list[str]:
     return [e.state.value for e in events]
 
 
-def promoted_or_explain(summary: CycleSummary) -> None:
-    if summary.outcome == Outcome.KEPT_BASELINE:
-        pytest.fail(
-            "the drafter was not measured faster than the baseline at all, so nothing "
-            f"was promoted and this path was not reached: {summary.reason}"
-        )
+def to_promotion(home: Home, fault: Callable[[], None]) -> tuple[CycleSummary, list[str]]:
+    """Queue the drafter's plan and supervise it, ``fault`` made as PROMOTE is journaled; the
+    summary and the cycles the fault was made in. The path under test starts at a promotion,
+    and a loaded 2-core machine can measure the demo drafter below the baseline in a start
+    (its held-out check once saw 0.764x in a full suite run): a cycle that kept the baseline
+    is run once more before the test says why the path was not reached."""
+    for _ in range(2):
+        queue_plan(home, {"hypothesis": "a drafter speeds up decoding", "candidates": [WINNER]})
+        with on_journal(home, promoting, fault) as acted:
+            (summary,) = supervise(home)
+        if summary.outcome != Outcome.KEPT_BASELINE:
+            return summary, acted
+    pytest.fail(
+        "the drafter was not measured faster than the baseline in two cycles, so nothing "
+        f"was promoted and this path was not reached: {summary.reason}"
+    )
 
 
 def test_a_winner_that_cannot_start_on_the_stable_port_is_rolled_back(
@@ -64,14 +75,11 @@ def test_a_winner_that_cannot_start_on_the_stable_port_is_rolled_back(
     home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
     own_models(home, demo_models, "draft")
     start_live(home)
-    queue_plan(home, {"hypothesis": "a drafter speeds up decoding", "candidates": [WINNER]})
 
     def break_the_draft() -> None:  # after it was measured, before the stable port loads it
         (home.models / "draft" / "config.json").write_text("{ not json")
 
-    with on_journal(home, promoting, break_the_draft) as acted:
-        (summary,) = supervise(home)
-    promoted_or_explain(summary)
+    summary, acted = to_promotion(home, break_the_draft)
     assert acted, "the fault was made when PROMOTE was journaled"
     assert summary.outcome == Outcome.ROLLED_BACK, summary.reason
     assert summary.reason.startswith(
@@ -94,7 +102,6 @@ def test_a_promotion_that_fails_online_verification_is_rolled_back(
     home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
     own_models(home, demo_models, "target")
     start_live(home)  # the live baseline holds the original weights in memory
-    queue_plan(home, {"hypothesis": "a drafter speeds up decoding", "candidates": [WINNER]})
 
     def change_the_weights() -> None:
         import mlx.core as mx
@@ -106,9 +113,7 @@ def test_a_promotion_that_fails_online_verification_is_rolled_back(
         mx.save_safetensors(str(tmp), arrays, metadata={"format": "mlx"})
         os.replace(tmp, path)
 
-    with on_journal(home, promoting, change_the_weights) as acted:
-        (summary,) = supervise(home)
-    promoted_or_explain(summary)
+    summary, acted = to_promotion(home, change_the_weights)
     assert acted
     assert summary.outcome == Outcome.ROLLED_BACK, summary.reason
     assert summary.reason.startswith("online greedy output differs from the measured one")
