@@ -253,8 +253,8 @@ def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
 
 def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> list[Batch]:
     """Every request of one start, in order: greedy passes (where it takes its gates), the
-    warm-up, each workload cell of this start in batches, then the quality tasks (a gate start:
-    the greedy passes and the quality tasks alone). Pure: the
+    warm-up, each workload cell of this start in batches, then the quality tasks (a start with
+    a gate check asks them before anything is timed). Pure: the
     cycle sends it (``measure_start``) and the cost model prices it (``flows.simulation``)."""
     protocol, prompts = spec.protocol, spec.prompts
     base = {"candidate": spec.candidate, "start": spec.start, "round": spec.round_index}
