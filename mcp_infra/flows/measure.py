@@ -152,12 +152,12 @@ class StartResult:
     peak_gb: float | None = None
     memory_source: str | None = None
     port: int | None = None
-    gated: str | None = None  # why a gate start ended at a failed gate
 
 
-GateCheck = Callable[[StartResult, bool], str | None]
+GateCheck = Callable[[StartResult, bool], bool]
 """A gate start's gate check between its untimed requests: the start's result so far and
-whether every untimed answer is in; why it ends the start (a failed gate), or None."""
+whether every untimed answer is in; True ends the start (a failed gate, which the run's verdict
+names)."""
 
 
 class StartSpec(NamedTuple):
@@ -334,11 +334,8 @@ def play(
         if batch.kind == "timed":
             continue
         untimed_left -= 1
-        if spec.gate_check is not None:
-            why = spec.gate_check(result, untimed_left == 0)
-            if why is not None:
-                result.gated = why
-                return
+        if spec.gate_check is not None and spec.gate_check(result, untimed_left == 0):
+            return
 
 
 class _Sender:

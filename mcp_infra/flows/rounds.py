@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import Enum
 from typing import NamedTuple
 
 from mcp_infra.contracts import (
@@ -85,6 +86,20 @@ its port once it is ready, measure ``spec``, stop it. Raises ``StartFailed`` (or
 start errors) when the server did not start."""
 
 
+class GateTiming(Enum):
+    """When a configuration takes its gates (greedy passes, the quality suite). One answer per
+    plan (``Bench.gate_timing``): what each start measures follows from it."""
+
+    FIRST_START = "first_start"  # an unscreened plan, and every held-out or drift start
+    SCREENING_START = "screening_start"  # a screened plan with ``protocol.gates_first``
+    ONCE_QUALIFIED = "once_qualified"  # a screened plan: a gate start once speed qualifies
+
+    @property
+    def screened(self) -> bool:
+        """Whether a configuration's first start is a screening start (the headline alone)."""
+        return self is not GateTiming.FIRST_START
+
+
 class StartFailed(RuntimeError):
     """The configuration's server did not start (a verdict on it, unlike a busy port)."""
 
@@ -111,10 +126,13 @@ class Bench:
         return screens(self.plan) if self.screening is None else self.screening
 
     @property
-    def defers_gates(self) -> bool:
-        """Whether candidates take their gates once their speed qualifies them: a screened plan
-        whose protocol does not take them first."""
-        return self.screened and not self.plan.protocol.gates_first
+    def gate_timing(self) -> GateTiming:
+        """When the plan's candidates take their gates in its selection rounds."""
+        if not self.screened:
+            return GateTiming.FIRST_START
+        if self.plan.protocol.gates_first:
+            return GateTiming.SCREENING_START
+        return GateTiming.ONCE_QUALIFIED
 
     @property
     def busy_line(self) -> float | None:
@@ -339,20 +357,20 @@ def start_spec(
     slot: Slot,
     kind: Pass,
     *,
-    first_full: int = 0,
+    timing: GateTiming = GateTiming.FIRST_START,
     gate: GateCheck | None = None,
 ) -> StartSpec:
-    """What ``item``'s next start measures: greedy passes and the quality suite in its first;
-    in a screened plan (``first_full`` 1) the first is its screening start, and a candidate's
-    gates wait for its gate start (``item.gates_due``: untimed), unless the protocol takes
-    them first (``gates_first``): a candidate's reported cells are timed in its gate start and
+    """What ``item``'s next start measures, by ``timing``: greedy passes and the quality suite
+    in its first start; in a screened plan the first is its screening start (the headline cell
+    alone), and ``ONCE_QUALIFIED`` a candidate's gates wait for its gate start
+    (``item.gates_due``: untimed): a candidate's reported cells are timed in its gate start and
     no earlier (they are shown, never decide), and the baseline takes its greedy pass first and
     its quality answers in the round of the first lossy candidate's gate start (its
     ``gates_due``). ``gate``: the check that may end a start taking gates. The quality suite
     runs where a gate reads it: a lossy candidate's answers, and the baseline's beside them; a
     lossless candidate's would be judged by no gate."""
     baseline = item.name == BASELINE_ID
-    deferred = bool(first_full) and not plan.protocol.gates_first
+    deferred = timing is GateTiming.ONCE_QUALIFIED
     if deferred:  # the baseline's greedy pass first; its quality answers once a gate reads them
         greedy = item.starts == 0 if baseline else item.gates_due
         answers = item.gates_due
@@ -372,7 +390,7 @@ def start_spec(
         greedy_times=greedy_passes(item.recipe, baseline=baseline or kind.heldout) if greedy else 0,
         quality_suite=plan.protocol.quality_suite if quality else None,
         top_logprobs=TOP_LOGPROBS if logprobs else 0,
-        first_full=first_full,
+        first_full=1 if timing.screened else 0,
         gate_check=gate if greedy or answers else None,
         timed=kind.timed if baseline else not (deferred and item.gates_due),
         reported=kind.timed if baseline else not deferred or item.gates_due,
@@ -423,8 +441,9 @@ def one_start(
             **where,
         )
 
-    first_full = 1 if bench.screened and kind.phase == SELECTION.phase else 0
-    spec = start_spec(plan, item, prompts, slot, kind, first_full=first_full, gate=gate)
+    selecting = kind.phase == SELECTION.phase
+    timing = bench.gate_timing if selecting else GateTiming.FIRST_START
+    spec = start_spec(plan, item, prompts, slot, kind, timing=timing, gate=gate)
     try:
         result = bench.run_start(spec, ready)
     except bench.start_errors as exc:
@@ -480,9 +499,10 @@ def run_rounds(
     open_ = list(items)
     rounds_done = 0
     last_round_s = 0.0
+    deferred = bench.gate_timing is GateTiming.ONCE_QUALIFIED
     while True:
         due = [name for name in open_ if items[name].gates_due]
-        base.gates_due = bench.defers_gates and _reference_due(base, [items[n] for n in due])
+        base.gates_due = deferred and _reference_due(base, [items[n] for n in due])
         left_s = deadline - bench.clock()
         go, why = next_round(rounds_done, open_, protocol, left_s, last_round_s, gates_due=due)
         if go and past_max(rounds_done, protocol):
@@ -565,7 +585,7 @@ def _round_starts(
     """A round's starts in ``order``, one after another, each (name, result) as it is
     measured; a candidate's gate start (or, ``gates_first``, its screening start) with its
     gate check."""
-    first = bench.screened and round_index == SCREEN_ROUND and bool(bench.plan.protocol.gates_first)
+    first = round_index == SCREEN_ROUND and bench.gate_timing is GateTiming.SCREENING_START
     for position, name in enumerate(order):
         item = base if name == BASELINE_ID else items[name]
         slot = Slot(round_index, position, len(order))
@@ -580,13 +600,15 @@ def _gate_check(bench: Bench, base: Tally, item: Tally) -> GateCheck:
     """A gate start's check of ``item`` against the baseline's outputs
     (``core.screening.gate_stop``): a failed gate ends the start, and costs nothing more."""
 
-    def check(result: StartResult, complete: bool) -> str | None:
+    def check(result: StartResult, complete: bool) -> bool:
         partial = item.run().model_copy(
             update={"samples": [*result.samples, *result.quality], "greedy": result.greedy}
         )
         plan = bench.plan
-        failed = gate_stop(base.run(), partial, plan.thresholds, plan.protocol, complete=complete)
-        return None if failed is None else f"the {failed.gate} gate failed: {failed.detail}"
+        return (
+            gate_stop(base.run(), partial, plan.thresholds, plan.protocol, complete=complete)
+            is not None
+        )
 
     return check
 

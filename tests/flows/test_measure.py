@@ -104,7 +104,7 @@ def test_a_gate_start_asks_the_greedy_passes_and_the_quality_tasks_and_times_not
     every = sum(len(v) for v in prompts_by_class(suite).values())
     assert [b.kind for b in plan] == ["greedy"] * 2 * every + ["quality"] * 3
     # With a gate check a timed start asks its quality tasks before anything is timed.
-    checked = start_plan(spec._replace(timed=True, gate_check=lambda *_: None), tasks)
+    checked = start_plan(spec._replace(timed=True, gate_check=lambda *_: False), tasks)
     kinds = [b.kind for b in checked]
     assert kinds.index("timed") > max(i for i, k in enumerate(kinds) if k == "quality")
     assert [b.kind for b in start_plan(spec._replace(timed=True), tasks)][-1] == "quality"

@@ -33,6 +33,7 @@ from mcp_infra.flows.projection import simulated_plan
 from mcp_infra.flows.rounds import (
     SELECTION,
     Bench,
+    GateTiming,
     Slot,
     Tally,
     greedy_passes,
@@ -468,13 +469,14 @@ def test_the_baseline_answers_the_quality_suite_only_where_a_lossy_gate_reads_it
     assert {s.start for s in baseline.greedy} == {0}
     plan = simulated_plan(load_policy("single-user"), list(truths))
     prompts = prompts_of(plan)
+    later = GateTiming.ONCE_QUALIFIED
     first = start_spec(
-        plan, Tally(BASELINE_ID, _recipe(BASELINE_ID)), prompts, Slot(0), SELECTION, first_full=1
+        plan, Tally(BASELINE_ID, _recipe(BASELINE_ID)), prompts, Slot(0), SELECTION, timing=later
     )
     assert (first.greedy_times, first.top_logprobs, first.quality_suite) == (1, TOP_LOGPROBS, None)
     due = Tally(BASELINE_ID, _recipe(BASELINE_ID), starts=2, gates_due=True)
     untimed = SELECTION._replace(timed=False)
-    reference = start_spec(plan, due, prompts, Slot(2), untimed, first_full=1)
+    reference = start_spec(plan, due, prompts, Slot(2), untimed, timing=later)
     assert reference.quality_suite == "quality" and not reference.timed
     assert reference.greedy_times == 0
 
