@@ -4,15 +4,17 @@ failed gates, ``select``, the drift re-measure, the held-out check, the time bud
 simulated server starts. Only the server and the clock are simulated, from a target profile.
 
 Profiles: ``qwen27b-m5pro`` (``benchmarks/profiles/qwen27b-m5pro.yaml``, every assumption in the
-file) or a path to a profile YAML. Plans: ``drafters`` (two drafters, one truly 1.9x and one
-1.4x at one request, both serial at four), ``null`` (two candidates truly 1.0x) and ``catalog``
-(14 candidates in 4 classes, a generated catalog for the 27B target: drafters at several draft
-lengths, server settings, KV bits and quantized builds; ``CATALOG`` says each one's class,
-semantics and prompt cache, the profile its assumed truths). A plan of 4 or more is screened
-(``core.screening``); ``--full-rigour`` adds each such row again without screening, and
-``--assumed`` adds rows with every figure the profile marks ASSUMED (the catalog's generated
-drafters, KV bits and quantized builds: their load time, then their decode speed) halved and
-doubled. ``--breakdown`` prints where a row's median seed spent its simulated minutes.
+file) or a path to a profile YAML. Policies: shipped names or paths to policy YAML files (a home's
+own, or one a person is weighing: ``protocol.max_tokens`` sets how long the greedy answers the gates
+compare are, for instance). Plans: ``drafters`` (two drafters, one truly 1.9x and one 1.4x at one
+request, both serial at four), ``null`` (two candidates truly 1.0x) and ``catalog`` (14 candidates
+in 4 classes, a generated catalog for the 27B target: drafters at several draft lengths, server
+settings, KV bits and quantized builds; ``CATALOG`` says each one's class, semantics and prompt
+cache, the profile its assumed truths). A plan of 4 or more is screened (``core.screening``);
+``--full-rigour`` adds each such row again without screening, and ``--assumed`` adds rows with every
+figure the profile marks ASSUMED (the catalog's generated drafters, KV bits and quantized builds:
+their load time, then their decode speed) halved and doubled. ``--breakdown`` prints where a row's
+median seed spent its simulated minutes.
 
 ``--profile this-home [--bundle DIR | --home DIR]``: the profile derived from a sealed bundle's
 own measured timings (``flows.projection.profile_from_bundle``; ``--home``: its newest sealed
@@ -55,7 +57,7 @@ from typing import NamedTuple
 import _common
 import yaml
 
-from mcp_infra.contracts import ConfigTruth, Knobs, Recipe, TargetProfile
+from mcp_infra.contracts import ConfigTruth, Knobs, Policy, Recipe, TargetProfile
 from mcp_infra.core.screening import SCREEN_FROM
 from mcp_infra.flows.projection import (
     COST_RESAMPLES,
@@ -66,6 +68,7 @@ from mcp_infra.flows.projection import (
 )
 from mcp_infra.flows.simulation import Projection, Setting, history_spread, project, sim_recipe
 from mcp_infra.state.catalog import load_policy
+from mcp_infra.state.filecache import load_yaml
 from mcp_infra.state.store import Home
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
@@ -101,6 +104,18 @@ quantized builds (a name starting with an entry)."""
 def load_profile(name: str) -> TargetProfile:
     path = Path(name) if name.endswith((".yaml", ".yml")) else PROFILES / f"{name}.yaml"
     return TargetProfile.model_validate(yaml.safe_load(path.read_text()))
+
+
+def policy_of(name: str) -> tuple[str, Policy]:
+    """A shipped policy by name, or a policy YAML by path (a person's own, as a home keeps it):
+    (the name the table shows, the policy)."""
+    if not name.endswith((".yaml", ".yml")):
+        return name, load_policy(name)
+    path = Path(name)
+    try:
+        return path.stem, Policy.model_validate(load_yaml(path))
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise SystemExit(f"--policies {name}: {exc}") from exc
 
 
 def _truth_words(truths: dict[str, ConfigTruth], base: ConfigTruth) -> str:
@@ -157,7 +172,7 @@ def row(
 ) -> dict:
     c = conditions or Conditions()
     variant = variant or Variant()
-    policy = load_policy(policy_name)
+    policy_name, policy = policy_of(policy_name)
     truths, recipes = plan_truths(profile, plan_name, variant.scale)
     plan = simulated_plan(policy, list(truths))
     learned = history_spread(plan, profile, c.history_df, c.spread_error)
@@ -300,7 +315,11 @@ def this_home(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = _common.parser(__doc__)
     ap.add_argument("--profile", default="qwen27b-m5pro", help="a profile name or YAML path")
-    ap.add_argument("--policies", default="single-user,default")
+    ap.add_argument(
+        "--policies",
+        default="single-user,default",
+        help="shipped policy names or policy YAML paths, comma-separated",
+    )
     ap.add_argument("--plans", default="drafters,null")
     ap.add_argument("--seeds", type=int, default=40)
     ap.add_argument(
