@@ -78,6 +78,22 @@ class BuildSpec(Part):
         width = self.quant_predicate or f"q{bits}"
         return f"{width}-g{group}-{self.q_mode}-{dtype}"
 
+    def describe(self) -> str:
+        """What a person reads: ``8-bit affine weights in groups of 64, float32 compute``,
+        ``mixed 3- and 6-bit affine (mixed_3_6) weights in groups of 64, the source's
+        compute dtype``, ``a copy with float32 compute``."""
+        compute = f"{self.dtype} compute" if self.dtype else "the source's compute dtype"
+        eff = self.effective()
+        if eff is None:
+            return f"a copy with {compute}"
+        group, bits = eff
+        if self.quant_predicate:
+            low, high = self.quant_predicate.removeprefix("mixed_").split("_")
+            width = f"mixed {low}- and {high}-bit {self.q_mode} ({self.quant_predicate})"
+        else:
+            width = f"{bits}-bit {self.q_mode}"
+        return f"{width} weights in groups of {group}, {compute}"
+
     def convert_args(self) -> list[str]:
         """The ``mlx_lm convert`` options for this spec (source and output paths excluded)."""
         args: list[str] = []

@@ -438,7 +438,8 @@ def builds_manifest(facts: CatalogFacts) -> tuple[Manifest | None, list[CatalogN
             disk_gb=round(disk / 1e9, 6),
         ),
         variants=[
-            Variant(id=spec.key(), title=f"a build {spec.key()}", build=spec) for spec in specs
+            Variant(id=spec.key(), title=f"a build: {spec.describe()}", build=spec)
+            for spec in specs
         ],
     )
     return manifest, notes

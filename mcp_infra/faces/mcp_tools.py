@@ -336,7 +336,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "class, semantics (lossless: greedy tokens identical to the baseline's; lossy: a "
         "quality budget), knobs, each preflight check on this machine, auto-promotion and what "
         "past cycles decided. Page 1 opens with a summary; `pages` says how many there are. "
-        "Only candidates with preflight_passed can run.",
+        "Only candidates with preflight_passed can run; they come first, untried ones first.",
         RegistryPage,
     ),
     ToolSpec(

@@ -177,7 +177,7 @@ class RegistryView(View):
 
 
 class RegistryFilter(View):
-    """Which candidates a registry answer shows (None: any), untried ones first."""
+    """Which candidates a registry answer shows (None: any)."""
 
     candidate_class: str | None = Field(None, description="only this class")
     preflight: Literal["passed", "failed"] | None = Field(None, description="only these")
@@ -231,7 +231,8 @@ def registry_view(
     wait_costs: bool = True,
     only: RegistryFilter | None = None,
 ) -> RegistryView:
-    """Every candidate with its checks, memory and cost, untried ones first; ``only`` keeps
+    """Every candidate with its checks, memory and cost, what may be proposed first (passing
+    preflight, then untried, the registry's order kept within each); ``only`` keeps
     those of a class, preflight result or last verdict. ``wait_costs=False`` (the MCP read):
     a cost not yet in the home's projection cache is computed in the background (``pending``)."""
     only = only or RegistryFilter()
@@ -289,7 +290,8 @@ def registry_view(
                 )
             )
     live = ctx.live.candidate_id if ctx.configured else None
-    views.sort(key=lambda v: bool(v.learned))  # untried first, the registry's order kept
+    # A page holds what may be proposed: another model's pinned entries fail preflight and last.
+    views.sort(key=lambda v: (not v.preflight_passed, bool(v.learned)))
     return RegistryView(
         candidates=views,
         live_recipe=live,

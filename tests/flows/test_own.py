@@ -100,8 +100,16 @@ def test_the_registry_lists_the_catalog_beside_the_pinned_entries(
     refused = {k.name for k in demo_kv.checks if not k.passed}
     assert {"same_target", "kv_group"} <= refused
     assert [n.subject for n in view.not_offered] == ["own MTP head"]
+    # What may be proposed comes first: another model's pinned entries fail preflight and last.
+    passed = [c.preflight_passed for c in view.candidates]
+    assert passed[0] and passed == sorted(passed, reverse=True) and not passed[-1]
+    builds = [c.title for c in own.values() if c.candidate_class == "quantization"]
+    assert any(t.startswith("a build: 8-bit affine weights in groups of 64") for t in builds)
     text = render.registry_text(view)
     assert "not offered for this model: own MTP head" in text
+    # No cycle has measured anything here: every candidate's cost is the same, said once.
+    assert text.count("alone in a plan") == 1, text
+    assert "\neach candidate that passes preflight, alone in a plan: projected cost unknown" in text
 
 
 def test_registry_filters_by_class_preflight_and_verdict(

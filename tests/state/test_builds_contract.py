@@ -43,6 +43,28 @@ def test_spec_key_and_convert_args(spec: BuildSpec, key: str, args: list[str]) -
 
 
 @pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        (
+            BuildSpec(q_bits=8, dtype="float32"),
+            "8-bit affine weights in groups of 64, float32 compute",
+        ),
+        (
+            BuildSpec(q_mode="mxfp4"),
+            "4-bit mxfp4 weights in groups of 32, the source's compute dtype",
+        ),
+        (
+            BuildSpec(quant_predicate="mixed_3_6", dtype="bfloat16"),
+            "mixed 3- and 6-bit affine (mixed_3_6) weights in groups of 64, bfloat16 compute",
+        ),
+        (BuildSpec(quantize=False, dtype="float32"), "a copy with float32 compute"),
+    ],
+)
+def test_a_spec_says_what_it_builds_in_words(spec: BuildSpec, words: str) -> None:
+    assert spec.describe() == words
+
+
+@pytest.mark.parametrize(
     ("fields", "reason"),
     [
         ({"q_mode": "mxfp4", "q_bits": 8}, "mxfp4 takes bits (4,)"),

@@ -125,7 +125,8 @@ def _last_cycle_lines(view: app.StatusView) -> list[str]:
 
 def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
     """One line per candidate (of this page); a preflight failure shared by every variant of a
-    manifest is stated once for the manifest, not once per variant."""
+    manifest is stated once for the manifest, not once per variant, and a cost every candidate
+    that passes preflight shares (none measured yet) once for all."""
     where = f" on page {page} of {pages}" if pages > 1 else ""
     lines = [
         f"{len(view.candidates)} candidate(s){where}; live recipe: {view.live_recipe or 'none'}."
@@ -133,6 +134,11 @@ def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
     # what is missing from the list comes first: a long list is cut at its end
     lines += [f"not offered for this model: {n.subject}: {n.reason}" for n in view.not_offered]
     lines += [f"NOT LOADED: {problem}" for problem in view.problems]
+    costs = {c.id: cost_line(c.cost) for c in view.candidates if c.preflight_passed}
+    said_once = set(costs.values())
+    cost_once = said_once.pop() if len(costs) > 1 and len(said_once) == 1 else None
+    if cost_once:
+        lines.append(f"each candidate that passes preflight, alone in a plan: {cost_once}")
     by_manifest: dict[str, list[app.CandidateView]] = {}
     for c in view.candidates:
         by_manifest.setdefault(c.id.split(":", 1)[0], []).append(c)
@@ -170,7 +176,7 @@ def registry_text(view: app.RegistryView, page: int = 1, pages: int = 1) -> str:
                 )
             if c.skip:
                 lines.append(f"    skipped in plans: {c.skip}")
-            if c.preflight_passed and (said := cost_line(c.cost)):
+            if (said := costs.get(c.id)) and said != cost_once:
                 lines.append(f"    alone in a plan: {said}")
     if page < pages:
         lines.append(f"More: registry with page={page + 1}.")
