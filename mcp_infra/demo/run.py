@@ -22,22 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_types import Implementation, TextContent
 
 from mcp_infra import __version__
-from mcp_infra.contracts import Recipe, ServiceConfig, SupervisorRecord
+from mcp_infra.contracts import Recipe, ServiceConfig
 from mcp_infra.demo.models import build_demo_models
 from mcp_infra.errors import ExitCode, McpInfraError
-from mcp_infra.procs.identity import same_start
 from mcp_infra.procs.runtime import free_port, port_open
 from mcp_infra.procs.service import ensure_serving, stop_service
 from mcp_infra.state.catalog import load_policy
 from mcp_infra.state.context import load_config
 from mcp_infra.state.evidence import list_cycles
-from mcp_infra.state.store import CorruptFile, Home, default_home, read_optional, write_model
+from mcp_infra.state.store import Home, default_home, write_model
 
 DEMO_CANDIDATES = ["demo-tiny:draft-k2", "demo-tiny:draft-k4", "demo-tiny:draft-k4-cache"]
 DEMO_HYPOTHESIS = "A same-tokenizer drafter speeds up greedy decoding without changing outputs."
@@ -253,32 +251,12 @@ async def drive(
 
 
 def stop_supervisor(home: Home, timeout: float = 300.0) -> str:
-    """Ask the home's supervisor to stop (SIGTERM: it seals the interrupted cycle and restores
-    the live recipe, then exits) and wait for it; say what happened. A supervisor the demo's
-    MCP server was just starting is waited for briefly, and a plan still queued is retired, so
-    nothing runs on after the demo has gone."""
-    deadline = time.monotonic() + 5.0
-    record = None
-    while time.monotonic() < deadline:
-        try:
-            record = read_optional(home.supervisor_file, SupervisorRecord)
-        except CorruptFile:
-            record = None
-        if record is not None or not home.queued():
-            break
-        time.sleep(0.2)
-    stopped = "no supervisor was running"
-    if record is not None:
-        try:
-            proc = psutil.Process(record.pid)
-            if same_start(proc.create_time(), record.create_time):
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=timeout)
-                stopped = "the supervisor stopped the cycle"
-        except psutil.TimeoutExpired:
-            stopped = f"the supervisor did not stop within {timeout:.0f} s"
-        except psutil.Error:
-            stopped = "the supervisor had already exited"
+    """Stop the home's supervisor (``flows.supervisor.stop_supervisor``), waiting briefly for
+    one the demo's MCP server was just starting, and retire a plan still queued, so nothing
+    runs on after the demo has gone."""
+    from mcp_infra.flows.supervisor import stop_supervisor as stop
+
+    stopped = stop(home, timeout, starting_s=5.0)
     for entry in home.queued():
         home.retire(entry)
     return stopped

@@ -195,6 +195,12 @@ COMMANDS: tuple[Command, ...] = (
                 help="an operator's override: start queued plans now, outside the window",
                 **FLAG,
             ),
+            opt(
+                "--stop",
+                help="stop the running supervisor: its cycle is sealed as interrupted and the "
+                "live recipe serves; queued plans stay queued",
+                **FLAG,
+            ),
         ),
     ),
     Command(
@@ -272,7 +278,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "service",
         do.cmd_service,
-        "start or stop the live service (the front on the stable port and its backend)",
+        "start or stop the live service (the front on the stable port and its backend; "
+        "stop ends a running cycle first)",
         "mcp-infra service start",
         (opt("action", help="start or stop", choices=["start", "stop"]),),
     ),

@@ -225,6 +225,12 @@ def stop_cleanly(home: Home) -> list[str]:
 
 
 def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
+    if args.stop:
+        from mcp_infra.flows.supervisor import stop_running
+
+        lines = stop_running(home)
+        show({"stopped": lines}, args.json, "\n".join(lines))
+        return ExitCode.OK
     try:
         with stopping_on_signals():
             return _supervise(home, args)
@@ -310,7 +316,10 @@ def cmd_service(home: Home, args: argparse.Namespace) -> int:
 
     if args.action == "start":
         said = ensure_serving(home, active_recipe(home), load_config(home))
-    else:
-        said = stop_service(home)
+    else:  # a cycle measuring beside a stopped service would promote into nothing
+        from mcp_infra.flows.supervisor import stop_running
+
+        first = stop_running(home) if home.lock_is_held() else []
+        said = "\n".join([*first, stop_service(home)])
     show({"service": said}, args.json, said)
     return ExitCode.OK

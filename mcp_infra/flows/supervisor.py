@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+import psutil
 
 from mcp_infra.contracts import (
     CycleState,
@@ -17,12 +20,14 @@ from mcp_infra.contracts import (
     FrozenPlan,
     Outcome,
     Recipe,
+    SupervisorRecord,
 )
 from mcp_infra.core.recovery import Action, decide
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.flows.cycle import begin_cycle, run_cycle
 from mcp_infra.flows.journal import Journal, stops_held, supervisor_record
 from mcp_infra.flows.promotion import CycleResult, commit, conclude, restore
+from mcp_infra.procs.identity import same_start
 from mcp_infra.procs.logpipe import CYCLE_ROOM_BYTES, room_problem
 from mcp_infra.procs.runtime import PortBusy, ServerStartError
 from mcp_infra.procs.service import (
@@ -39,6 +44,7 @@ from mcp_infra.state.context import (
     window_state,
 )
 from mcp_infra.state.store import (
+    CorruptFile,
     CycleFiles,
     Home,
     LockHeld,
@@ -240,3 +246,69 @@ def operator_recover(home: Home) -> list[str]:
             marker.unlink()
             notes.append("needs-operator cleared")
     return notes
+
+
+def _record(home: Home) -> SupervisorRecord | None:
+    """The running supervisor's record (None: none, or a torn one)."""
+    try:
+        return read_optional(home.supervisor_file, SupervisorRecord)
+    except CorruptFile:
+        return None
+
+
+def _exited(proc: psutil.Process) -> bool:
+    """Whether ``proc`` has exited: gone, or a zombie its parent has not reaped yet."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def stop_supervisor(home: Home, timeout: float = 300.0, *, starting_s: float = 0.0) -> str:
+    """Ask the home's supervisor to stop (SIGTERM: it seals the cycle it runs as interrupted and
+    restores the live recipe, then exits; a queued plan stays queued) and wait for it; say what
+    happened. ``starting_s``: how long to wait for the record of a supervisor that holds the
+    lock, or was started for a queued plan, but has not written its record yet."""
+    deadline = time.monotonic() + starting_s
+    record = None
+    while True:
+        record = _record(home)
+        if record is not None or time.monotonic() >= deadline:
+            break
+        if not (home.lock_is_held() or home.queued()):
+            break
+        time.sleep(0.2)
+    if record is None:
+        return "no supervisor was running"
+    try:
+        proc = psutil.Process(record.pid)
+        if not same_start(proc.create_time(), record.create_time):
+            return "the supervisor had already exited"
+        proc.send_signal(signal.SIGTERM)
+    except psutil.Error:
+        return "the supervisor had already exited"
+    deadline = time.monotonic() + timeout
+    while not _exited(proc):  # not proc.wait(): the supervisor may be another's child
+        if time.monotonic() > deadline:
+            return f"the supervisor (pid {record.pid}) did not stop within {timeout:.0f} s"
+        time.sleep(0.2)
+    if record.cycle_id:
+        return f"the supervisor stopped the cycle {record.cycle_id}"
+    return "the supervisor stopped (no cycle was running)"
+
+
+def stop_running(home: Home, timeout: float = 300.0) -> list[str]:
+    """`supervise --stop` (and `service stop` while a cycle runs): stop the supervisor, then
+    say how the cycle it ran was sealed and what stays queued."""
+    running = _record(home) if home.lock_is_held() else None
+    lines = [stop_supervisor(home, timeout, starting_s=2.0)]
+    cycles = evidence.list_cycles(home)
+    if running and running.cycle_id and cycles and cycles[0].cycle_id == running.cycle_id:
+        c = cycles[0]
+        sealed = "sealed as interrupted" if c.interrupted else "sealed"
+        lines.append(f"cycle {c.cycle_id} {sealed}: {c.outcome.value} — {c.reason}")
+    if queued := home.queued():
+        lines.append(
+            f"{len(queued)} plan(s) still queued: the next `mcp-infra supervise` runs them"
+        )
+    return lines

@@ -192,9 +192,11 @@ def test_seal_failed_is_exit_5(spawn: Spawn, tmp_path: Path, demo_models: dict[s
     assert port_open(load_config(home).port)
 
 
-def test_sigterm_to_a_supervisor_stops_its_servers(home: Home) -> None:
-    """Paused while a candidate server is measured, a supervisor gets SIGTERM: it stops that
-    server, seals the cycle as interrupted, leaves the live recipe serving, exits 128+15."""
+def test_supervise_stop_and_service_stop_end_a_running_cycle(spawn: Spawn, home: Home) -> None:
+    """Paused while a candidate server is measured, a supervisor is stopped by `supervise
+    --stop` (SIGTERM): it stops that server, seals the cycle as interrupted, leaves the live
+    recipe serving, exits 128+15. `service stop` during the next cycle ends it the same way
+    first, then stops the service: nothing of the home runs on."""
     start_live(home)
     plan_id = queue_plan(home, PLAN)
     proc = supervisor(home, pause_at="EXPERIMENT:measuring")
@@ -202,15 +204,37 @@ def test_sigterm_to_a_supervisor_stops_its_servers(home: Home) -> None:
     wait_for(marker.exists, 240, "a candidate being measured", proc)
     live = inspect(home).serving
     assert len(project_servers(home)) >= 2, "the live backend and a candidate run"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=180) == 128 + signal.SIGTERM
+    stopped = spawn.mcp_infra(home, "supervise", "--stop", timeout=240)
+    assert stopped.returncode == ExitCode.OK, stopped.stdout + stopped.stderr
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     after = inspect(home, plan_id)
     assert after.orphans == [], "no candidate server is left"
     assert after.healthy and after.serving == live
     assert after.sealed and after.interrupted and after.verified
     assert not home.queued() and not home.lock_is_held()
+    [sealed] = evidence.list_cycles(home)
+    said = stopped.stdout.splitlines()
+    assert said[0] == f"the supervisor stopped the cycle {sealed.cycle_id}", stopped.stdout
+    assert said[1].startswith(f"cycle {sealed.cycle_id} sealed as interrupted: "), said
     log = supervisor_log(home).read_text()
     assert "stopping on signal 15" in log and "Traceback" not in log
+    again = spawn.mcp_infra(home, "supervise", "--stop")
+    assert (again.returncode, again.stdout.strip()) == (ExitCode.OK, "no supervisor was running")
+
+    queue_plan(home, PLAN)
+    marker.unlink()
+    proc = supervisor(home, pause_at="EXPERIMENT:measuring")
+    wait_for(marker.exists, 240, "a candidate being measured", proc)
+    down = spawn.mcp_infra(home, "service", "stop", timeout=240)
+    assert down.returncode == ExitCode.OK, down.stdout + down.stderr
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    newest = evidence.list_cycles(home)[0]
+    assert newest.cycle_id != sealed.cycle_id and newest.interrupted
+    lines = down.stdout.splitlines()
+    assert lines[0] == f"the supervisor stopped the cycle {newest.cycle_id}", down.stdout
+    assert lines[-1].startswith("front: "), down.stdout
+    assert project_servers(home) == [] and not port_open(load_config(home).port)
+    assert not home.queued() and not home.lock_is_held()
 
 
 def _processes_of(root: Path) -> list[str]:
