@@ -470,11 +470,12 @@ NO_FIGURES = (
 
 
 def sealed_bundles(home: Home, limit: int = COST_BUNDLES) -> list[Path]:
-    """This home's newest sealed bundles, newest first."""
+    """This home's newest sealed bundles that measured something, newest first: a cycle
+    refused before any start (a stranger on the port, a failed preflight) has no timings."""
     out: list[Path] = []
     for summary in list_cycles(home):
         files = home.bundle_files(summary.cycle_id)
-        if files.is_sealed():
+        if files.is_sealed() and files.environment.exists() and any(files.runs.glob("*.json")):
             out.append(files.root)
         if len(out) >= limit:
             break

@@ -40,6 +40,8 @@ from mcp_infra.demo.homes import write_test_policy
 from mcp_infra.flows import api as app
 from mcp_infra.flows import projection as pj
 from mcp_infra.flows import projection_jobs
+from mcp_infra.flows.cycle import begin_cycle
+from mcp_infra.flows.promotion import CycleResult, conclude
 from mcp_infra.flows.status import cost_sidecar, projection_progress
 from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
@@ -235,6 +237,31 @@ def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home) -> None:
     waited = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes)
     assert waited.basis == "this-home" and waited.unserved_s == 0.0
     assert len(list(bare_home.projections.glob("*.json"))) == 2  # one per mode
+
+
+def test_a_cycle_refused_before_any_start_is_no_source_of_timings(bare_home: Home) -> None:
+    """Found trying it: a cycle refused at once (a stranger held the stable port) is sealed with
+    nothing measured, and the cost of every later plan said "this home's newest sealed cycle
+    could not be read". The cost comes from the newest cycle that measured something."""
+    policy = load_policy("demo")
+    plan = pj.simulated_plan(policy, ["demo-tiny:draft-k4"])
+
+    def refused() -> CycleSummary:  # what run_cycle seals when its first step refuses
+        begun = begin_cycle(bare_home, plan)
+        why = "port 59998 on 127.0.0.1 is held by a process mcp-infra did not start"
+        result = CycleResult(Outcome.REFUSED, None, why)
+        return conclude(bare_home, plan, begun.cycle_id, begun.journal, begun.started, result)
+
+    assert refused().outcome == Outcome.REFUSED
+    assert pj.sealed_bundles(bare_home) == []
+    copy_bundle(bare_home)
+    newest = refused()
+    assert evidence.list_cycles(bare_home)[0].cycle_id == newest.cycle_id
+    assert [b.name for b in pj.sealed_bundles(bare_home)] == [SHIPPED.name]
+    found = pj.profile_from_bundle(SHIPPED)
+    recipes = {"demo-tiny:draft-k4": found.recipes["demo-tiny:draft-k4"]}
+    cost = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes)
+    assert cost.basis == "this-home" and cost.source == [SHIPPED.name], cost.why
 
 
 def test_status_sets_the_projection_against_the_elapsed_time(bare_home: Home) -> None:
