@@ -74,14 +74,36 @@ def fast_home(tmp_path: Path, demo_models: dict[str, Path]):
     stop_home(home)
 
 
+# The pauses a cycle reaches only with a winner to promote.
+PROMOTING = {"PROMOTE", "VERIFY", "VERIFY:passed", "COMMIT", "SEALED"}
+
+
+def queue_and_kill(home: Home, pause: str) -> str:
+    """Queue the plan, SIGKILL its supervisor paused at ``pause``; the plan's id. A pause past
+    SELECT needs a promotion, and a loaded 2-core machine can measure the demo drafter at or
+    below the baseline in a cycle (seen at VERIFY:passed in a full suite run): a cycle that kept
+    the baseline is run once more before the test says why the pause was not reached."""
+    for again in (False, True):
+        plan_id = queue_plan(home)
+        try:
+            pause_and_kill(home, pause)
+            return plan_id
+        except AssertionError as exc:
+            cycles = evidence.list_cycles(home)
+            kept = bool(cycles) and cycles[0].outcome == Outcome.KEPT_BASELINE
+            if again or pause not in PROMOTING or not kept:
+                raise
+            print(f"a try kept the baseline before {pause}: {cycles[0].reason} ({exc})")
+    raise AssertionError("unreachable")
+
+
 @pytest.mark.parametrize(("pause", "serving", "outcome"), MATRIX, ids=[m[0] for m in MATRIX])
 def test_sigkill_at_every_state_then_recovery(
     fast_home: Home, pause: str, serving: str, outcome: Outcome
 ) -> None:
     home = fast_home
     start_live(home)
-    plan_id = queue_plan(home)
-    pause_and_kill(home, pause)
+    plan_id = queue_and_kill(home, pause)
     if pause == "EXPERIMENT:measuring":
         assert candidate_records(home), "a candidate server was running when the supervisor died"
     assert run_supervisor(home) == 0
