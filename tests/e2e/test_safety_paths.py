@@ -24,7 +24,7 @@ from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, service_record
 from mcp_infra.state.store import Home, read_model
-from tests.helpers.faultkit import FAST, inspect, queue_plan, start_live
+from tests.helpers.faultkit import FAST, inspect, queue_plan, start_live, until_not_kept
 from tests.helpers.journal import on_journal
 
 BASELINE, WINNER = "demo-tiny:target", "demo-tiny:draft-k4"
@@ -53,20 +53,22 @@ def states(home: Home, summary: CycleSummary) -> list[str]:
 
 def to_promotion(home: Home, fault: Callable[[], None]) -> tuple[CycleSummary, list[str]]:
     """Queue the drafter's plan and supervise it, ``fault`` made as PROMOTE is journaled; the
-    summary and the cycles the fault was made in. The path under test starts at a promotion,
-    and a loaded 2-core machine can measure the demo drafter below the baseline in a start
-    (its held-out check once saw 0.764x in a full suite run): a cycle that kept the baseline
-    is run once more before the test says why the path was not reached."""
-    for _ in range(2):
+    summary and the cycles the fault was made in (``until_not_kept``: the path under test
+    starts at a promotion, so a cycle that kept the baseline is run once more)."""
+
+    def cycle() -> tuple[CycleSummary, list[str]]:
         queue_plan(home, {"hypothesis": "a drafter speeds up decoding", "candidates": [WINNER]})
         with on_journal(home, promoting, fault) as acted:
             (summary,) = supervise(home)
-        if summary.outcome != Outcome.KEPT_BASELINE:
-            return summary, acted
-    pytest.fail(
-        "the drafter was not measured faster than the baseline in two cycles, so nothing "
-        f"was promoted and this path was not reached: {summary.reason}"
-    )
+        return summary, acted
+
+    summary, acted = until_not_kept(cycle)
+    if summary.outcome == Outcome.KEPT_BASELINE:
+        pytest.fail(
+            "the drafter was not measured faster than the baseline in two cycles, so nothing "
+            f"was promoted and this path was not reached: {summary.reason}"
+        )
+    return summary, acted
 
 
 def test_a_winner_that_cannot_start_on_the_stable_port_is_rolled_back(

@@ -1,6 +1,11 @@
 """The tests' name for `mcp_infra.demo.faults` (real fault injection, shared with
-`benchmarks/faults.py`), so the crash-safety tests keep their imports."""
+`benchmarks/faults.py`), so the crash-safety tests keep their imports; and the one rerun a test
+whose path starts at a promotion allows."""
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mcp_infra.contracts import Outcome
 from mcp_infra.demo.faults import (
     candidate_records,
     disk_full_at,
@@ -38,6 +43,7 @@ __all__ = [
     "wait_for",
     "wait_paused",
     "FAST",
+    "until_not_kept",
 ]
 
 # The fault tests' requests: what they assert is what happens around the measuring, not what it
@@ -48,3 +54,20 @@ __all__ = [
 # baseline start measured 35 tok/s against 100 in its other two, the A/A floor rose to 1.41x
 # at 60%, and the VERIFY:passed row kept the baseline instead of promoting.
 FAST: dict[str, object] = {"repeats": 3, "warmup": 1, "max_tokens": 24}
+
+
+Tried = TypeVar("Tried", bound=tuple[Any, ...])
+
+
+def until_not_kept(cycle: Callable[[], Tried], tries: int = 2) -> Tried:
+    """``cycle()`` (a tuple whose first item is the sealed ``CycleSummary``) run again while it
+    kept the baseline, ``tries`` times in all; the last try is returned whatever it decided, for
+    the test to say why. For a path that starts at a promotion: a policy that promotes any gain
+    still needs the demo drafter measured faster, and a loaded 2-core machine can measure it
+    without a gain in a cycle (its held-out check once saw 0.764x in a full suite run)."""
+    for _ in range(tries - 1):
+        got = cycle()
+        if got[0].outcome != Outcome.KEPT_BASELINE:
+            return got
+        print(f"a try kept the baseline: {got[0].reason}")  # shown if the test fails
+    return cycle()
