@@ -15,7 +15,7 @@ its builds do; this table says it again on any machine.
 
 Target: none enforced; a measured table (docs/benchmarks.md). Takes: about 45 min on 2 busy
 cores (each folder answers about 1,400 tokens at 2-3 tok/s there), 10 on a quiet one.
---smoke: the 8-bit build alone, three tasks, 8 tokens.
+--smoke: the 8-bit build alone, one greedy prompt and two tasks, 4 tokens each.
 
     .venv/bin/python benchmarks/quality_measure.py [--tasks N] [--json] [--smoke]
 """
@@ -79,9 +79,10 @@ def ask(url: str, cid: str, prompt: SuitePrompt, tokens: int, phase: str) -> Sam
 
 
 def answers(folder: Path, cid: str, logs: Path, tasks: int, tokens: int | None) -> CandidateRun:
-    """One server on ``folder``: greedy passes and quality tasks, as a cycle's first start."""
+    """One server on ``folder``: greedy passes and quality tasks, as a cycle's first start
+    (``tokens`` set: a smoke run, one greedy prompt)."""
     speed = [p for p in load_suite("demo-speed").prompts if p.split == "selection"]
-    speed = [p for p in speed if p.prompt_class != "long_context"]
+    speed = [p for p in speed if p.prompt_class != "long_context"][: 1 if tokens else None]
     quality = load_suite("quality").prompts[:tasks]
     recipe = Recipe(candidate_id=f"smollm2:{cid}", template="mlx_lm_server", model_path=str(folder))
     port = free_port()
@@ -139,7 +140,7 @@ def main() -> None:
     ap = _common.parser(__doc__)
     ap.add_argument("--tasks", type=int, default=35, help="quality tasks asked (from the first)")
     args = ap.parse_args()
-    tasks, tokens = (3, 8) if args.smoke else (args.tasks, None)
+    tasks, tokens = (2, 4) if args.smoke else (args.tasks, None)
     specs = SPECS[:1] if args.smoke else SPECS
     model = real_model()
     rows = []

@@ -18,7 +18,7 @@ faster, and whether the cheap probe picks the same one.
 
 Target: none enforced; a measured table (docs/benchmarks.md). Takes: about 15 min on 2 busy
 cores (the first run also fetches 93 MB and converts, about 15 s).
---smoke: the shipped 4-bit and one 8-bit float32 build, 8 tokens, one run each, one probe.
+--smoke: one 8-bit float32 build, 8 tokens, one run, one probe.
 --probe-only: the probe table alone (seconds).
 
     .venv/bin/python benchmarks/real_model.py [--runs N] [--tokens N] [--probe-only] [--json]
@@ -110,7 +110,7 @@ def main() -> None:
     rows = []
     if not args.smoke:
         rows.append(measure("bf16 source", model.source, runs, tokens))
-    rows.append(measure("q4_1 as shipped", model.shipped, runs, tokens))
+        rows.append(measure("q4_1 as shipped", model.shipped, runs, tokens))
     with tempfile.TemporaryDirectory(prefix="real-model-builds-") as scratch:
         for spec in specs:
             record = make_build(model.source, spec, Path(scratch), Budgets())

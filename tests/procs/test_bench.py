@@ -59,8 +59,12 @@ def serving(tmp_path: Path, recipe: Recipe, name: str) -> Iterator[str]:
 
 
 def answers(url: str, cid: str, top: int = TOP_LOGPROBS) -> tuple[list[Sample], list[Sample]]:
-    """(greedy passes over the demo suite's selection prompts, three quality tasks)."""
-    speed = [p for p in load_suite("demo-speed").prompts if p.split == "selection"]
+    """(greedy passes over the demo suite's short selection prompts, three quality tasks). The
+    long-context prompt is left out: its 2,491-token prefill takes the demo target about 27 s
+    on this CPU (MLX's attention on a CPU grows with the square of the prompt), five times
+    here, and the measure reads the answers, not the prompt's length."""
+    suite = load_suite("demo-speed").prompts
+    speed = [p for p in suite if p.split == "selection" and p.prompt_class != "long_context"]
     tasks = load_suite("quality").prompts[::12]
     greedy = [
         bench.greedy_chat(
