@@ -212,14 +212,20 @@ def stopping_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def stop_cleanly(home: Home) -> list[str]:
+def stop_cleanly(home: Home, signum: int) -> list[str]:
     """After a signal: seal the interrupted cycle and restore the live recipe the way recovery
-    after a crash does (``recover``), and stop every candidate server left behind."""
+    after a crash does (``recover``, its reason saying which signal stopped it), and stop every
+    candidate server left behind."""
     from mcp_infra.flows.supervisor import recover, supervising
     from mcp_infra.procs.service import stop_stray_candidates
 
+    cause = f"stopped on {signal.Signals(signum).name}"
+    if signum == signal.SIGTERM:
+        cause += " (`supervise --stop`, `service stop`, a demo's Ctrl-C or the system)"
+    elif signum == signal.SIGINT:
+        cause += " (Ctrl-C)"
     with supervising(home):
-        notes = recover(home)
+        notes = recover(home, cause)
         notes += [f"stopped candidate server {s}" for s in stop_stray_candidates(home)]
     return notes
 
@@ -236,7 +242,7 @@ def cmd_supervise(home: Home, args: argparse.Namespace) -> int:
             return _supervise(home, args)
     except Interrupted as exc:
         print(f"mcp-infra supervise: stopping on signal {exc.signum}", file=sys.stderr, flush=True)
-        for note in stop_cleanly(home):
+        for note in stop_cleanly(home, exc.signum):
             print(note, flush=True)
         print("stopped: the live recipe serves; no candidate server is left", flush=True)
         return 128 + exc.signum

@@ -55,8 +55,9 @@ from mcp_infra.state.store import (
 )
 
 
-def recover(home: Home) -> list[str]:
-    """Finish or undo every unfinished cycle, by ``recovery.decide`` on its journal."""
+def recover(home: Home, cause: str | None = None) -> list[str]:
+    """Finish or undo every unfinished cycle, by ``recovery.decide`` on its journal. ``cause``:
+    what ended the cycles, where it is known (a stop signal), said before recovery's reason."""
     notes: list[str] = []
     if not home.cycles.is_dir():
         return notes
@@ -68,6 +69,8 @@ def recover(home: Home) -> list[str]:
         decision = decide(events)
         if decision.action == Action.NOTHING and not events:
             continue
+        if cause:
+            decision = decision.model_copy(update={"reason": f"{cause}; {decision.reason}"})
         journal = Journal(home, cycle_id)
         plan = read_optional(CycleFiles(cdir).plan, FrozenPlan)
         journal(

@@ -76,23 +76,34 @@ async def test_cycle_over_stdio_promotes_and_the_stable_port_serves_the_winner(h
     async with Client(stdio_params(home)) as client:
         tools = {t.name for t in (await client.list_tools()).tools}
         assert tools == {"status", "registry", "evidence", "propose_plan"}
-        result = await client.call_tool(
-            "propose_plan",
-            {
-                "plan": {
-                    "hypothesis": "a drafter speeds up greedy decoding",
-                    "candidates": ["demo-tiny:draft-k4", "demo-tiny:draft-k2"],
-                }
-            },
-        )
-        proposal = result.structured_content
-        assert not result.is_error and proposal["accepted"], proposal
-        assert proposal["candidates"] == ["baseline", "demo-tiny:draft-k4", "demo-tiny:draft-k2"]
-        status = await wait_sealed(client, proposal["plan_id"])
-        cycle_id = status["last_cycle"]["cycle_id"]
-        ev = (await client.call_tool("evidence", {"cycle_id": cycle_id})).structured_content
+        # A cycle that kept the baseline all the same is proposed once more, as
+        # tests/helpers/faultkit.until_not_kept does in process: any gain promotes, but a loaded
+        # 2-core machine can measure both drafters without one.
+        for again in (False, True):
+            result = await client.call_tool(
+                "propose_plan",
+                {
+                    "plan": {
+                        "hypothesis": "a drafter speeds up greedy decoding",
+                        "candidates": ["demo-tiny:draft-k4", "demo-tiny:draft-k2"],
+                    }
+                },
+            )
+            proposal = result.structured_content
+            assert not result.is_error and proposal["accepted"], proposal
+            assert proposal["candidates"] == [
+                "baseline",
+                "demo-tiny:draft-k4",
+                "demo-tiny:draft-k2",
+            ]
+            status = await wait_sealed(client, proposal["plan_id"])
+            cycle_id = status["last_cycle"]["cycle_id"]
+            ev = (await client.call_tool("evidence", {"cycle_id": cycle_id})).structured_content
+            summary = CycleSummary.model_validate(ev["summary"])
+            if again or summary.outcome != Outcome.KEPT_BASELINE:
+                break
+            print(f"a try kept the baseline: {summary.reason}")  # shown if the test fails
 
-    summary = CycleSummary.model_validate(ev["summary"])
     assert summary.outcome == Outcome.PROMOTED, summary.reason
     assert summary.selected in {"demo-tiny:draft-k4", "demo-tiny:draft-k2"}
     assert summary.speedup_pct is not None and summary.speedup_pct >= 0  # any measured gain

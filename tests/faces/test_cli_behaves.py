@@ -216,6 +216,8 @@ def test_supervise_stop_and_service_stop_end_a_running_cycle(spawn: Spawn, home:
     said = stopped.stdout.splitlines()
     assert said[0] == f"the supervisor stopped the cycle {sealed.cycle_id}", stopped.stdout
     assert said[1].startswith(f"cycle {sealed.cycle_id} sealed as interrupted: "), said
+    assert sealed.reason.startswith("stopped on SIGTERM (`supervise --stop`, "), sealed
+    assert "stopped on SIGTERM" in said[1], "the person is told what the bundle says"
     log = supervisor_log(home).read_text()
     assert "stopping on signal 15" in log and "Traceback" not in log
     again = spawn.mcp_infra(home, "supervise", "--stop")
