@@ -49,9 +49,11 @@ class PlanCost(Contract):
     beside a queued plan (``plans/<plan id>.cost.json``) so `status` can set it against the
     elapsed time, and in the home's projection cache."""
 
-    basis: Literal["this-home", "unknown", "pending"] = Field(
-        description="this-home: from this home's sealed cycles; unknown: nothing to price it "
-        "from (why says what is missing); pending: being computed, ask again"
+    basis: Literal["this-home", "live-service", "unknown", "pending"] = Field(
+        description="this-home: from this home's sealed cycles; live-service: from the live "
+        "service as the running cycle's BASELINE step measured it (a home's first cycle, every "
+        "configuration priced as the live recipe); unknown: nothing to price it from (why says "
+        "what is missing); pending: being computed, ask again"
     )
     why: str = Field("", max_length=1000)
     minutes: float | None = Field(None, description="median over the projected seeds")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from mcp_infra.contracts import (
     BASELINE_ID,
@@ -26,11 +26,13 @@ from mcp_infra.contracts import (
     CycleState,
     CycleSummary,
     DistributedEvidence,
+    EnvironmentFingerprint,
     FrozenPlan,
     JournalStep,
     JSONValue,
     Manifest,
     Outcome,
+    PlanCost,
     ProcessRecord,
     Recipe,
     ServiceConfig,
@@ -55,6 +57,7 @@ from mcp_infra.flows.measure import (
     server_starter,
 )
 from mcp_infra.flows.own import build_recipes
+from mcp_infra.flows.projection import LiveService, live_cost
 from mcp_infra.flows.promotion import (
     CycleResult,
     Promotion,
@@ -64,6 +67,7 @@ from mcp_infra.flows.promotion import (
     restore_after_error,
 )
 from mcp_infra.flows.rounds import Bench, LiveTraffic, decide_cycle, run_rounds
+from mcp_infra.flows.status import cost_sidecar
 from mcp_infra.procs import usage
 from mcp_infra.procs.distributed import preflight_hosts
 from mcp_infra.procs.front import live_request_count
@@ -86,6 +90,7 @@ from mcp_infra.state.context import (
 from mcp_infra.state.hostfacts import fingerprint_environment, folder_fingerprint
 from mcp_infra.state.runtimes import RuntimeEnvError, keep_runtime_locks
 from mcp_infra.state.store import (
+    CorruptFile,
     CycleFiles,
     Home,
     file_safe,
@@ -182,6 +187,7 @@ class CycleContext:
     recipes: dict[str, Recipe] = field(default_factory=dict)
     runs: dict[str, CandidateRun] = field(default_factory=dict)
     record: ProcessRecord | None = None
+    live_run: CandidateRun | None = None
     baseline_s: float = 0.0
     traffic: LiveTraffic | None = None
     exclusive: bool = False
@@ -365,7 +371,7 @@ def baseline_step(c: CycleContext) -> CycleResult | None:
     c.record = service_record(c.home)
     base_url = backend_url(c.record) if c.record else f"http://{c.config.host}:{c.config.port}"
     began = c.clock()
-    live_run = measure_live(base_url, c.live, c.plan, c.record)
+    live_run = c.live_run = measure_live(base_url, c.live, c.plan, c.record)
     c.baseline_s = c.clock() - began
     write_model(c.files.runs / "live--baseline.json", live_run)
     broken = [s.error for s in live_run.samples if s.error]
@@ -397,6 +403,7 @@ def maintenance_step(c: CycleContext) -> CycleResult | None:
         load_s=(c.record.ready_s if c.record and c.record.ready_s else protocol.ready_timeout_s),
     )
     impact.decided(c.home, c.cycle_id, admission, expected)
+    first_projection(c, "exclusive" if admission.mode == "exclusive" else "concurrent")
     c.journal(
         CycleState.MAINTENANCE,
         impact.downtime_words(
@@ -421,6 +428,29 @@ def maintenance_step(c: CycleContext) -> CycleResult | None:
             c.journal(CycleState.ROLLBACK, reason, step=JournalStep.ENTER)
             return CycleResult(restore(c.home, c.journal, reason), None, reason)
     return None
+
+
+def first_projection(c: CycleContext, mode: Literal["concurrent", "exclusive"]) -> None:
+    """A plan proposed with no projected cost (a home's first cycle: no sealed cycle had
+    measured anything) is priced now on the live service as BASELINE measured it, and kept
+    beside the plan for `status`. Nothing is replaced where a cost was projected; a projection
+    that fails is left out and never stops the cycle."""
+    path = cost_sidecar(c.home, c.plan.plan_id)
+    if c.live_run is None:
+        return
+    with contextlib.suppress(CorruptFile):
+        kept = read_optional(path, PlanCost)
+        if kept is None or kept.minutes is not None:
+            return
+    env = read_optional(c.files.environment, EnvironmentFingerprint)
+    ready_s = c.record.ready_s if c.record else None
+    live = LiveService(c.live_run, ready_s, env.memory_gb if env else 0.0)
+    try:
+        cost = live_cost(c.plan, live, c.loaded.policy, mode, c.recipes)
+    except (ValueError, KeyError, OSError) as exc:
+        print(f"no first projection: {exc}", file=sys.stderr)
+        return
+    write_model(path, cost)
 
 
 def experiment_step(c: CycleContext) -> CycleResult | None:

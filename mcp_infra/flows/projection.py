@@ -9,6 +9,7 @@ for ``propose_plan``, ``registry`` and ``status`` (docs/cost.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
 
@@ -181,6 +182,16 @@ def _chars(prompt: SuitePrompt) -> int:
     return sum(len(m.content) for m in prompt.messages)
 
 
+def _chars_per_token(samples: Sequence[Sample], prompts: dict[str, SuitePrompt]) -> float:
+    """Median characters per prompt token over the samples' prompts (4.0 where none says)."""
+    ratios = [
+        _chars(prompts[s.prompt_id]) / s.prompt_tokens
+        for s in samples
+        if s.prompt_id in prompts and s.prompt_tokens
+    ]
+    return round(_median(ratios) or 4.0, 3)
+
+
 def _batches(samples: Sequence[Sample]) -> list[list[Sample]]:
     """Timed samples sent together: same start and send order (a batch shares its ``order``)."""
     groups: dict[tuple[int, int, str], list[Sample]] = {}
@@ -329,13 +340,7 @@ def profile_from_runs(
     live recipe's id for the baseline, when known), so a later plan can refer to them."""
     suite = load_suite(plan.protocol.suite)
     prompts = {p.id: p for p in suite.prompts}
-    ratios = [
-        _chars(prompts[s.prompt_id]) / s.prompt_tokens
-        for run in runs
-        for s in run.samples
-        if s.prompt_id in prompts and s.prompt_tokens
-    ]
-    cpt = round(_median(ratios) or 4.0, 3)
+    cpt = _chars_per_token([s for run in runs for s in run.samples], prompts)
     failed = {
         v.candidate
         for v in (verdict.candidates if verdict else [])
@@ -571,14 +576,38 @@ def project_cost(
     if isinstance(got, str):
         return cost(basis="unknown", why=got, source=cycles)
     profile, truths, notes = got
+    return cost(
+        basis="this-home",
+        why=f"the product's own round loop over the timings measured in {cycles[0]}",
+        source=cycles,
+        assumptions=[*notes, *profile.assumptions][:20],
+        **_projected(
+            plan,
+            profile,
+            truths,
+            Setting.of(policy, 0, exclusive=mode == "exclusive"),
+            recipes,
+            seeds,
+        ),
+    )
+
+
+def _projected(
+    plan: FrozenPlan,
+    profile: TargetProfile,
+    truths: dict[str, ConfigTruth],
+    setting: Setting,
+    recipes: Mapping[str, Recipe],
+    seeds: int,
+) -> dict[str, Any]:
+    """A PlanCost's figures: ``plan`` projected on ``profile`` over ``seeds`` seeds (``setting``
+    with each seed in turn), bootstrap resamples capped at ``COST_RESAMPLES``."""
     protocol = plan.protocol.model_copy(
         update={"bootstrap_resamples": min(plan.protocol.bootstrap_resamples, COST_RESAMPLES)}
     )
     quick = plan.model_copy(update={"protocol": protocol})
     runs = [
-        project(
-            quick, profile, truths, Setting.of(policy, seed, exclusive=mode == "exclusive"), recipes
-        )
+        project(quick, profile, truths, dataclasses.replace(setting, seed=seed), recipes)
         for seed in range(seeds)
     ]
     outcomes: dict[str, int] = {}
@@ -588,23 +617,79 @@ def project_cost(
         for name in run.screened_out:
             screened_out[name] = screened_out.get(name, 0) + 1
     screening = statistics.median(r.screening_s for r in runs) / 60
-    minutes = statistics.median(r.minutes for r in runs)
-    screened = screens(plan)
+    return {
+        "minutes": round(statistics.median(r.minutes for r in runs), 2),
+        "minutes_high": round(max(r.minutes for r in runs), 2),
+        "screening_minutes": round(screening, 2) if screens(plan) else None,
+        "deciding_minutes": round(
+            statistics.median(r.minutes - r.screening_s / 60 for r in runs), 2
+        ),
+        "screened_out": screened_out,
+        "rounds": round(statistics.median(r.rounds for r in runs)),
+        "requests": round(statistics.median(r.requests for r in runs)),
+        "unserved_s": round(statistics.median(r.unserved_s for r in runs), 1),
+        "seeds": seeds,
+        "outcomes": outcomes,
+    }
+
+
+class LiveService(NamedTuple):
+    """The live service as a cycle's BASELINE step measured it: its run (short requests one at a
+    time), the seconds its backend took from start until it answered, the machine's memory."""
+
+    run: CandidateRun
+    ready_s: float | None
+    memory_gb: float
+
+
+def live_cost(
+    plan: FrozenPlan,
+    live: LiveService,
+    policy: Policy,
+    mode: Literal["concurrent", "exclusive"],
+    recipes: Mapping[str, Recipe],
+    seeds: int = COST_SEEDS,
+) -> PlanCost:
+    """A home's first projection, made where no sealed cycle has measured anything: ``plan``
+    priced on the live service as its BASELINE step measured it, every configuration as the
+    live recipe (its decode and prefill rates, its readiness time as each start's load)."""
+    cost = partial(PlanCost, configurations=plan.candidates, mode=mode)
+    prompts = {p.id: p for p in load_suite(plan.protocol.suite).prompts}
+    cpt = _chars_per_token(live.run.samples, prompts)
+    truth = _config_truth([live.run], prompts, plan.protocol, cpt, diverges=False)
+    if truth is None or not live.ready_s or live.memory_gb <= 0:
+        missing = "no timed answer" if truth is None else "no readiness time or memory"
+        return cost(basis="unknown", why=f"{NO_FIGURES}; the live service's measure had {missing}")
+    truth = truth.model_copy(update={"load_s": round(live.ready_s, 3)})
+    profile = TargetProfile(
+        name="live-service",
+        description="the live service as this cycle's BASELINE step measured it",
+        assumptions=[
+            "every configuration is priced as the live recipe (no gain): nothing else has been "
+            "measured in this home",
+            f"each start loads in the live backend's own {live.ready_s:.0f} s to readiness",
+            "the live service's rates were measured beside whatever traffic it served",
+            f"spread between starts and between requests: {ASSUMED_SPREAD:.0%} assumed",
+        ],
+        memory_gb=live.memory_gb,
+        baseline=truth,
+        start_spread=ASSUMED_SPREAD,
+        request_spread=ASSUMED_SPREAD,
+        chars_per_token=cpt,
+    )
+    truths = dict.fromkeys(plan.candidates[1:], truth)
     return cost(
-        basis="this-home",
-        why=f"the product's own round loop over the timings measured in {cycles[0]}",
-        minutes=round(minutes, 2),
-        minutes_high=round(max(r.minutes for r in runs), 2),
-        screening_minutes=round(screening, 2) if screened else None,
-        deciding_minutes=round(statistics.median(r.minutes - r.screening_s / 60 for r in runs), 2),
-        screened_out=screened_out,
-        rounds=round(statistics.median(r.rounds for r in runs)),
-        requests=round(statistics.median(r.requests for r in runs)),
-        unserved_s=round(statistics.median(r.unserved_s for r in runs), 1),
-        seeds=seeds,
-        outcomes=outcomes,
-        source=cycles,
-        assumptions=[*notes, *profile.assumptions][:20],
+        basis="live-service",
+        why="the product's own round loop over the live service measured at BASELINE",
+        assumptions=profile.assumptions,
+        **_projected(
+            plan,
+            profile,
+            truths,
+            Setting.of(policy, 0, exclusive=mode == "exclusive"),
+            recipes,
+            seeds,
+        ),
     )
 
 

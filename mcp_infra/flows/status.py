@@ -511,6 +511,8 @@ def projection_progress(
         return {"projected": cost, "projection": f"projected cost {cost.basis}: {cost.why}"}
     words = f"projected {cost.minutes:.1f} min (up to {cost.minutes_high:.1f}"
     words += f" over {cost.seeds} seeds), {cost.rounds} round(s)"
+    if cost.basis == "live-service":
+        words += " (first projection: the live service as BASELINE measured it, no gain assumed)"
     if cost.mode == "exclusive":
         words += f", {cost.unserved_s:.0f} s unserved"
     if elapsed_s is not None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mcp_infra.contracts import Knobs, Recipe, ServiceConfig
+from mcp_infra.contracts import Knobs, PlanCost, Recipe, ServiceConfig
 from mcp_infra.demo.homes import stop_home, two_free_ports, write_test_policy
+from mcp_infra.flows.status import cost_sidecar
 from mcp_infra.procs.runtime import ServerStartError
 from mcp_infra.procs.service import start_backend
 from mcp_infra.state.store import Home, read_model, write_model
@@ -81,10 +82,16 @@ def test_init_registry_and_a_cycle_on_a_model_the_project_did_not_build(
         )
         proposed = spawn.mcp_infra(home, "propose", str(plan), "--no-supervisor", "--json")
         assert proposed.returncode == 0, proposed.stdout + proposed.stderr
+        proposal = json.loads(proposed.stdout)
+        assert proposal["cost"]["basis"] == "unknown", "no cycle has measured anything here yet"
         cycled = spawn.mcp_infra(home, "supervise", "--ignore-window", "--json", timeout=1200)
         assert cycled.returncode == 0, cycled.stderr
         (summary,) = json.loads(cycled.stdout)
         assert summary["outcome"] in {"promoted", "kept_baseline"}, summary
+        # The first cycle priced its plan once BASELINE had measured the live service.
+        first = read_model(cost_sidecar(home, proposal["plan_id"]), PlanCost)
+        assert first.basis == "live-service" and first.minutes, first
+        assert first.configurations == ["baseline", *PLAN]
         verified = spawn.mcp_infra(home, "evidence", "verify", "latest", "--json")
         assert verified.returncode == 0, verified.stdout + verified.stderr
         checks = {c["name"]: c for c in json.loads(verified.stdout)["checks"]}

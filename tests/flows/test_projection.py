@@ -171,6 +171,33 @@ def load_run(path: Path) -> CandidateRun:
     return read_model(path, CandidateRun)
 
 
+def test_a_first_cycle_is_priced_on_the_live_service_it_measured() -> None:
+    """No sealed cycle to price from: the plan on the live service's own rates as BASELINE
+    measured them (every configuration as the live recipe), its readiness time as each start's
+    load; without a readiness time nothing is projected, and the answer says why."""
+    found = pj.profile_from_bundle(SHIPPED)
+    live_run = load_run(SHIPPED / "runs" / "live--baseline.json")
+    live = pj.LiveService(live_run, ready_s=3.0, memory_gb=found.profile.memory_gb)
+    policy = load_policy("demo")
+
+    def cost(service: pj.LiveService) -> PlanCost:
+        return pj.live_cost(found.plan, service, policy, "concurrent", found.recipes)
+
+    first = cost(live)
+    assert first.basis == "live-service" and first.minutes is not None, first.why
+    assert first.minutes_high is not None and first.minutes_high >= first.minutes
+    assert first.configurations == found.plan.candidates and first.seeds == pj.COST_SEEDS
+    assert "priced as the live recipe" in first.assumptions[0]
+    assert "3 s to readiness" in first.assumptions[1]
+    slower = cost(live._replace(ready_s=60.0))
+    assert slower.minutes is not None and slower.minutes > first.minutes + 1, "each start loads"
+    unready = cost(live._replace(ready_s=None))
+    assert unready.basis == "unknown" and unready.minutes is None
+    assert "no readiness time" in unready.why
+    silent = cost(live._replace(run=live_run.model_copy(update={"samples": []})))
+    assert silent.basis == "unknown" and "no timed answer" in silent.why
+
+
 def test_an_unmeasured_candidate_is_priced_as_the_live_recipe() -> None:
     profile = pj.profile_from_bundle(SHIPPED).profile
     got = pj.priced(profile, ["demo-tiny:kv8"], "demo-tiny:draft-k4")
@@ -296,6 +323,12 @@ def test_status_sets_the_projection_against_the_elapsed_time(bare_home: Home) ->
     assert projection_progress(bare_home, "p-2", [], 1.0) == {
         "projection": "no projection was made when this plan was proposed"
     }
+    write_model(cost_sidecar(bare_home, "p-1"), cost.model_copy(update={"basis": "live-service"}))
+    first = projection_progress(bare_home, "p-1", [maintenance], 120.0)["projection"]
+    assert first.startswith(
+        "projected 4.0 min (up to 5.0 over 3 seeds), 3 round(s) (first projection: the live "
+        "service as BASELINE measured it, no gain assumed); 2.0 min elapsed"
+    ), first
 
 
 # ---------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def cost_line(cost: PlanCost | None) -> str | None:
     """A plan's projected cost in one sentence (None when there is none)."""
     if cost is None:
         return None
-    if cost.basis != "this-home" or cost.minutes is None:
+    if cost.basis not in ("this-home", "live-service") or cost.minutes is None:
         down = (
             "the service is down while candidates run (exclusive), for how long cannot be "
             "projected yet"
@@ -78,7 +78,11 @@ def cost_line(cost: PlanCost | None) -> str | None:
         f"projected on this machine {cost.minutes:.1f} min{split} (up to "
         f"{cost.minutes_high:.1f}, {cost.seeds} seeds), {cost.rounds} round(s), {cost.requests} "
         f"requests, {(cost.unserved_s or 0.0) / 60:.1f} min unserved ({cost.mode}){dropped}; from "
-        f"{', '.join(cost.source[:1])}."
+        + (
+            f"{', '.join(cost.source[:1])}."
+            if cost.basis == "this-home"
+            else "the live service measured at BASELINE, every candidate as fast as it."
+        )
     )
     return text + (f" HELD: {cost.held}." if cost.held else "")
 
