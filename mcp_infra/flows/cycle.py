@@ -438,10 +438,12 @@ def first_projection(c: CycleContext, mode: Literal["concurrent", "exclusive"]) 
     path = cost_sidecar(c.home, c.plan.plan_id)
     if c.live_run is None:
         return
+    held = None
     with contextlib.suppress(CorruptFile):
         kept = read_optional(path, PlanCost)
         if kept is None or kept.minutes is not None:
             return
+        held = kept.held
     env = read_optional(c.files.environment, EnvironmentFingerprint)
     ready_s = c.record.ready_s if c.record else None
     live = LiveService(c.live_run, ready_s, env.memory_gb if env else 0.0)
@@ -450,7 +452,7 @@ def first_projection(c: CycleContext, mode: Literal["concurrent", "exclusive"]) 
     except (ValueError, KeyError, OSError) as exc:
         print(f"no first projection: {exc}", file=sys.stderr)
         return
-    write_model(path, cost)
+    write_model(path, cost.model_copy(update={"held": held}))
 
 
 def experiment_step(c: CycleContext) -> CycleResult | None:
