@@ -470,7 +470,8 @@ COST_METHOD = 3
 CACHE_KEEP = 64
 NO_FIGURES = (
     "no sealed cycle in this home to take measured timings from, and the registry's "
-    "manifests state no speed or load figures (only memory and disk)"
+    "manifests state no speed or load figures (only memory and disk); a first cycle prices "
+    "its plan once it has measured the live service, and `status` shows it"
 )
 
 
@@ -659,7 +660,8 @@ def live_cost(
     truth = _config_truth([live.run], prompts, plan.protocol, cpt, diverges=False)
     if truth is None or not live.ready_s or live.memory_gb <= 0:
         missing = "no timed answer" if truth is None else "no readiness time or memory"
-        return cost(basis="unknown", why=f"{NO_FIGURES}; the live service's measure had {missing}")
+        why = f"the live service's measure at BASELINE had {missing} to price the plan from"
+        return cost(basis="unknown", why=why)
     truth = truth.model_copy(update={"load_s": round(live.ready_s, 3)})
     profile = TargetProfile(
         name="live-service",
