@@ -9,6 +9,7 @@ from pydantic import Field
 
 from mcp_infra.contracts.base import Contract, Part
 from mcp_infra.contracts.journal import Outcome
+from mcp_infra.contracts.projection import PlanCost
 
 
 class EnvironmentFingerprint(Contract):
@@ -156,3 +157,8 @@ class CycleCost(Contract):
     speedup_pct: float | None = None
     measurement_s_per_speedup_pct: float | None = None
     gain_note: str = ""
+    projected: PlanCost | None = Field(
+        None,
+        description="what the plan was projected to cost before it ran (kept beside it as "
+        "plans/<plan id>.cost.json), to set against wall_s",
+    )

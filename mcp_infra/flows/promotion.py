@@ -19,6 +19,7 @@ from mcp_infra.contracts import (
     FrozenPlan,
     JournalStep,
     Outcome,
+    PlanCost,
     ProcessRecord,
     Recipe,
     Sample,
@@ -30,6 +31,7 @@ from mcp_infra.core.gates import compare_greedy, smoke_failures
 from mcp_infra.errors import ServerUnavailable
 from mcp_infra.flows import impact
 from mcp_infra.flows.journal import Journal
+from mcp_infra.flows.status import cost_sidecar
 from mcp_infra.procs import bench, usage
 from mcp_infra.procs.service import (
     ServiceError,
@@ -362,7 +364,12 @@ def conclude(
             step=JournalStep.NOTE,
             fingerprint=created,
         )
-    evidence.seal(home, cycle_id, summary, usage.cycle_cost(home, cycle_id, speedup))
+    cost = usage.cycle_cost(home, cycle_id, speedup)
+    if cost is not None:
+        with contextlib.suppress(CorruptFile, OSError):
+            projected = read_optional(cost_sidecar(home, plan.plan_id), PlanCost)
+            cost = cost.model_copy(update={"projected": projected})
+    evidence.seal(home, cycle_id, summary, cost)
     journal(CycleState.SEALED, "evidence sealed", step=JournalStep.DONE)
     try:  # recipe memory is derived from the sealed bundle; it never fails a sealed cycle
         memory.record(home, cycle_id)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mcp_infra.contracts import Knobs, PlanCost, Recipe, ServiceConfig
+from mcp_infra.contracts import CycleCost, Knobs, PlanCost, Recipe, ServiceConfig
 from mcp_infra.demo.homes import stop_home, two_free_ports, write_test_policy
 from mcp_infra.flows.status import cost_sidecar
 from mcp_infra.procs.runtime import ServerStartError
@@ -92,6 +92,10 @@ def test_init_registry_and_a_cycle_on_a_model_the_project_did_not_build(
         first = read_model(cost_sidecar(home, proposal["plan_id"]), PlanCost)
         assert first.basis == "live-service" and first.minutes, first
         assert first.configurations == ["baseline", *PLAN]
+        sealed = read_model(home.evidence / summary["cycle_id"] / "cost.json", CycleCost)
+        assert sealed.projected == first, "the bundle sets the projection beside its wall time"
+        shown = spawn.mcp_infra(home, "evidence", "show", "latest")
+        assert "    before it ran: projected on this machine " in shown.stdout, shown.stdout
         verified = spawn.mcp_infra(home, "evidence", "verify", "latest", "--json")
         assert verified.returncode == 0, verified.stdout + verified.stderr
         checks = {c["name"]: c for c in json.loads(verified.stdout)["checks"]}

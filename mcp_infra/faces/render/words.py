@@ -193,6 +193,8 @@ def cost_text(cost: CycleCost | None, *, service_counted: bool = False) -> str:
         f"cost: {cost.wall_s:.1f} s wall; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in cost.phases_s.items() if v >= 0.05)
     ]
+    if cost.projected is not None:
+        lines.append(f"    before it ran: {cost_line(cost.projected)}")
     if cost.supervisor_cpu_s is not None:
         lines.append(f"    supervisor CPU {cost.supervisor_cpu_s:.1f} s")
     groups: dict[tuple[str, str], list[Any]] = {}
