@@ -435,9 +435,9 @@ def first_projection(c: CycleContext, mode: Literal["concurrent", "exclusive"]) 
     measured anything) is priced now on the live service as BASELINE measured it, and kept
     beside the plan for `status`. Nothing is replaced where a cost was projected; a projection
     that fails is left out and never stops the cycle."""
-    path = cost_sidecar(c.home, c.plan.plan_id)
     if c.live_run is None:
         return
+    path = cost_sidecar(c.home, c.plan.plan_id)
     held = None
     with contextlib.suppress(CorruptFile):
         kept = read_optional(path, PlanCost)

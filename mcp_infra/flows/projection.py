@@ -9,7 +9,6 @@ for ``propose_plan``, ``registry`` and ``status`` (docs/cost.md).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -582,14 +581,7 @@ def project_cost(
         why=f"the product's own round loop over the timings measured in {cycles[0]}",
         source=cycles,
         assumptions=[*notes, *profile.assumptions][:20],
-        **_projected(
-            plan,
-            profile,
-            truths,
-            Setting.of(policy, 0, exclusive=mode == "exclusive"),
-            recipes,
-            seeds,
-        ),
+        **_projected(plan, profile, truths, policy, mode, recipes, seeds),
     )
 
 
@@ -597,18 +589,21 @@ def _projected(
     plan: FrozenPlan,
     profile: TargetProfile,
     truths: dict[str, ConfigTruth],
-    setting: Setting,
+    policy: Policy,
+    mode: Literal["concurrent", "exclusive"],
     recipes: Mapping[str, Recipe],
     seeds: int,
 ) -> dict[str, Any]:
-    """A PlanCost's figures: ``plan`` projected on ``profile`` over ``seeds`` seeds (``setting``
-    with each seed in turn), bootstrap resamples capped at ``COST_RESAMPLES``."""
+    """A PlanCost's figures: ``plan`` projected on ``profile`` over ``seeds`` seeds in the
+    memory mode ``mode``, bootstrap resamples capped at ``COST_RESAMPLES``."""
     protocol = plan.protocol.model_copy(
         update={"bootstrap_resamples": min(plan.protocol.bootstrap_resamples, COST_RESAMPLES)}
     )
     quick = plan.model_copy(update={"protocol": protocol})
     runs = [
-        project(quick, profile, truths, dataclasses.replace(setting, seed=seed), recipes)
+        project(
+            quick, profile, truths, Setting.of(policy, seed, exclusive=mode == "exclusive"), recipes
+        )
         for seed in range(seeds)
     ]
     outcomes: dict[str, int] = {}
@@ -684,14 +679,7 @@ def live_cost(
         basis="live-service",
         why="the product's own round loop over the live service measured at BASELINE",
         assumptions=profile.assumptions,
-        **_projected(
-            plan,
-            profile,
-            truths,
-            Setting.of(policy, 0, exclusive=mode == "exclusive"),
-            recipes,
-            seeds,
-        ),
+        **_projected(plan, profile, truths, policy, mode, recipes, seeds),
     )
 
 
