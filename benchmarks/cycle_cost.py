@@ -13,8 +13,10 @@ settings, KV bits and quantized builds; ``CATALOG`` says each one's class, seman
 cache, the profile its assumed truths). A plan of 4 or more is screened (``core.screening``);
 ``--full-rigour`` adds each such row again without screening, and ``--assumed`` adds rows with every
 figure the profile marks ASSUMED (the catalog's generated drafters, KV bits and quantized builds:
-their load time, then their decode speed) halved and doubled. ``--breakdown`` prints where a row's
-median seed spent its simulated minutes.
+their load time, then their decode speed) halved and doubled. ``--reference`` adds each row again
+as a later cycle on the same live configuration prices it: the baseline's greedy outputs and
+quality answers kept from an earlier cycle (``core.reference``), not asked again. ``--breakdown``
+prints where a row's median seed spent its simulated minutes.
 
 ``--profile this-home [--bundle DIR | --home DIR]``: the profile derived from a sealed bundle's
 own measured timings (``flows.projection.profile_from_bundle``; ``--home``: its newest sealed
@@ -181,7 +183,13 @@ def row(
         update["bootstrap_resamples"] = c.resamples
     protocol = plan.protocol.model_copy(update=update)
     plan = plan.model_copy(update={"protocol": protocol})
-    setting = partial(Setting.of, policy, load_spread=c.load_spread, screening=variant.screening)
+    setting = partial(
+        Setting.of,
+        policy,
+        load_spread=c.load_spread,
+        screening=variant.screening,
+        reference=variant.reference,
+    )
     runs: list[Projection] = [
         project(plan, profile, truths, setting(seed), recipes) for seed in range(seeds)
     ]
@@ -199,14 +207,18 @@ def row(
 
 
 class Variant(NamedTuple):
-    """A row's variation of its plan: screening forced off (the full-rigour comparison) or one
-    ASSUMED figure scaled."""
+    """A row's variation of its plan: screening forced off (the full-rigour comparison), one
+    ASSUMED figure scaled, or a later cycle on the same live configuration (its answers kept:
+    ``core.reference``)."""
 
     screening: bool | None = None
     scale: tuple[str, float] | None = None
+    reference: bool = False
 
     @property
     def label(self) -> str:
+        if self.reference:
+            return " (answers kept)"
         if self.screening is False:
             return " (full rigour)"
         if self.scale:
@@ -354,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
         help="rows with the ASSUMED truths' load time, then decode speed, halved and doubled",
     )
     ap.add_argument(
+        "--reference",
+        action="store_true",
+        help="each row again as a later cycle on the same live configuration: the baseline's "
+        "greedy outputs and quality answers kept from the cycle that asked them",
+    )
+    ap.add_argument(
         "--breakdown", action="store_true", help="where each row's median seed spent its minutes"
     )
     ap.add_argument("--bundle", help="this-home: a sealed bundle folder")
@@ -405,9 +423,12 @@ COLUMNS = (
 
 
 def variants(plan: str, args) -> list[Variant]:
-    """The rows of one plan: as the cycle runs it, then (a screened plan, ``--full-rigour``)
-    without screening, then (``--assumed``) the ASSUMED figures halved and doubled."""
+    """The rows of one plan: as the cycle runs it, then (``--reference``) as a later cycle on
+    the same live configuration runs it, then (a screened plan, ``--full-rigour``) without
+    screening, then (``--assumed``) the ASSUMED figures halved and doubled."""
     out = [Variant()]
+    if args.reference:
+        out.append(Variant(reference=True))
     if args.full_rigour and len(PLANS[plan]) >= SCREEN_FROM:
         out.append(Variant(screening=False))
     if args.assumed:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from mcp_infra.contracts.base import Contract, Part, unset
+from mcp_infra.contracts.base import SHA256_PATTERN, Contract, Part, unset
 from mcp_infra.contracts.manifest import CandidateClass, Knobs, Semantics
 
 
@@ -173,6 +173,42 @@ class CellFigures(Part):
     decode_vs_baseline: float | None = None
 
 
+class ReferenceSource(Part):
+    """Answers a run holds that an earlier cycle measured: a baseline's greedy outputs and
+    quality answers are a deterministic function of its configuration (model files, runtime,
+    machine, knobs) and of each prompt, so a cycle whose baseline is a configuration measured
+    before compares with those answers instead of asking them again."""
+
+    key: Annotated[str, Field(pattern=SHA256_PATTERN)] = Field(
+        description="the configuration's identity (state.references.reference_key)"
+    )
+    cycles: list[str] = Field(
+        max_length=64, description="the cycles whose fresh starts measured the answers"
+    )
+    greedy: int = Field(0, ge=0, description="greedy outputs taken from them")
+    quality: int = Field(0, ge=0, description="quality answers taken from them")
+
+
+class ReferenceAnswer(Part):
+    """One answer of a configuration, as the first greedy pass of a fresh start gave it."""
+
+    kind: Literal["greedy", "quality"]
+    digest: Annotated[str, Field(pattern=SHA256_PATTERN)] = Field(
+        description="sha256 of the prompt as asked: its messages and answer budget"
+    )
+    cycle_id: str = Field(max_length=100)
+    sample: Sample
+
+
+class ReferenceAnswers(Contract):
+    """references/<key>.json: every answer kept for one configuration, one per (kind, prompt),
+    the newest measurement of each (core.reference)."""
+
+    key: Annotated[str, Field(pattern=SHA256_PATTERN)]
+    recipe: str = Field(max_length=20_000, description="the configuration (Recipe.key())")
+    answers: list[ReferenceAnswer] = Field(default_factory=list, max_length=4096)
+
+
 class CandidateRun(Contract):
     """Everything measured for one candidate: the input to selection, kept raw in evidence."""
 
@@ -196,3 +232,10 @@ class CandidateRun(Contract):
     rounds: list[RoundRecord] = Field(default_factory=list)
     stopped: str = Field("", description="why measuring this configuration stopped")
     cells: list[CellFigures] = Field(default_factory=list)
+    reference: ReferenceSource | None = Field(
+        None,
+        exclude_if=unset,
+        description="where its greedy outputs or quality answers came from when this cycle did "
+        "not ask them again: an earlier cycle's fresh start of the same configuration "
+        "(state.references); None: every answer here was measured in this cycle",
+    )

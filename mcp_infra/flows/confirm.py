@@ -20,7 +20,7 @@ from mcp_infra.core.machine import RedoRule
 from mcp_infra.core.selector import select
 from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import prompts_by_class
-from mcp_infra.flows.rounds import Bench, Pass, Slot, Tally, one_start
+from mcp_infra.flows.rounds import Bench, Pass, Slot, Tally, baseline_tally, one_start
 from mcp_infra.state.catalog import load_suite
 
 
@@ -118,7 +118,7 @@ def heldout_check(bench: Bench, baseline: Recipe, winner: Recipe) -> HeldOut:
     )
     runs: dict[str, CandidateRun] = {}
     kind = Pass("heldout", False, heldout=True)
-    tallies = [Tally(BASELINE_ID, baseline), Tally(winner.candidate_id, winner)]
+    tallies = [baseline_tally(held, baseline, prompts, kind), Tally(winner.candidate_id, winner)]
     results = [
         one_start(held, item, prompts, Slot(0, position, 2), kind)
         for position, item in enumerate(tallies)

@@ -53,6 +53,7 @@ from mcp_infra.contracts import (
     ProcessRecord,
     Recipe,
     Sample,
+    Semantics,
     ServiceConfig,
     WorkloadCell,
 )
@@ -251,6 +252,27 @@ def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
     return min(budget, cap) if cap else budget
 
 
+def greedy_passes(recipe: Recipe, *, baseline: bool = False) -> int:
+    """Greedy passes in a configuration's first start: two where a prompt cache can change a
+    candidate's outputs (the second asks every prompt again with its prefix cached, as real
+    traffic does), one where the cache is off, and one for the baseline (the gate compares
+    with the baseline's first answer) and for the held-out check."""
+    return 1 if baseline or recipe.knobs.prompt_cache_size == 0 else 2
+
+
+def needs_quality(recipes: Sequence[Recipe]) -> bool:
+    """The quality suite judges lossy candidates only: without one in the plan it is not run."""
+    return any(r.semantics == Semantics.LOSSY for r in recipes)
+
+
+def greedy_prompts(
+    protocol: MeasureProtocol, prompts: dict[str, list[SuitePrompt]]
+) -> list[SuitePrompt]:
+    """What one greedy pass asks, in order: every prompt of the workload's request classes."""
+    classes = dict.fromkeys(c.request_class for c in protocol.workload)
+    return [p for cls in classes for p in prompts.get(cls, [])]
+
+
 def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> list[Batch]:
     """Every request of one start, in order: greedy passes (where it takes its gates), the
     warm-up, each workload cell of this start in batches, then the quality tasks (a start with
@@ -259,7 +281,7 @@ def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> li
     protocol, prompts = spec.protocol, spec.prompts
     base = {"candidate": spec.candidate, "start": spec.start, "round": spec.round_index}
     classes = dict.fromkeys(c.request_class for c in protocol.workload)
-    every = [p for cls in classes for p in prompts.get(cls, [])]  # the workload's classes
+    every = greedy_prompts(protocol, prompts)
     out: list[Batch] = []
     cap = protocol.max_tokens  # a task's own budget, never above the protocol's, as any prompt's
     tasks = [Batch("quality", [Request(t, t.token_budget(cap), dict(base))]) for t in quality_tasks]

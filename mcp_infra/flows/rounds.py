@@ -48,6 +48,8 @@ from mcp_infra.contracts import (
     MachineLoad,
     MeasureProtocol,
     Recipe,
+    ReferenceAnswers,
+    ReferenceSource,
     RoundRecord,
     Sample,
     Semantics,
@@ -56,6 +58,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.machine import busy_starts
+from mcp_infra.core.reference import take
 from mcp_infra.core.screening import (
     SCREEN_ROUND,
     decide,
@@ -69,7 +72,15 @@ from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.core.workload import TIMED_PHASES, cell_regressions, decisive_view
 from mcp_infra.flows.journal import JournalWriter
 from mcp_infra.flows.loadwatch import Machine
-from mcp_infra.flows.measure import GateCheck, StartResult, StartSpec, prompts_by_class
+from mcp_infra.flows.measure import (
+    GateCheck,
+    StartResult,
+    StartSpec,
+    greedy_passes,
+    greedy_prompts,
+    needs_quality,
+    prompts_by_class,
+)
 from mcp_infra.state.catalog import load_suite
 
 # A round is added only if the time left exceeds this many times the last round's duration, so
@@ -119,6 +130,7 @@ class Bench:
     live_traffic: LiveTraffic | None = None
     machine: Machine | None = None
     screening: bool | None = None  # None: by the plan's size (core.screening.screens)
+    reference: ReferenceAnswers | None = None  # the live configuration's kept answers
 
     @property
     def screened(self) -> bool:
@@ -226,19 +238,6 @@ def open_decisions(verdict: Verdict, candidates: Sequence[str]) -> list[str]:
     return [c for c in candidates if decided.get(c) == Decision.INCONCLUSIVE]
 
 
-def greedy_passes(recipe: Recipe, *, baseline: bool = False) -> int:
-    """Greedy passes in a configuration's first start: two where a prompt cache can change a
-    candidate's outputs (the second asks every prompt again with its prefix cached, as real
-    traffic does), one where the cache is off, and one for the baseline (the gate compares
-    with the baseline's first answer) and for the held-out check."""
-    return 1 if baseline or recipe.knobs.prompt_cache_size == 0 else 2
-
-
-def needs_quality(recipes: Sequence[Recipe]) -> bool:
-    """The quality suite judges lossy candidates only: without one in the plan it is not run."""
-    return any(r.semantics == Semantics.LOSSY for r in recipes)
-
-
 # ---------------------------------------------------------------------------------------------
 # What has been measured of one configuration
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +260,7 @@ class Tally:
     stopped: str = ""
     qualified_at: float | None = None  # its estimate when a look qualified it
     gates_due: bool = False  # its speed qualifies it and its next start takes its gates
+    reference: ReferenceSource | None = None  # what it holds that an earlier cycle measured
 
     def run(self, purpose: str = "selection") -> CandidateRun:
         return CandidateRun(
@@ -278,6 +278,7 @@ class Tally:
             starts=self.starts,
             rounds=list(self.rounds),
             stopped=self.stopped,
+            reference=self.reference,
         )
 
     def set_aside(self, start: int, reason: str) -> None:
@@ -376,6 +377,8 @@ def start_spec(
         answers = item.gates_due
     else:
         greedy = answers = item.starts == 0
+    if baseline:  # what its reference answers hold is not asked again
+        greedy, answers = greedy and not item.greedy, answers and not item.quality
     judged = baseline or item.recipe.semantics == Semantics.LOSSY
     quality = answers and kind.quality and judged
     logprobs = (greedy or answers) and kind.quality and judged
@@ -394,6 +397,21 @@ def start_spec(
         gate_check=gate if greedy or answers else None,
         timed=kind.timed if baseline else not (deferred and item.gates_due),
         reported=kind.timed if baseline else not deferred or item.gates_due,
+    )
+
+
+def baseline_tally(
+    bench: Bench, recipe: Recipe, prompts: dict[str, list[SuitePrompt]], kind: Pass
+) -> Tally:
+    """The baseline's tally, holding the answers its reference spares its first start."""
+    protocol = bench.plan.protocol
+    suite = protocol.quality_suite if kind.quality else None
+    tasks = load_suite(suite).prompts if suite else []
+    every = greedy_prompts(protocol, prompts)
+    cap, logprobs = protocol.max_tokens, kind.quality
+    taken = take(bench.reference, every, tasks, cap, phase=kind.phase, logprobs=logprobs)
+    return Tally(
+        BASELINE_ID, recipe, greedy=taken.greedy, quality=taken.quality, reference=taken.source
     )
 
 
@@ -494,7 +512,7 @@ def run_rounds(
     protocol = plan.protocol
     prompts = prompts_by_class(load_suite(protocol.suite), "selection")
     quality = needs_quality(list(candidates.values()))
-    base = Tally(BASELINE_ID, baseline)
+    base = baseline_tally(bench, baseline, prompts, Pass(quality=quality))
     items = {name: Tally(name, recipe) for name, recipe in candidates.items()}
     open_ = list(items)
     rounds_done = 0

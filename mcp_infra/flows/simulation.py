@@ -34,19 +34,23 @@ from mcp_infra.contracts import (
     LearnedSpread,
     Policy,
     Recipe,
+    ReferenceAnswer,
+    ReferenceAnswers,
     Sample,
     TargetProfile,
     Verdict,
 )
 from mcp_infra.core.admission import admit
+from mcp_infra.core.reference import answers_of
 from mcp_infra.core.stats import derive_seed
 from mcp_infra.core.suites import SuitePrompt
-from mcp_infra.flows.confirm import heldout_check, measure_drift
+from mcp_infra.flows.confirm import heldout_check, heldout_protocol, measure_drift
 from mcp_infra.flows.measure import (
     Batch,
     StartResult,
     StartSpec,
     annotate_cells,
+    greedy_prompts,
     play,
     prompts_by_class,
     short_c1,
@@ -274,7 +278,8 @@ class Setting:
     time budget, the memory budget, the memory mode the cycle's own admission chose (None:
     decided from the truths' peaks), other processes' load (``SimServer.load_spread``) and
     whether the plan is screened (None: by its size, as the cycle decides; False: the same plan
-    at full rigour, for the benchmark's comparison)."""
+    at full rigour, for the benchmark's comparison) and whether the live configuration's answers
+    are kept from an earlier cycle (``core.reference``: a later cycle on the same service)."""
 
     seed: int
     cycle_minutes: float
@@ -282,6 +287,7 @@ class Setting:
     exclusive: bool | None = None
     load_spread: float = 0.0
     screening: bool | None = None
+    reference: bool = False  # the live configuration's answers are kept (a cycle asked them)
 
     @classmethod
     def of(
@@ -292,10 +298,12 @@ class Setting:
         exclusive: bool | None = None,
         load_spread: float = 0.0,
         screening: bool | None = None,
+        reference: bool = False,
     ) -> Setting:
         """The setting ``policy``'s budgets give a cycle drawn with ``seed``."""
         budget = policy.service.memory_budget_fraction
-        return cls(seed, policy.budgets.cycle_minutes, budget, exclusive, load_spread, screening)
+        minutes = policy.budgets.cycle_minutes
+        return cls(seed, minutes, budget, exclusive, load_spread, screening, reference)
 
 
 def project(
@@ -333,6 +341,7 @@ def project(
         clock=clock,
         now=clock.wall,
         screening=setting.screening,
+        reference=kept_answers(plan, profile) if setting.reference else None,
     )
     _live_check(server, plan, live)
     held_from = clock()
@@ -377,6 +386,40 @@ def project(
         dropped,
         server.spent,
     )
+
+
+def kept_answers(plan: FrozenPlan, profile: TargetProfile) -> ReferenceAnswers:
+    """The live configuration's answers as an earlier cycle that asked the same would have kept
+    them: its first greedy pass over the selection and the held-out prompts, and its quality
+    answers (their most likely tokens as asked for a lossy plan)."""
+    server = SimServer(profile, {}, 0)
+    answers: list[ReferenceAnswer] = []
+    for split, protocol in (
+        ("selection", plan.protocol),
+        ("heldout", heldout_protocol(plan.protocol)),
+    ):
+        prompts = prompts_by_class(load_suite(protocol.suite), split)
+        suite = protocol.quality_suite
+        spec = StartSpec(
+            sim_recipe(BASELINE_ID),
+            BASELINE_ID,
+            prompts,
+            protocol,
+            greedy_times=1,
+            quality_suite=suite,
+            timed=False,
+            reported=False,
+        )
+        result = server(spec, lambda _: None)
+        run = CandidateRun(candidate=BASELINE_ID, greedy=result.greedy, samples=result.quality)
+        tasks = load_suite(suite).prompts if suite else []
+        every = greedy_prompts(protocol, prompts)
+        answers += answers_of(run, every, tasks, protocol.max_tokens, "projected")
+    answers = [
+        a.model_copy(update={"sample": a.sample.model_copy(update={"top_logprobs": []})})
+        for a in answers
+    ]
+    return ReferenceAnswers(key="0" * 64, recipe="projected", answers=answers)
 
 
 def _live_check(server: SimServer, plan: FrozenPlan, live: Recipe) -> None:

@@ -7,6 +7,7 @@ kept while their stamps are unchanged; a bundle that does not verify shows no fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_infra.contracts import (
     CANDIDATE_ID_PATTERN,
+    CandidateRun,
     CatalogNote,
     CheckResult,
     CycleCost,
@@ -353,6 +355,11 @@ class EvidenceView(View):
     online_check: str | None = Field(
         None, description="the online check of the winner before the switch, or why none ran"
     )
+    answers_kept: str | None = Field(
+        None,
+        description="answers the baseline took from earlier cycles of the same configuration "
+        "instead of asking them again (None: every answer was asked in this cycle)",
+    )
     cycle_id: str | None = None
     section: str | None = None
     summary: CycleSummary | None = None
@@ -447,6 +454,7 @@ def _cycle_view(
         view.verdict = verdict
     if section in (None, "summary"):
         view.heldout, view.online_check = confirmations(bundle)
+        view.answers_kept = answers_kept(bundle)
         result = evidence_mod.verify_cached(bundle, owner)
         view.verified, view.failed_checks, view.checks = result.ok, result.failed, result.checks
         view.cost = read_optional(bundle / "cost.json", CycleCost)
@@ -470,6 +478,24 @@ def _cycle_view(
             _clip_row(r) for r in rows[(view.page - 1) * PAGE_SIZE : view.page * PAGE_SIZE]
         ]
     return view
+
+
+def answers_kept(bundle: Path) -> str | None:
+    """What the bundle's runs took from earlier cycles, in words (None: nothing)."""
+    said = []
+    for path in sorted(CycleFiles(bundle).runs.glob("*.json")):
+        with contextlib.suppress(CorruptFile, ValueError):
+            ref = read_model(path, CandidateRun).reference
+            if ref is not None:
+                parts = [f"{ref.greedy} greedy output(s)"] * bool(ref.greedy)
+                parts += [f"{ref.quality} quality answer(s)"] * bool(ref.quality)
+                said.append(f"{path.stem}: {' and '.join(parts)} from {', '.join(ref.cycles)}")
+    if not said:
+        return None
+    return (
+        "the baseline's, kept from earlier cycles of the same configuration (its model files, "
+        "runtime, machine and knobs): " + "; ".join(said)
+    )
 
 
 def confirmations(bundle: Path) -> tuple[str, str]:

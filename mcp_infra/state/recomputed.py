@@ -19,6 +19,7 @@ from mcp_infra.contracts import (
     Policy,
     Recipe,
     RuntimeLock,
+    Sample,
     Verdict,
 )
 from mcp_infra.core.preflight import env_hash
@@ -521,3 +522,41 @@ def check_builds(b: Bundle) -> str:
         raise Skipped("no candidate of this cycle served a build")
     fail_on(problems)
     return "; ".join(shown) + " (records recompute and match the recipes served)"
+
+
+def check_references(b: Bundle) -> str:
+    """Answers a run took from earlier cycles (``CandidateRun.reference``: the baseline's kept
+    greedy outputs and quality answers) are those cycles' own: each equals an answer a run of a
+    cycle it names holds, where those bundles sit beside this one (each verifies on its own)."""
+    taking = [r for r in b.runs() if r.reference is not None]
+    if not taking:
+        raise Skipped("every answer was measured in this cycle")
+    problems: list[str] = []
+    checked, absent = 0, set()
+    for run in taking:
+        ref = run.reference
+        assert ref is not None
+        held: set[tuple[str, tuple[int, ...], str]] = set()
+        for cycle in ref.cycles:
+            source = b.path.parent / cycle
+            if not (source / "summary.json").is_file():
+                absent.add(cycle)
+                continue
+            held |= {_answer(s) for r in Bundle(source).runs() for s in [*r.greedy, *r.samples]}
+        if absent:
+            continue
+        quality = [s for s in run.samples if s.phase == "quality"][: ref.quality]
+        for sample in [*run.greedy[: ref.greedy], *quality]:
+            checked += 1
+            if _answer(sample) not in held:
+                problems.append(f"{run.candidate}: {sample.prompt_id} is no answer of {ref.cycles}")
+    fail_on(problems)
+    if absent:
+        raise Skipped(
+            f"taken from {', '.join(sorted(absent))}, whose bundle is not beside this one"
+        )
+    return f"{checked} answer(s) taken from earlier cycles equal theirs"
+
+
+def _answer(sample: Sample) -> tuple[str, tuple[int, ...], str]:
+    return sample.prompt_id, tuple(sample.token_ids or ()), sample.text

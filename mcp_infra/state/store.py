@@ -327,6 +327,11 @@ class Home:
         return self.root / "hf-cache"
 
     @property
+    def references(self) -> Path:
+        """Each configuration's reference answers (``state.references``)."""
+        return self.root / "references"
+
+    @property
     def builds(self) -> Path:
         """Quantized builds made by ``prepare`` (``state.builds``), each beside its record."""
         return self.root / "builds"

@@ -30,6 +30,7 @@ from mcp_infra.state.recomputed import (
     check_journal_agrees,
     check_plan_hash,
     check_plan_inputs,
+    check_references,
     check_runtime_locks,
     check_sample_arithmetic,
     check_samples_covered,
@@ -266,6 +267,7 @@ def verify(
         ("sample_arithmetic", lambda: check_sample_arithmetic(b)),
         ("runtime_locks", lambda: check_runtime_locks(b)),
         ("builds", lambda: check_builds(b)),
+        ("references", lambda: check_references(b)),
     ]
     checks: list[CheckResult] = []
     for name, run in plan:

@@ -29,6 +29,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.intervals import Spread, pooled_variance
 from mcp_infra.flows.confirm import drift_protocol
+from mcp_infra.flows.measure import greedy_passes, needs_quality
 from mcp_infra.flows.projection import simulated_plan
 from mcp_infra.flows.rounds import (
     SELECTION,
@@ -36,8 +37,6 @@ from mcp_infra.flows.rounds import (
     GateTiming,
     Slot,
     Tally,
-    greedy_passes,
-    needs_quality,
     run_rounds,
     start_spec,
 )
@@ -540,3 +539,62 @@ def test_the_projection_prices_screening_and_deciding_apart() -> None:
     assert full.screening_s == 0 and full.screened_out == ()
     assert screened.minutes < full.minutes
     assert screened.spent and screened.spent["measure greedy"] > 0
+
+
+def test_a_baseline_whose_answers_are_kept_asks_none_of_them_and_gates_the_same() -> None:
+    """A later cycle on the same live configuration (``core.reference``): the baseline's
+    greedy passes (selection and held-out) are not asked, the candidates are gated against the
+    kept answers as against fresh ones, and the cycle is shorter by those passes alone."""
+    policy = load_policy("single-user")
+    truths = {"sim:a": PROFILE.candidates["drafter-1.9x"], "sim:b": PROFILE.candidates["null-a"]}
+    plan = simulated_plan(policy, list(truths))
+    recipes = {n: _recipe(n, cache=None) for n in truths}
+    fresh = project(plan, PROFILE, truths, Setting(seed=2, cycle_minutes=120), recipes)
+    kept = project(plan, PROFILE, truths, Setting(2, 120, reference=True), recipes)
+    assert (fresh.outcome, fresh.selected) == (kept.outcome, kept.selected) == ("promoted", "sim:a")
+    gates = {v.candidate: [(g.gate, g.passed) for g in v.gates] for v in kept.verdict.candidates}
+    assert gates == {
+        v.candidate: [(g.gate, g.passed) for g in v.gates] for v in fresh.verdict.candidates
+    }
+    assert ("lossless", True) in gates["sim:a"]
+    assert fresh.spent and kept.spent
+    # The baseline's pass over the selection prompts, 256 tokens each (seconds; one start's
+    # speed varies by its drawn spread, 5% on this profile).
+    five = len(prompts_of(plan)["short"]) * 256 / PROFILE.baseline.decode_tps
+    saved = fresh.spent["measure greedy"] - kept.spent["measure greedy"]
+    assert abs(saved - five) < 0.15 * five
+    assert kept.spent["heldout greedy"] < fresh.spent["heldout greedy"]
+    assert kept.minutes < fresh.minutes
+
+
+def test_a_baseline_tally_holds_what_its_reference_spares_its_first_start() -> None:
+    from mcp_infra.flows.rounds import baseline_tally
+    from mcp_infra.flows.simulation import kept_answers
+
+    policy = load_policy("single-user")
+    plan = simulated_plan(policy, ["sim:kv"])
+    bench = Bench(
+        plan, NullJournal(), SimServer(PROFILE, {}, 0), reference=kept_answers(plan, PROFILE)
+    )
+    prompts = prompts_of(plan)
+    lossy = SELECTION  # a plan with a lossy candidate: the quality suite is read
+    base = baseline_tally(bench, _recipe(BASELINE_ID), prompts, lossy)
+    assert base.reference is not None and base.reference.greedy == len(prompts["short"])
+    assert base.reference.quality == len(load_suite_prompts("quality"))
+    spec = start_spec(plan, base, prompts, Slot(0), lossy)
+    assert (spec.greedy_times, spec.quality_suite) == (0, None)  # nothing left to ask
+    assert spec.protocol.warmup >= 1  # a warm-up pass stands in for the greedy pass
+    run = base.run()
+    assert run.reference == base.reference and len(run.greedy) == len(prompts["short"])
+    # Without a reference, or for a lossless plan without quality answers kept, it asks.
+    asks = start_spec(plan, Tally(BASELINE_ID, _recipe(BASELINE_ID)), prompts, Slot(0), lossy)
+    assert (asks.greedy_times, asks.quality_suite) == (1, "quality")
+    lossless = SELECTION._replace(quality=False)
+    plain = baseline_tally(bench, _recipe(BASELINE_ID), prompts, lossless)
+    assert plain.quality == [] and plain.reference is not None and plain.reference.quality == 0
+
+
+def load_suite_prompts(name: str) -> list:
+    from mcp_infra.state.catalog import load_suite
+
+    return load_suite(name).prompts

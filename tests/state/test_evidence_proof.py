@@ -526,3 +526,61 @@ def test_a_verdict_of_another_decision_method_is_not_recomputed_and_says_so(home
     assert "decision method 1" in skipped.detail and f"method {DECISION_METHOD}" in skipped.detail
     assert "docs/statistics.md says what changed" in skipped.detail  # where to read it
     assert checks["gates_recomputed"].status == "ok" and checks["samples_covered"].status == "ok"
+
+
+def test_the_next_cycle_takes_the_winners_answers_and_its_bundle_proves_them(
+    sealed_home: tuple[Home, str], tmp_path: Path
+) -> None:
+    """A later cycle on the promoted configuration (``core.reference``), on real servers: its
+    baseline asks no greedy pass, the winner's first pass from the sealed cycle stands in for
+    it, candidates are gated against it as against fresh outputs, and verification checks the
+    kept answers are that cycle's own. (This adds the home's second bundle: it runs last.)"""
+    home, first = sealed_home
+    home.enqueue(freeze(home, ["demo-tiny:draft-k2", "demo-tiny:draft-k4-cache"]))
+    (second,) = supervise(home, ignore_window=True)
+    bundle = home.evidence / second.cycle_id
+    first_runs, second_runs = by_file(home.evidence / first), by_file(bundle)
+    winner, baseline = first_runs["demo-tiny__draft-k4"], second_runs["baseline"]
+    assert first_runs["baseline"].reference is None
+    assert baseline.reference is not None and baseline.reference.cycles == [first]
+    assert baseline.reference.greedy == len(baseline.greedy) > 0
+    # No greedy pass in its first start: a warm-up request stands in for one.
+    assert any(s.phase == "warmup" and s.start == 0 for s in baseline.samples)
+    assert not any(s.phase == "warmup" and s.start == 0 for s in first_runs["baseline"].samples)
+    first_pass = {s.prompt_id: s.token_ids for s in winner.greedy if s.repeat == 0}
+    assert {s.prompt_id: s.token_ids for s in baseline.greedy} == first_pass
+    # A lossless drafter gives the same tokens; the drafter whose prompt cache changes its
+    # outputs is still caught.
+    verdict = read_model(bundle / "verdict.json", Verdict)
+    lossless = {
+        v.candidate: next(g for g in v.gates if g.gate == "lossless") for v in verdict.candidates
+    }
+    assert lossless["demo-tiny:draft-k2"].passed, lossless["demo-tiny:draft-k2"].detail
+    assert not lossless["demo-tiny:draft-k4-cache"].passed
+    checked = {c.name: c for c in evidence.verify(bundle).checks}
+    assert checked["references"].status == "ok", checked["references"].detail
+    assert all(c.status != "failed" for c in checked.values())
+    # Alone, a bundle cannot show its kept answers are another cycle's: skipped, saying why.
+    pair = tmp_path / "pair"
+    for cycle_id in (first, second.cycle_id):
+        shutil.copytree(home.evidence / cycle_id, pair / cycle_id)
+    alone = tmp_path / "alone" / second.cycle_id
+    shutil.copytree(bundle, alone)
+    check = {c.name: c for c in evidence.verify(alone).checks}["references"]
+    assert check.status == "skipped" and first in check.detail
+    # One prompt's answer changed everywhere in the first bundle (the winner's and the baseline's,
+    # equal as a lossless winner's are): the kept copy is no answer of that cycle.
+    changed = baseline.greedy[0].prompt_id
+    for path in (pair / first / "runs").glob("*.json"):
+        data = json.loads(path.read_text())
+        for sample in data["greedy"]:
+            if sample["prompt_id"] == changed:
+                sample["token_ids"][0] += 1
+        path.write_text(json.dumps(data))
+    check = {c.name: c for c in evidence.verify(pair / second.cycle_id).checks}["references"]
+    assert check.status == "failed" and f"is no answer of ['{first}']" in check.detail
+
+
+def by_file(bundle: Path) -> dict[str, CandidateRun]:
+    """A bundle's runs by file name (the baseline's selection, held-out and live runs apart)."""
+    return {p.stem: read_model(p, CandidateRun) for p in (bundle / "runs").glob("*.json")}

@@ -216,6 +216,8 @@ def evidence_text(view: app.EvidenceView) -> str:
         lines.append(f"Held-out confirmation: {plain(view.heldout)}")
     if view.online_check:
         lines.append(f"Online check before the switch: {view.online_check}")
+    if view.answers_kept:
+        lines.append(f"Answers not asked again: {view.answers_kept}.")
     if view.verified:
         lines.append("Evidence verifies: every check passed.")
     if view.verify_command and view.section == "summary":

@@ -1,0 +1,56 @@
+"""Where a configuration's reference answers live: ``references/<key>.json`` in the home, one
+file per configuration (``core.reference`` says what is kept and when it is reused).
+
+The key is the configuration's whole identity: the recipe (template, model and drafter paths,
+knobs, its own runtime environment, the artifact hashes it was resolved with), what its model
+folders hold now (``memory.environment_key``: each small file's sha256, each large one's size
+and modification time) and this machine and runtime (OS, CPU, BLAS, Python, the MLX packages'
+versions). Changed model files, another runtime version or another machine is another key, so
+a stale answer is never compared with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mcp_infra.contracts import Recipe, ReferenceAnswer, ReferenceAnswers
+from mcp_infra.core.digest import canonical_json, sha256_bytes
+from mcp_infra.core.reference import merged
+from mcp_infra.state.hostfacts import environment
+from mcp_infra.state.memory import environment_key
+from mcp_infra.state.store import CorruptFile, Home, read_optional, write_model
+
+
+def reference_key(recipe: Recipe) -> str:
+    """The configuration's identity (see the module notes)."""
+    return sha256_bytes(
+        canonical_json(
+            {
+                "recipe": recipe.key(),
+                "hashes": dict(sorted(recipe.artifact_hashes.items())),
+                "environment": environment_key(environment(), recipe),
+            }
+        )
+    )
+
+
+def load(home: Home, recipe: Recipe) -> ReferenceAnswers | None:
+    """The answers kept for ``recipe``'s configuration (None: none, or an unreadable file, which
+    only means they are asked again)."""
+    key = reference_key(recipe)
+    try:
+        kept = read_optional(home.references / f"{key}.json", ReferenceAnswers)
+    except CorruptFile:
+        return None
+    return kept if kept is not None and kept.key == key else None
+
+
+def keep(home: Home, recipe: Recipe, answers: Sequence[ReferenceAnswer]) -> None:
+    """Add ``answers`` to ``recipe``'s configuration's file (written atomically)."""
+    if not answers:
+        return
+    key = reference_key(recipe)
+    home.references.mkdir(parents=True, exist_ok=True)
+    write_model(
+        home.references / f"{key}.json", merged(load(home, recipe), key, recipe.key(), answers)
+    )
