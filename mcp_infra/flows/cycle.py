@@ -42,21 +42,18 @@ from mcp_infra.contracts import (
 from mcp_infra.core.admission import expected_downtime_s
 from mcp_infra.core.machine import busy_fraction, open_verdict_words, quiet_rule
 from mcp_infra.core.preflight import Preflight, find_candidate, preflight
-from mcp_infra.core.reference import answers_of
 from mcp_infra.core.screening import screens
 from mcp_infra.core.units import selected_speedup_pct
 from mcp_infra.core.workload import cell_regressions, describe_cell
 from mcp_infra.errors import McpInfraError, ServerUnavailable
-from mcp_infra.flows import impact
-from mcp_infra.flows.confirm import heldout_check, heldout_protocol, measure_drift
+from mcp_infra.flows import answers, impact
+from mcp_infra.flows.confirm import heldout_check, measure_drift
 from mcp_infra.flows.journal import Journal
 from mcp_infra.flows.loadwatch import Machine
 from mcp_infra.flows.measure import (
     SERVER_START_ERRORS,
     annotate_cells,
-    greedy_prompts,
     measure_live,
-    prompts_by_class,
     server_starter,
 )
 from mcp_infra.flows.own import build_recipes
@@ -84,7 +81,6 @@ from mcp_infra.procs.service import (
 )
 from mcp_infra.state import references
 from mcp_infra.state.artifacts import HubError, resolve_recipe
-from mcp_infra.state.catalog import load_suite
 from mcp_infra.state.context import (
     HomeContext,
     active_recipe,
@@ -482,25 +478,10 @@ def experiment_step(c: CycleContext) -> CycleResult | None:
     c.baseline = _as_served(baseline, c.live)
     for name, run in measured.items():
         c.runs[name] = _as_served(run, c.recipes[name])
-    keep_answers(c, c.live, c.baseline, "selection")
+    answers.keep(c.home, c.plan, c.cycle_id, c.live, c.baseline, "selection")
     if c.exclusive:  # the live recipe serves again before anything else is measured or promoted
         ensure_serving(c.home, c.live, c.config, timeout=c.plan.protocol.ready_timeout_s)
     return None
-
-
-def keep_answers(c: CycleContext, recipe: Recipe, run: CandidateRun, split: str) -> None:
-    """What ``run`` measured of its configuration's answers (its first greedy pass over the
-    ``split`` prompts, its quality answers), kept for a later cycle whose baseline it is
-    (``state.references``). A write that fails costs that cycle only the time of asking again."""
-    protocol = c.plan.protocol
-    if split == "heldout":
-        protocol = heldout_protocol(protocol)
-    prompts = prompts_by_class(load_suite(protocol.suite), split)
-    tasks = load_suite(protocol.quality_suite).prompts if protocol.quality_suite else []
-    every = greedy_prompts(protocol, prompts)
-    answers = answers_of(run, every, tasks, protocol.max_tokens, c.cycle_id)
-    with contextlib.suppress(OSError):
-        references.keep(c.home, recipe, answers)
 
 
 def drift_step(c: CycleContext) -> CycleResult | None:
@@ -574,9 +555,10 @@ def confirm_step(c: CycleContext) -> CycleResult | None:
         candidate=selected,
     )
     held = heldout_check(c.bench(), c.live, c.recipes[selected])
-    keep_answers(c, c.live, held.baseline, "heldout")
-    for run, split in ((c.runs[selected], "selection"), (held.winner, "heldout")):
-        keep_answers(c, c.recipes[selected], run, split)  # the next cycle's baseline if promoted
+    answers.keep(c.home, c.plan, c.cycle_id, c.live, held.baseline, "heldout")
+    winner = c.recipes[selected]  # the next cycle's baseline, once promoted
+    answers.keep(c.home, c.plan, c.cycle_id, winner, c.runs[selected], "selection")
+    answers.keep(c.home, c.plan, c.cycle_id, winner, held.winner, "heldout")
     write_model(c.files.runs / "heldout--baseline.json", held.baseline)
     write_model(c.files.runs / f"heldout--{file_safe(selected)}.json", held.winner)
     c.journal(

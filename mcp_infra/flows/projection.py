@@ -131,6 +131,7 @@ class BundleProfile(NamedTuple):
     policy: Policy | None
     measured: MeasuredCost
     exclusive: bool | None = None
+    answers_kept: bool = False  # its baseline took its greedy pass from an earlier cycle
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -407,7 +408,7 @@ def replay(found: BundleProfile, seed: int, policy: Policy | None = None) -> Pro
         found.plan,
         found.profile,
         found.truths,
-        Setting.of(policy, seed, exclusive=found.exclusive),
+        Setting.of(policy, seed, exclusive=found.exclusive, reference=found.answers_kept),
         found.recipes,
     )
 
@@ -451,6 +452,7 @@ def profile_from_bundle(bundle: Path) -> BundleProfile:
         policy,
         measured_cost(bundle),
         _exclusive(events),
+        any(r.reference is not None and r.reference.greedy > 0 for r in runs),
     )
 
 
@@ -531,8 +533,10 @@ def _cost_key(
     mode: str,
     recipes: Mapping[str, Recipe],
     seeds: int,
+    answers_kept: bool,
 ) -> str:
     parts = {
+        "answers_kept": answers_kept,
         "method": COST_METHOD,
         "bundles": [sha256_file(CycleFiles(b).manifest) for b in bundles],
         "candidates": plan.candidates,
@@ -560,9 +564,11 @@ def project_cost(
     mode: Literal["concurrent", "exclusive"],
     recipes: Mapping[str, Recipe],
     seeds: int = COST_SEEDS,
+    answers_kept: bool = False,
 ) -> PlanCost:
     """``plan`` projected over ``seeds`` seeds on the profile of ``bundles`` (newest first),
-    in the memory mode the cycle's admission would choose now."""
+    in the memory mode the cycle's admission would choose now; ``answers_kept``: the live
+    configuration's greedy passes are kept from an earlier cycle (``core.reference``)."""
     cost = partial(PlanCost, configurations=plan.candidates, mode=mode)
     if not bundles:
         return cost(basis="unknown", why=NO_FIGURES)
@@ -580,8 +586,8 @@ def project_cost(
         basis="this-home",
         why=f"the product's own round loop over the timings measured in {cycles[0]}",
         source=cycles,
-        assumptions=[*notes, *profile.assumptions][:20],
-        **_projected(plan, profile, truths, policy, mode, recipes, seeds),
+        assumptions=[*notes, *[KEPT] * answers_kept, *profile.assumptions][:20],
+        **_projected(plan, profile, truths, policy, mode, recipes, seeds, answers_kept),
     )
 
 
@@ -593,16 +599,23 @@ def _projected(
     mode: Literal["concurrent", "exclusive"],
     recipes: Mapping[str, Recipe],
     seeds: int,
+    kept: bool = False,
 ) -> dict[str, Any]:
     """A PlanCost's figures: ``plan`` projected on ``profile`` over ``seeds`` seeds in the
-    memory mode ``mode``, bootstrap resamples capped at ``COST_RESAMPLES``."""
+    memory mode ``mode`` (``kept``: the baseline's answers kept), bootstrap resamples capped at
+    ``COST_RESAMPLES``."""
     protocol = plan.protocol.model_copy(
         update={"bootstrap_resamples": min(plan.protocol.bootstrap_resamples, COST_RESAMPLES)}
     )
     quick = plan.model_copy(update={"protocol": protocol})
+    exclusive = mode == "exclusive"
     runs = [
         project(
-            quick, profile, truths, Setting.of(policy, seed, exclusive=mode == "exclusive"), recipes
+            quick,
+            profile,
+            truths,
+            Setting.of(policy, seed, exclusive=exclusive, reference=kept),
+            recipes,
         )
         for seed in range(seeds)
     ]
@@ -683,12 +696,23 @@ def live_cost(
     )
 
 
+class LiveRecipe(NamedTuple):
+    """The live configuration a plan is priced against: its id, and whether its greedy pass
+    is kept from an earlier cycle (``flows.answers.kept_for``)."""
+
+    candidate_id: str
+    answers_kept: bool = False
+
+
+KEPT = "the baseline's greedy outputs are kept from an earlier cycle of the same configuration"
+
+
 # project_cost's parameters with a home instead of bundles: it finds them, caches, may defer.
 def plan_cost(
     home: Home,
     plan: FrozenPlan,
     policy: Policy,
-    live_recipe: str,
+    live: LiveRecipe,
     mode: Literal["concurrent", "exclusive"],
     recipes: Mapping[str, Recipe],
     *,
@@ -702,7 +726,8 @@ def plan_cost(
     bundles = sealed_bundles(home)
     if not bundles:
         return PlanCost(basis="unknown", why=NO_FIGURES, configurations=plan.candidates, mode=mode)
-    key = _cost_key(bundles, plan, policy, live_recipe, mode, recipes, seeds)
+    live_recipe, kept = live
+    key = _cost_key(bundles, plan, policy, live_recipe, mode, recipes, seeds, kept)
     path = home.projections / f"{key}.json"
     with contextlib.suppress(CorruptFile):
         if (cached := read_optional(path, PlanCost)) is not None:
@@ -716,6 +741,7 @@ def plan_cost(
         mode=mode,
         recipes=dict(recipes),
         seeds=seeds,
+        answers_kept=kept,
     )
     if wait:
         return keep_projection(job)
@@ -740,6 +766,7 @@ def keep_projection(job: ProjectionJob) -> PlanCost:
             job.mode,
             job.recipes,
             job.seeds,
+            job.answers_kept,
         )
     except Exception as exc:  # noqa: BLE001  said in the answer instead
         cost = failed_projection(job, f"{type(exc).__name__}: {exc}")

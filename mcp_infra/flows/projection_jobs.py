@@ -49,6 +49,7 @@ class ProjectionJob(Part):
     mode: Literal["concurrent", "exclusive"]
     recipes: dict[str, Recipe]
     seeds: int
+    answers_kept: bool = False  # the live configuration's greedy pass is kept (core.reference)
 
 
 class ProjectionJobs(Contract):

@@ -213,16 +213,18 @@ def with_cost(
     exclusive plan projected over ``service.max_unserved_s`` is held for the maintenance window
     (said in the answer) or refused (the refusal's words are returned)."""
     from mcp_infra.core.admission import unserved_limit
-    from mcp_infra.flows import projection
+    from mcp_infra.flows import answers, projection
+    from mcp_infra.flows.projection import LiveRecipe
 
     mode: Literal["concurrent", "exclusive"] = (
         "exclusive" if view.memory_mode == "exclusive" else "concurrent"
     )
+    live = LiveRecipe(ctx.live.candidate_id, answers.kept_for(ctx.home, ctx.live, frozen))
     cost = projection.plan_cost(
         ctx.home,
         frozen,
         ctx.policy,
-        ctx.live.candidate_id,
+        live,
         mode,
         plan_recipes(ctx, frozen.candidates[1:]),
     )

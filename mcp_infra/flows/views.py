@@ -317,7 +317,8 @@ def candidate_cost(
     ctx: HomeContext, candidate: str, recipe: Recipe, mode: str | None, wait: bool
 ) -> PlanCost:
     """A plan of this candidate alone under the home's policy, projected on this machine."""
-    from mcp_infra.flows import projection
+    from mcp_infra.flows import answers, projection
+    from mcp_infra.flows.projection import LiveRecipe
 
     plan = projection.simulated_plan(ctx.policy, [candidate])
     try:
@@ -325,8 +326,9 @@ def candidate_cost(
     except FileNotFoundError:
         return PlanCost(basis="unknown", why="no managed service is configured (config.yaml)")
     kind: Literal["concurrent", "exclusive"] = "exclusive" if mode == "exclusive" else "concurrent"
+    kept = answers.kept_for(ctx.home, ctx.live, plan)
     return projection.plan_cost(
-        ctx.home, plan, ctx.policy, live, kind, {candidate: recipe}, wait=wait
+        ctx.home, plan, ctx.policy, LiveRecipe(live, kept), kind, {candidate: recipe}, wait=wait
     )
 
 

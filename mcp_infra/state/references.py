@@ -35,12 +35,12 @@ def reference_key(recipe: Recipe) -> str:
 
 
 def load(home: Home, recipe: Recipe) -> ReferenceAnswers | None:
-    """The answers kept for ``recipe``'s configuration (None: none, or an unreadable file, which
-    only means they are asked again)."""
+    """The answers kept for ``recipe``'s configuration (None: none, or a file that cannot be
+    read, which only means they are asked again)."""
     key = reference_key(recipe)
     try:
         kept = read_optional(home.references / f"{key}.json", ReferenceAnswers)
-    except CorruptFile:
+    except (CorruptFile, OSError):
         return None
     return kept if kept is not None and kept.key == key else None
 

@@ -53,6 +53,7 @@ from tests.helpers import paths
 
 SHIPPED = paths.SHIPPED[0]
 LIVE = "demo-tiny:target"
+SERVED = pj.LiveRecipe(LIVE)
 
 
 def within(projected: float, measured: float, share: float = 0.25) -> bool:
@@ -250,20 +251,30 @@ def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home) -> None:
     policy = load_policy("demo")
     plan = pj.simulated_plan(policy, ["demo-tiny:draft-k4"])
     recipes = {"demo-tiny:draft-k4": found.recipes["demo-tiny:draft-k4"]}
-    none = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes)
+    none = pj.plan_cost(bare_home, plan, policy, SERVED, "concurrent", recipes)
     assert none.basis == "unknown" and none.why == pj.NO_FIGURES
     copy_bundle(bare_home)
-    pending = pj.plan_cost(bare_home, plan, policy, LIVE, "exclusive", recipes, wait=False)
+    pending = pj.plan_cost(bare_home, plan, policy, SERVED, "exclusive", recipes, wait=False)
     assert pending.basis == "pending" and SHIPPED.name in pending.why
     assert pj.BACKGROUND.drain(timeout=120)
     (kept,) = bare_home.projections.glob("*.json")
-    done = pj.plan_cost(bare_home, plan, policy, LIVE, "exclusive", recipes, wait=False)
+    done = pj.plan_cost(bare_home, plan, policy, SERVED, "exclusive", recipes, wait=False)
     assert done == read_model(kept, PlanCost) and done.basis == "this-home"
     assert done.mode == "exclusive" and done.unserved_s and done.unserved_s > 0
     assert done.source == [SHIPPED.name] and done.seeds == pj.COST_SEEDS
-    waited = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes)
+    waited = pj.plan_cost(bare_home, plan, policy, SERVED, "concurrent", recipes)
     assert waited.basis == "this-home" and waited.unserved_s == 0.0
     assert len(list(bare_home.projections.glob("*.json"))) == 2  # one per mode
+    # A later cycle on the same live configuration keeps its greedy pass (core.reference):
+    # another projection, shorter, that says so.
+    kept = pj.plan_cost(
+        bare_home, plan, policy, SERVED._replace(answers_kept=True), "concurrent", recipes
+    )
+    assert kept.basis == "this-home" and pj.KEPT in kept.assumptions
+    assert pj.KEPT not in waited.assumptions
+    assert kept.minutes is not None and waited.minutes is not None
+    assert kept.minutes < waited.minutes and kept.requests < waited.requests
+    assert len(list(bare_home.projections.glob("*.json"))) == 3
 
 
 def test_a_cycle_refused_before_any_start_is_no_source_of_timings(bare_home: Home) -> None:
@@ -287,7 +298,7 @@ def test_a_cycle_refused_before_any_start_is_no_source_of_timings(bare_home: Hom
     assert [b.name for b in pj.sealed_bundles(bare_home)] == [SHIPPED.name]
     found = pj.profile_from_bundle(SHIPPED)
     recipes = {"demo-tiny:draft-k4": found.recipes["demo-tiny:draft-k4"]}
-    cost = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes)
+    cost = pj.plan_cost(bare_home, plan, policy, SERVED, "concurrent", recipes)
     assert cost.basis == "this-home" and cost.source == [SHIPPED.name], cost.why
 
 
@@ -434,9 +445,9 @@ def test_a_projection_whose_process_fails_is_kept_as_failed_with_the_reason(
     recipes = {"demo-tiny:draft-k4": found.recipes["demo-tiny:draft-k4"]}
     copy_bundle(bare_home)
     monkeypatch.setattr(projection_jobs.sys, "executable", "/bin/false")
-    pending = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes, wait=False)
+    pending = pj.plan_cost(bare_home, plan, policy, SERVED, "concurrent", recipes, wait=False)
     assert pending.basis == "pending"
     assert pj.BACKGROUND.drain(timeout=60)
-    done = pj.plan_cost(bare_home, plan, policy, LIVE, "concurrent", recipes, wait=False)
+    done = pj.plan_cost(bare_home, plan, policy, SERVED, "concurrent", recipes, wait=False)
     assert done.basis == "unknown"
     assert done.why and "its process exited with code 1" in done.why
