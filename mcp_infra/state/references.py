@@ -18,7 +18,13 @@ from mcp_infra.core.digest import canonical_json, sha256_bytes
 from mcp_infra.core.reference import merged
 from mcp_infra.state.hostfacts import environment
 from mcp_infra.state.memory import environment_key
-from mcp_infra.state.store import CorruptFile, Home, read_optional, write_model
+from mcp_infra.state.store import CorruptFile, Home, private_dir, read_optional, write_model
+
+KEEP = 8
+"""Configurations whose answers are kept: the live one, the winners that may replace it and a
+few before them (a rollback's), so the folder stays bounded on a service that runs for weeks: a
+lossy plan's answers carry their most likely tokens, about 0.9 kB a token (0.84 MB for the demo's
+39 answers of 24 tokens; some 9 MB for 40 answers of 256 tokens)."""
 
 
 def reference_key(recipe: Recipe) -> str:
@@ -37,6 +43,8 @@ def reference_key(recipe: Recipe) -> str:
 def load(home: Home, recipe: Recipe) -> ReferenceAnswers | None:
     """The answers kept for ``recipe``'s configuration (None: none, or a file that cannot be
     read, which only means they are asked again)."""
+    if recipe.knobs.ranks:  # a split's answers depend on its hosts too, which no key names
+        return None
     key = reference_key(recipe)
     try:
         kept = read_optional(home.references / f"{key}.json", ReferenceAnswers)
@@ -46,11 +54,15 @@ def load(home: Home, recipe: Recipe) -> ReferenceAnswers | None:
 
 
 def keep(home: Home, recipe: Recipe, answers: Sequence[ReferenceAnswer]) -> None:
-    """Add ``answers`` to ``recipe``'s configuration's file (written atomically)."""
-    if not answers:
+    """Add ``answers`` to ``recipe``'s configuration's file (written atomically); the files of
+    all but the ``KEEP`` configurations written last are removed."""
+    if not answers or recipe.knobs.ranks:
         return
     key = reference_key(recipe)
-    home.references.mkdir(parents=True, exist_ok=True)
+    private_dir(home.references)
     write_model(
         home.references / f"{key}.json", merged(load(home, recipe), key, recipe.key(), answers)
     )
+    files = sorted(home.references.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in files[KEEP:]:
+        old.unlink(missing_ok=True)

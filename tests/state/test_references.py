@@ -64,3 +64,23 @@ def test_an_unreadable_file_only_means_asking_again(tmp_path: Path) -> None:
     references.keep(home, live, answers_of(measured(), PASS, [], CAP, "c-2"))  # written anew
     kept = references.load(home, live)
     assert kept is not None and {a.cycle_id for a in kept.answers} == {"c-2"}
+
+
+def test_only_the_configurations_written_last_are_kept(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home").ensure()
+    folder = model(tmp_path)
+    configurations = [recipe(folder, num_draft_tokens=k) for k in range(1, references.KEEP + 3)]
+    for live in configurations:
+        references.keep(home, live, answers_of(measured(), PASS, [], CAP, "c-1"))
+    assert len(list(home.references.glob("*.json"))) == references.KEEP
+    assert references.load(home, configurations[-1]) is not None
+    assert references.load(home, configurations[0]) is None
+
+
+def test_a_split_configurations_answers_are_never_kept(tmp_path: Path) -> None:
+    """Its greedy outputs depend on its hosts too (the order of reductions across them)."""
+    home = Home(tmp_path / "home").ensure()
+    split = recipe(model(tmp_path), ranks=2)
+    references.keep(home, split, answers_of(measured(), PASS, [], CAP, "c-1"))
+    assert references.load(home, split) is None
+    assert not home.references.exists() or not list(home.references.glob("*.json"))
