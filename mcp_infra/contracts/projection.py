@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mcp_infra.contracts.base import Contract, Part
+from mcp_infra.contracts.base import Contract, Part, unset
 
 
 class ConfigTruth(Part):
@@ -82,4 +82,10 @@ class PlanCost(Contract):
     assumptions: list[str] = Field(default_factory=list)
     held: str | None = Field(
         None, description="why the plan waits for the maintenance window (service.max_unserved_s)"
+    )
+    answers_kept: bool = Field(
+        False,
+        exclude_if=unset,
+        description="priced with the live configuration's greedy outputs kept from an earlier "
+        "cycle (not asked again: docs/cycle.md, answers kept between cycles)",
     )

@@ -587,6 +587,7 @@ def project_cost(
         why=f"the product's own round loop over the timings measured in {cycles[0]}",
         source=cycles,
         assumptions=[*notes, *[KEPT] * answers_kept, *profile.assumptions][:20],
+        answers_kept=answers_kept,
         **_projected(plan, profile, truths, policy, mode, recipes, seeds, answers_kept),
     )
 

@@ -37,6 +37,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.admission import unserved_limit
 from mcp_infra.demo.homes import write_test_policy
+from mcp_infra.faces.render.words import cost_line
 from mcp_infra.flows import api as app
 from mcp_infra.flows import projection as pj
 from mcp_infra.flows import projection_jobs
@@ -270,7 +271,8 @@ def test_a_cost_is_cached_and_a_fast_read_never_waits(bare_home: Home) -> None:
     kept = pj.plan_cost(
         bare_home, plan, policy, SERVED._replace(answers_kept=True), "concurrent", recipes
     )
-    assert kept.basis == "this-home" and pj.KEPT in kept.assumptions
+    assert kept.basis == "this-home" and kept.answers_kept and pj.KEPT in kept.assumptions
+    assert "kept from an earlier cycle: not asked again" in (cost_line(kept) or "")
     assert pj.KEPT not in waited.assumptions
     assert kept.minutes is not None and waited.minutes is not None
     assert kept.minutes < waited.minutes and kept.requests < waited.requests

@@ -84,6 +84,8 @@ def cost_line(cost: PlanCost | None) -> str | None:
             else "the live service measured at BASELINE, every candidate as fast as it."
         )
     )
+    if cost.answers_kept:
+        text += " The baseline's greedy outputs are kept from an earlier cycle: not asked again."
     return text + (f" HELD: {cost.held}." if cost.held else "")
 
 
