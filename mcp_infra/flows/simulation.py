@@ -137,7 +137,11 @@ class SimServer:
 
     def _start(self, spec: StartSpec, ready: Callable[[int], None], load: float) -> StartResult:
         truth = self.truth(spec.candidate)
-        rng = random.Random(derive_seed(self.seed, f"{spec.candidate}:{spec.phase}:{spec.start}"))
+        key = f"{spec.candidate}:{spec.phase}:{spec.start}"
+        rng = random.Random(derive_seed(self.seed, key))
+        # Greedy passes, quality answers and warm-ups draw their own noise: a start that asks
+        # fewer of them (answers kept from an earlier cycle) measures the same speeds.
+        untimed = random.Random(derive_seed(self.seed, f"{key}:untimed"))
         factor = math.exp(rng.gauss(0.0, self.profile.start_spread)) * load
         self.clock.t += truth.load_s
         self._spend(f"{spec.phase} load", truth.load_s)
@@ -147,7 +151,9 @@ class SimServer:
 
         def send(batch: Batch) -> None:
             began = self.clock.t
-            samples = self._batch(truth, factor, rng, batch.requests, batch.kind)
+            measured = batch.kind == "timed" and batch.requests[0].tags["phase"] != "warmup"
+            noise = rng if measured else untimed
+            samples = self._batch(truth, factor, noise, batch.requests, batch.kind)
             self._spend(f"{spec.phase} {batch.kind}", self.clock.t - began)
             into = {"greedy": result.greedy, "quality": result.quality}.get(batch.kind)
             (into if into is not None else result.samples).extend(samples)
