@@ -79,9 +79,13 @@ def reset(home: Home, *, fresh: bool = False) -> list[str]:
     which the demo policy learns (``learn_spread``) as a user's home learns it from its own
     cycles, so a later demo can decide in fewer rounds. Recipe memory would read them too and
     (rightly) skip the candidate an earlier demo saw fail its lossless gate; the demo policy
-    turns it off (``recipe_memory: false``), so every demo judges every candidate."""
+    turns it off (``recipe_memory: false``), so every demo judges every candidate. The
+    configurations' kept answers (``state.references``) stay with the bundles that measured them:
+    a later demo's baseline asks no greedy pass its earlier one asked."""
     for folder in (home.plans, home.cycles, home.state, home.memory, home.logs):
         shutil.rmtree(folder, ignore_errors=True)
+    if fresh:  # kept answers go with the bundles that show where they came from
+        shutil.rmtree(home.references, ignore_errors=True)
     home.audit_log.unlink(missing_ok=True)
     kept = [] if fresh else [s.cycle_id for s in list_cycles(home)[:KEPT_BUNDLES]]
     if home.evidence.is_dir():

@@ -46,11 +46,14 @@ def test_a_demo_home_keeps_its_newest_bundles_and_forgets_the_rest(
     (home.evidence / ".c-half.tmp").mkdir()  # a seal that never finished
     (home.memory / "recipes.json").write_text("{}")
     (home.plans / "p-old.json").write_text("{}")
+    home.references.mkdir()
+    (home.references / f"{'0' * 64}.json").write_text("{}")  # a configuration's kept answers
 
     kept = demo_run.reset(home)
     assert kept == [shipped.name, "c-older"]  # newest first
     assert not (home.memory / "recipes.json").exists(), "recipe memory is a first cycle's"
     assert not (home.plans / "p-old.json").exists()
+    assert list(home.references.iterdir()), "kept answers stay beside the bundles they came from"
     assert sorted(p.name for p in home.evidence.iterdir()) == sorted(["c-older", shipped.name])
     assert evidence.verify(evidence.bundle_path(home, shipped.name), shipped_key(shipped)).ok
 
@@ -66,6 +69,7 @@ def test_a_demo_home_keeps_its_newest_bundles_and_forgets_the_rest(
 
     assert demo_run.reset(home, fresh=True) == []
     assert list(home.evidence.iterdir()) == []
+    assert not home.references.exists(), "and go with them"
     assert learned_spread(home, protocol, ended) is None
 
 
