@@ -105,7 +105,13 @@ def check_plan_inputs(b: Bundle) -> str:
             if getattr(plan.thresholds, k) != getattr(expected, k)
         ]
         problems.append("the plan's thresholds do not follow from the policy: " + "; ".join(looser))
-    if plan.protocol.model_dump() != policy.protocol.model_dump():
+    # The plan freezes the policy's protocol with this home's learned spread where the policy
+    # asks to learn one (core.sanitize.frozen_protocol); the spread names the sealed cycles it
+    # was learned from.
+    if plan.protocol.learned_spread is not None and not policy.protocol.learn_spread:
+        problems.append("the plan carries a learned spread its policy does not ask for")
+    learned = {"learned_spread"}
+    if plan.protocol.model_dump(exclude=learned) != policy.protocol.model_dump(exclude=learned):
         problems.append("the plan's protocol is not the policy's")
     fail_on(problems)
     return "policy hash, registry hash, thresholds and protocol re-derived from the bundled texts"

@@ -413,3 +413,32 @@ def test_first_seals_at_once_end_with_one_key(tmp_path: Path) -> None:
         t.join()
     assert len([c for c in created if c is not None]) == 1
     assert set(keys) == {signing.home_fingerprint(home)}
+
+
+def test_a_plan_with_its_homes_learned_spread_follows_from_its_policy(tmp_path: Path) -> None:
+    """Found running the demo twice in one home: a plan frozen with the spread the home learned
+    from its earlier cycles (the policy's ``learn_spread``) failed `plan_inputs` ("the plan's
+    protocol is not the policy's"), so every later bundle of such a home did not verify."""
+    from mcp_infra.state.bundle import Bundle, Failed
+    from mcp_infra.state.recomputed import check_plan_inputs
+
+    copy = tmp_path / SHIPPED[0].name
+    shutil.copytree(SHIPPED[0], copy)
+    plan = json.loads((copy / "plan.json").read_text())
+    assert plan["protocol"]["learn_spread"] is True and plan["protocol"]["learned_spread"] is None
+    plan["protocol"]["learned_spread"] = {
+        "sd": 0.1344,
+        "df": 6,
+        "source": "quiet baseline starts of 2 sealed cycle(s): c-1, c-2",
+    }
+    (copy / "plan.json").write_text(json.dumps(plan))
+    assert "re-derived from the bundled texts" in check_plan_inputs(Bundle(copy))
+    # A spread its policy does not ask to learn is not the policy's; nor is another protocol.
+    policy = copy / "inputs" / "policy.yaml"
+    policy.write_text(policy.read_text().replace("learn_spread: true", "learn_spread: false"))
+    with pytest.raises(Failed, match="a learned spread its policy does not ask for"):
+        check_plan_inputs(Bundle(copy))
+    plan["protocol"]["repeats"] += 1
+    (copy / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(Failed, match="the plan's protocol is not the policy's"):
+        check_plan_inputs(Bundle(copy))
