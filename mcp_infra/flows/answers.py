@@ -11,7 +11,7 @@ from mcp_infra.contracts import CandidateRun, FrozenPlan, MeasureProtocol, Recip
 from mcp_infra.core.reference import answers_of, take
 from mcp_infra.core.suites import SuitePrompt
 from mcp_infra.flows.confirm import heldout_protocol
-from mcp_infra.flows.measure import greedy_prompts, prompts_by_class
+from mcp_infra.flows.measure import first_asks, prompts_by_class
 from mcp_infra.state import references
 from mcp_infra.state.catalog import load_suite
 from mcp_infra.state.store import Home
@@ -24,9 +24,7 @@ def _asked(protocol: MeasureProtocol, split: Split) -> tuple[list[SuitePrompt], 
     held-out check asks none)."""
     if split == "heldout":
         protocol = heldout_protocol(protocol)
-    every = greedy_prompts(protocol, prompts_by_class(load_suite(protocol.suite), split))
-    tasks = load_suite(protocol.quality_suite).prompts if protocol.quality_suite else []
-    return every, tasks
+    return first_asks(protocol, prompts_by_class(load_suite(protocol.suite), split))
 
 
 def keep(
@@ -43,11 +41,11 @@ def keep(
         return
 
 
-def kept_for(home: Home, recipe: Recipe, plan: FrozenPlan) -> bool:
-    """Whether a cycle of ``plan`` on ``recipe`` as its baseline finds its greedy pass over the
-    selection prompts kept (a projection then prices none; the held-out pass, kept with it by
-    every cycle that promoted or checked a winner, is priced as kept too)."""
-    every, _ = _asked(plan.protocol, "selection")
+def kept_for(home: Home, recipe: Recipe, protocol: MeasureProtocol) -> bool:
+    """Whether a cycle under ``protocol`` on ``recipe`` as its baseline finds its greedy pass
+    over the selection prompts kept (a projection then prices none; the held-out pass, kept
+    with it by every cycle that promoted or checked a winner, is priced as kept too)."""
+    every, _ = _asked(protocol, "selection")
     kept = references.load(home, recipe)
-    cap = plan.protocol.max_tokens
+    cap = protocol.max_tokens
     return bool(take(kept, every, [], cap, phase="measure", logprobs=False).greedy)

@@ -273,6 +273,16 @@ def greedy_prompts(
     return [p for cls in classes for p in prompts.get(cls, [])]
 
 
+def first_asks(
+    protocol: MeasureProtocol, prompts: dict[str, list[SuitePrompt]], quality: bool = True
+) -> tuple[list[SuitePrompt], list[SuitePrompt]]:
+    """What a configuration's first start asks untimed: its greedy pass over ``prompts``
+    (``greedy_prompts``) and, with ``quality``, the protocol's quality tasks (none where it
+    names no quality suite)."""
+    suite = protocol.quality_suite if quality else None
+    return greedy_prompts(protocol, prompts), load_suite(suite).prompts if suite else []
+
+
 def start_plan(spec: StartSpec, quality_tasks: Sequence[SuitePrompt] = ()) -> list[Batch]:
     """Every request of one start, in order: greedy passes (where it takes its gates), the
     warm-up, each workload cell of this start in batches, then the quality tasks (a start with

@@ -219,7 +219,7 @@ def with_cost(
     mode: Literal["concurrent", "exclusive"] = (
         "exclusive" if view.memory_mode == "exclusive" else "concurrent"
     )
-    live = LiveRecipe(ctx.live.candidate_id, answers.kept_for(ctx.home, ctx.live, frozen))
+    live = LiveRecipe(ctx.live.candidate_id, answers.kept_for(ctx.home, ctx.live, frozen.protocol))
     cost = projection.plan_cost(
         ctx.home,
         frozen,

@@ -76,8 +76,8 @@ from mcp_infra.flows.measure import (
     GateCheck,
     StartResult,
     StartSpec,
+    first_asks,
     greedy_passes,
-    greedy_prompts,
     needs_quality,
     prompts_by_class,
 )
@@ -405,9 +405,7 @@ def baseline_tally(
 ) -> Tally:
     """The baseline's tally, holding the answers its reference spares its first start."""
     protocol = bench.plan.protocol
-    suite = protocol.quality_suite if kind.quality else None
-    tasks = load_suite(suite).prompts if suite else []
-    every = greedy_prompts(protocol, prompts)
+    every, tasks = first_asks(protocol, prompts, kind.quality)
     cap, logprobs = protocol.max_tokens, kind.quality
     taken = take(bench.reference, every, tasks, cap, phase=kind.phase, logprobs=logprobs)
     return Tally(

@@ -253,6 +253,7 @@ def registry_view(
     skips = memory.skips(home, recipes, policy, p_hash)
     from mcp_infra.flows.impact import preview
 
+    kept = live_answers_kept(ctx)
     views = []
     for manifest in manifests.values():
         for variant in manifest.variants:
@@ -266,7 +267,7 @@ def registry_view(
             mode = preview(home, policy, [cid], manifests)
             cost = (
                 candidate_cost(
-                    ctx, cid, recipes[cid], mode.memory_mode if mode else None, wait_costs
+                    ctx, cid, recipes[cid], mode.memory_mode if mode else None, wait_costs, kept
                 )
                 if check.passed
                 else PlanCost(basis="unknown", why="it does not pass preflight on this machine")
@@ -313,11 +314,23 @@ def unknown_candidate(home: Home, candidate_id: str) -> str:
     )
 
 
+def live_answers_kept(ctx: HomeContext) -> bool:
+    """Whether the live configuration's greedy pass is kept (``flows.answers.kept_for``), asked
+    once per registry answer: every candidate's plan has this home's protocol and live service."""
+    from mcp_infra.flows import answers
+
+    try:
+        return answers.kept_for(ctx.home, ctx.live, ctx.policy.protocol)
+    except FileNotFoundError:
+        return False
+
+
 def candidate_cost(
-    ctx: HomeContext, candidate: str, recipe: Recipe, mode: str | None, wait: bool
+    ctx: HomeContext, candidate: str, recipe: Recipe, mode: str | None, wait: bool, kept: bool
 ) -> PlanCost:
-    """A plan of this candidate alone under the home's policy, projected on this machine."""
-    from mcp_infra.flows import answers, projection
+    """A plan of this candidate alone under the home's policy, projected on this machine
+    (``kept``: the live configuration's greedy pass is kept, ``live_answers_kept``)."""
+    from mcp_infra.flows import projection
     from mcp_infra.flows.projection import LiveRecipe
 
     plan = projection.simulated_plan(ctx.policy, [candidate])
@@ -326,7 +339,6 @@ def candidate_cost(
     except FileNotFoundError:
         return PlanCost(basis="unknown", why="no managed service is configured (config.yaml)")
     kind: Literal["concurrent", "exclusive"] = "exclusive" if mode == "exclusive" else "concurrent"
-    kept = answers.kept_for(ctx.home, ctx.live, plan)
     return projection.plan_cost(
         ctx.home, plan, ctx.policy, LiveRecipe(live, kept), kind, {candidate: recipe}, wait=wait
     )

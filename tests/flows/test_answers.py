@@ -29,16 +29,16 @@ def test_a_kept_pass_is_found_for_the_same_configuration_and_plan_only(tmp_path:
     plan = simulated_plan(load_policy("single-user"), ["sim:a"])
     protocol = plan.protocol
     every = greedy_prompts(protocol, prompts_by_class(load_suite(protocol.suite), "selection"))
-    assert not answers.kept_for(home, live, plan)
+    assert not answers.kept_for(home, live, protocol)
     answers.keep(home, plan, "c-1", live, first_pass([p.id for p in every[:-1]]), "selection")
-    assert not answers.kept_for(home, live, plan)  # a pass is kept whole or not at all
+    assert not answers.kept_for(home, live, protocol)  # a pass is kept whole or not at all
     answers.keep(home, plan, "c-2", live, first_pass([p.id for p in every]), "selection")
-    assert answers.kept_for(home, live, plan)
-    shorter = plan.model_copy(update={"protocol": protocol.model_copy(update={"max_tokens": 64})})
+    assert answers.kept_for(home, live, protocol)
+    shorter = protocol.model_copy(update={"max_tokens": 64})
     assert not answers.kept_for(home, live, shorter)  # other budgets: other requests
     (tmp_path / "other").mkdir()
     other = recipe(model(tmp_path / "other"))
-    assert not answers.kept_for(home, other, plan)
+    assert not answers.kept_for(home, other, protocol)
     kept = references.load(home, live)
     assert kept is not None and {a.cycle_id for a in kept.answers} == {"c-2"}  # the newest
 
@@ -49,4 +49,4 @@ def test_a_home_that_cannot_be_written_only_asks_again(tmp_path: Path) -> None:
     live = recipe(model(tmp_path))
     plan = simulated_plan(load_policy("single-user"), ["sim:a"])
     answers.keep(home, plan, "c-1", live, first_pass(["code-lru-cache"]), "selection")
-    assert not answers.kept_for(home, live, plan)
+    assert not answers.kept_for(home, live, plan.protocol)
