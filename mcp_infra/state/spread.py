@@ -32,13 +32,16 @@ MAX_DF = 30  # history never outweighs a long cycle entirely
 HEADLINE = ("short", 1)
 
 
+def timed_length(protocol: MeasureProtocol) -> int:
+    """The cap on a timed answer's length (``measure.timed_tokens``: a prompt's own budget,
+    under ``max_tokens`` and ``timed_max_tokens``)."""
+    return min(protocol.max_tokens, protocol.timed_max_tokens or protocol.max_tokens)
+
+
 def comparable(old: MeasureProtocol, new: MeasureProtocol) -> bool:
-    """Cycles whose baseline starts measured the same thing: suite and answer lengths."""
-    return (old.suite, old.max_tokens, old.timed_max_tokens) == (
-        new.suite,
-        new.max_tokens,
-        new.timed_max_tokens,
-    )
+    """Cycles whose baseline starts timed the same requests: the suite and the timed answers'
+    length (the spread is of timed requests; a longer greedy answer, untimed, changes none)."""
+    return (old.suite, timed_length(old)) == (new.suite, timed_length(new))
 
 
 def quiet_starts(run: CandidateRun, busy_fraction: float) -> set[int]:

@@ -226,8 +226,14 @@ def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(
     spread = learned_spread(home, plan.protocol, now)
     assert spread is not None and spread.df >= 1 and 0 < spread.sd < 0.5
     assert files.root.name in spread.source
-    other = plan.protocol.model_copy(update={"max_tokens": plan.protocol.max_tokens + 1})
+    timed = plan.protocol.timed_max_tokens or plan.protocol.max_tokens
+    other = plan.protocol.model_copy(update={"max_tokens": timed - 1, "timed_max_tokens": None})
     assert learned_spread(home, other, now) is None  # another answer length: not comparable
+    # Longer greedy answers time the same requests: history still applies.
+    longer = plan.protocol.model_copy(
+        update={"max_tokens": plan.protocol.max_tokens * 2, "timed_max_tokens": timed}
+    )
+    assert learned_spread(home, longer, now) == spread
     assert learned_spread(home, plan.protocol, now + timedelta(days=60)) is None  # too old
 
 
