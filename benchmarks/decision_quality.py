@@ -13,7 +13,8 @@ Two protocols run on the same draws:
   from round ``min_starts`` on, ``select`` is called after each round; a candidate that is
   qualified or rejected stops, an inconclusive one gets another start while rounds remain
   (``max_starts``); with a learned spread and a futility stop, the rounds before
-  ``min_starts`` are judged for rejections only (``rounds.early_rejections``);
+  ``min_starts`` are judged for rejections only, and a first look on one start a side waits
+  for a second start without a learned spread (``rounds.look_after``);
 * a fixed protocol of the same maximum size: ``max_starts`` starts each, one decision
   (``min_starts == max_starts``, so a single look).
 
@@ -65,7 +66,7 @@ from mcp_infra.contracts import (
 )
 from mcp_infra.core.screening import screen
 from mcp_infra.core.selector import select
-from mcp_infra.flows.rounds import early_rejections
+from mcp_infra.flows.rounds import Look, look_after
 
 BASELINE = "baseline"
 CANDIDATE = "sim:candidate"
@@ -212,12 +213,14 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
     early = None
     if setup.screening and _screened(base_starts[0], cand_starts[0], setup, staged):
         early = Outcome("rejected", False, 1, 2 * per_start, screened=True)
-    first = 1 if early_rejections(staged) else setup.min_starts  # rounds.run_rounds's rule
-    for n in range(first, setup.max_starts + 1) if early is None else ():
+    for n in range(1, setup.max_starts + 1) if early is None else ():
+        look = look_after(n, staged)  # rounds.run_rounds's rule
+        if look is Look.NONE and n < setup.max_starts:
+            continue
         base = [s for st in base_starts[:n] for s in st]
         cand = [s for st in cand_starts[:n] for s in st]
         decision, low, high = _decide(base, cand, setup, staged)
-        if n < setup.min_starts and decision != Decision.REJECTED:
+        if look is Look.REJECTIONS and decision != Decision.REJECTED:
             continue  # before min_starts a look only rejects
         if decision != Decision.INCONCLUSIVE or n == setup.max_starts:
             early = Outcome(decision, low <= true_speedup <= high, n, 2 * n * per_start)

@@ -15,7 +15,10 @@ only while a decision is open (``next_round``). A failed gate stops a candidate 
 Where a learned start-to-start spread gives the first start an interval and the protocol has a
 futility stop, the rounds before ``min_starts`` are judged too, for rejections only
 (``early_rejections``): stopping a candidate that cannot qualify never makes a false
-qualification likelier, and it saves a whole round of starts on a plan that holds no gain.
+qualification likelier, and it saves a whole round of starts on a plan that holds no gain. A
+policy with ``min_starts: 1`` decides on one start a side where history gives it an interval, and
+waits for a second start where none does (``look_after``); a look on history alone judges quiet
+starts only (``busy_so_far``).
 
 A plan of many candidates (``core.screening.screens``) makes its first round a screening round:
 each candidate's start times the headline cell alone, and after the round
@@ -556,9 +559,10 @@ def run_rounds(
             open_ = _screen_round(bench, base_run, items, open_)
         else:
             open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
-        early = rounds_done < protocol.min_starts
-        if open_ and (not early or early_rejections(protocol)):
-            held = busy_so_far(bench, base_run, items, open_) if early else []
+        look = look_after(rounds_done, protocol)
+        if open_ and look is not Look.NONE:
+            alone = history_alone(rounds_done, protocol)
+            held = busy_so_far(bench, base_run, items, open_) if alone else []
             still = _judge_round(
                 bench,
                 base_run,
@@ -566,7 +570,7 @@ def run_rounds(
                 [name for name in open_ if name not in held],
                 rounds_done,
                 last_round_s,
-                rejections_only=early,
+                rejections_only=look is Look.REJECTIONS,
                 held=held,
             )
             open_ = [name for name in open_ if name in still or name in held]
@@ -656,13 +660,44 @@ def early_rejections(protocol: MeasureProtocol) -> bool:
     return protocol.learned_spread is not None and protocol.futility_confidence is not None
 
 
+class Look(Enum):
+    """What the look after a round may decide: nothing, rejections only, or anything."""
+
+    NONE = "none"
+    REJECTIONS = "rejections"
+    FULL = "full"
+
+
+def look_after(rounds_done: int, protocol: MeasureProtocol) -> Look:
+    """What the look after ``rounds_done`` rounds may decide. Before ``min_starts``: rejections
+    where ``early_rejections``, else nothing. From ``min_starts`` on: anything, except on one
+    start a side without a learned spread (a policy with ``min_starts: 1``): that side's
+    interval would rest on the assumed spread alone, a guess about this machine, so the first
+    look then waits for a second start. With history, one start a side decides (the learned
+    spread with its degrees of freedom is its interval; the same alpha spending over the looks
+    from the first start on keeps the error rate, docs/statistics.md), and ``busy_so_far``
+    holds back a busy start as before ``min_starts``."""
+    if rounds_done < protocol.min_starts:
+        return Look.REJECTIONS if early_rejections(protocol) else Look.NONE
+    if rounds_done < 2 and protocol.learned_spread is None:
+        return Look.NONE
+    return Look.FULL
+
+
+def history_alone(rounds_done: int, protocol: MeasureProtocol) -> bool:
+    """Whether a look rests on history alone: before ``min_starts``, or on one start a side,
+    where no spread of the cycle's own stands beside the learned one."""
+    return rounds_done < max(2, protocol.min_starts)
+
+
 def busy_so_far(
     bench: Bench, base_run: CandidateRun, items: dict[str, Tally], open_: Sequence[str]
 ) -> list[str]:
-    """The open candidates a look before ``min_starts`` leaves unjudged: every one where a
-    baseline start so far ran on a busy machine, else those with a busy start of their own.
+    """The open candidates a look on history alone (``history_alone``) leaves unjudged: every
+    one where a baseline start so far ran on a busy machine, else those with a busy start of
+    their own.
 
-    Why: before ``min_starts`` a side's interval is the learned spread, and that spread was
+    Why: there a side's interval is the learned spread, and that spread was
     learned from quiet starts only (``state.spread.quiet_starts``): it says nothing of how far a
     start that other processes or the hypervisor slowed lands from the machine's level, and one
     such start can reject a candidate after its first round (docs/benchmarks.md). A candidate
@@ -751,7 +786,7 @@ def _judge_round(
     for name in due:
         items[name].gates_due = True
     busy = (
-        f"; not judged before min_starts, a start so far ran on a busy machine: {', '.join(held)}"
+        f"; not judged on history alone, a start so far ran on a busy machine: {', '.join(held)}"
         if held
         else ""
     )

@@ -426,8 +426,25 @@ def test_a_look_before_min_starts_judges_only_candidates_whose_starts_so_far_wer
         assert first.fields["held_busy"] == ["sim:fast"] and first.fields["decided"] == {}
         assert first.fields["open"] == ["sim:fast"]
         assert "a start so far ran on a busy machine: sim:fast" in first.message
-        assert "held_busy" not in second.fields  # min_starts reached: judged whatever the load
+        assert "held_busy" not in second.fields  # two starts a side: judged whatever the load
         assert all(r.set_aside is None for r in base.rounds + run.rounds)  # selection keeps all
+
+
+def test_one_start_a_side_qualifies_only_where_both_ran_quiet() -> None:
+    """Single-user decides on one start a side with history (``min_starts: 1``): a clear 1.9x
+    winner is qualified after its first start on a quiet machine, but where its start or the
+    baseline's ran busy the look rests on a spread learned from quiet starts alone, so it is
+    held and decided in the next round with the cycle's own spread beside history."""
+    quiet = Lines()
+    _, runs, _ = BusyStarts(set()).cycle(quiet)
+    assert runs["sim:fast"].stopped == "qualified after 1 start(s) (round 1)"
+    for busy in ({("sim:fast", 0)}, {(BASELINE_ID, 0)}):
+        journal = Lines()
+        _, runs, _ = BusyStarts(busy).cycle(journal)
+        assert runs["sim:fast"].stopped == "qualified after 2 start(s) (round 2)", busy
+        first = _judged_lines(journal)[0]
+        assert first.fields["held_busy"] == ["sim:fast"] and first.fields["decided"] == {}
+        assert "not judged on history alone" in first.message
 
 
 def test_busy_starts_are_those_over_the_line_and_a_start_without_a_reading_is_not() -> None:

@@ -35,8 +35,10 @@ from mcp_infra.flows.rounds import (
     SELECTION,
     Bench,
     GateTiming,
+    Look,
     Slot,
     Tally,
+    look_after,
     run_rounds,
     start_spec,
 )
@@ -85,9 +87,29 @@ def _rounds(policy_name: str, *, drift: bool, learned: bool = True) -> int:
 def test_a_clear_winner_stops_at_the_minimum_with_the_drift_check_on() -> None:
     # The per-round look is an interim one: the drift check is the final call's. Judged as a
     # final call, every qualified candidate would be "inconclusive: no drift samples" and be
-    # measured on to the maximum of 13 starts.
-    assert _rounds("single-user", drift=True) == 2
-    assert _rounds("single-user", drift=False) == 2
+    # measured on to the maximum of 13 starts. Single-user decides on one start a side with
+    # history (min_starts 1).
+    assert load_policy("single-user").protocol.min_starts == 1
+    assert _rounds("single-user", drift=True) == 1
+    assert _rounds("single-user", drift=False) == 1
+
+
+def test_without_history_one_start_a_side_is_never_judged() -> None:
+    """``min_starts: 1`` without a learned spread: one start's interval would rest on the
+    assumed 5% spread, a guess about this machine, so the first look waits for a second start
+    (``look_after``); with history the same winner is decided on its first start."""
+    protocol = load_policy("single-user").protocol
+    learned = protocol.model_copy(update={"learned_spread": LearnedSpread(sd=0.055, df=8)})
+    assert [look_after(n, protocol) for n in (1, 2)] == [Look.NONE, Look.FULL]
+    assert [look_after(n, learned) for n in (1, 2)] == [Look.FULL, Look.FULL]
+    two = learned.model_copy(update={"min_starts": 2})
+    assert [look_after(n, two) for n in (1, 2)] == [Look.REJECTIONS, Look.FULL]
+    no_futility = two.model_copy(update={"futility_confidence": None})
+    assert look_after(1, no_futility) is Look.NONE
+    assert _rounds("single-user", drift=True, learned=False) >= 2
+    for seed in range(3):
+        starts, stopped = _one_candidate(FAST, learned=False, seed=seed)
+        assert starts >= 2 and stopped.startswith(f"qualified after {starts} start(s)"), stopped
 
 
 def test_greedy_passes_are_two_only_where_a_prompt_cache_can_change_outputs() -> None:
@@ -294,13 +316,19 @@ def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(
     assert learned_spread(home, plan.protocol, now) is None  # one quiet start: no spread
 
 
-def _one_candidate(truth: ConfigTruth, *, learned: bool, seed: int) -> tuple[int, str]:
-    """(the candidate's starts, why it stopped) under the single-user policy, one candidate."""
+def _one_candidate(
+    truth: ConfigTruth, *, learned: bool, seed: int, min_starts: int | None = None
+) -> tuple[int, str]:
+    """(the candidate's starts, why it stopped) under the single-user policy, one candidate
+    (``min_starts``: another minimum than the policy's)."""
     policy = load_policy("single-user")
     plan = simulated_plan(policy, ["sim:c"])
-    protocol = plan.protocol.model_copy(
-        update={"learned_spread": LearnedSpread(sd=0.055, df=8) if learned else None}
-    )
+    update: dict[str, object] = {
+        "learned_spread": LearnedSpread(sd=0.055, df=8) if learned else None
+    }
+    if min_starts is not None:
+        update["min_starts"] = min_starts
+    protocol = plan.protocol.model_copy(update=update)
     plan = plan.model_copy(update={"protocol": protocol})
     server = SimServer(PROFILE, {"sim:c": truth}, seed=seed)
     bench = Bench(plan=plan, journal=NullJournal(), run_start=server, clock=server.clock)
@@ -319,10 +347,15 @@ def test_with_a_learned_spread_a_hopeless_candidate_is_rejected_after_its_first_
 
 
 def test_before_min_starts_a_look_never_qualifies() -> None:
-    """A clear 1.9x winner is not qualified on one start, however clear: min_starts holds."""
+    """A clear 1.9x winner is not qualified on one start, however clear, where the policy asks
+    two: min_starts holds. Where it asks one, history decides it on its first start."""
     for seed in range(5):
-        starts, stopped = _one_candidate(FAST, learned=True, seed=seed)
+        starts, stopped = _one_candidate(FAST, learned=True, seed=seed, min_starts=2)
         assert starts >= 2 and stopped.startswith(f"qualified after {starts} start(s)"), stopped
+        assert _one_candidate(FAST, learned=True, seed=seed) == (
+            1,
+            "qualified after 1 start(s) (round 1)",
+        )
 
 
 class Recorder(NullJournal):
