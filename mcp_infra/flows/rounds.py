@@ -67,6 +67,7 @@ from mcp_infra.core.screening import (
     decide,
     gate_stop,
     screen,
+    screen_cell,
     screening_words,
     screens,
 )
@@ -559,7 +560,7 @@ def run_rounds(
             open_ = _screen_round(bench, base_run, items, open_)
         else:
             open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
-        look = look_after(rounds_done, protocol)
+        look = look_after(rounds_done, protocol, screened=bench.screened)
         if open_ and look is not Look.NONE:
             alone = history_alone(rounds_done, protocol)
             held = busy_so_far(bench, base_run, items, open_) if alone else []
@@ -668,7 +669,7 @@ class Look(Enum):
     FULL = "full"
 
 
-def look_after(rounds_done: int, protocol: MeasureProtocol) -> Look:
+def look_after(rounds_done: int, protocol: MeasureProtocol, *, screened: bool = False) -> Look:
     """What the look after ``rounds_done`` rounds may decide. Before ``min_starts``: rejections
     where ``early_rejections``, else nothing. From ``min_starts`` on: anything, except on one
     start a side without a learned spread (a policy with ``min_starts: 1``): that side's
@@ -676,12 +677,26 @@ def look_after(rounds_done: int, protocol: MeasureProtocol) -> Look:
     look then waits for a second start. With history, one start a side decides (the learned
     spread with its degrees of freedom is its interval; the same alpha spending over the looks
     from the first start on keeps the error rate, docs/statistics.md), and ``busy_so_far``
-    holds back a busy start as before ``min_starts``."""
+    holds back a busy start as before ``min_starts``. In a ``screened`` plan the screening
+    round times the headline cell alone: a look after it may qualify only where that is every
+    decisive and guard cell of the workload (a gate start times none of them)."""
     if rounds_done < protocol.min_starts:
         return Look.REJECTIONS if early_rejections(protocol) else Look.NONE
     if rounds_done < 2 and protocol.learned_spread is None:
         return Look.NONE
+    if screened and rounds_done == SCREEN_ROUND + 1 and not _screen_times_all(protocol):
+        return Look.REJECTIONS if early_rejections(protocol) else Look.NONE
     return Look.FULL
+
+
+def _screen_times_all(protocol: MeasureProtocol) -> bool:
+    """Whether a screening start times every decisive and guard cell: the headline is all."""
+    head = screen_cell(protocol)
+    return all(
+        (c.request_class, c.concurrency) == (head.request_class, head.concurrency)
+        for c in protocol.workload
+        if c.role in ("decisive", "guard")
+    )
 
 
 def history_alone(rounds_done: int, protocol: MeasureProtocol) -> bool:

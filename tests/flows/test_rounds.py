@@ -107,6 +107,16 @@ def test_without_history_one_start_a_side_is_never_judged() -> None:
     no_futility = two.model_copy(update={"futility_confidence": None})
     assert look_after(1, no_futility) is Look.NONE
     assert _rounds("single-user", drift=True, learned=False) >= 2
+    # A screening round times the headline alone: it qualifies where that is every decisive
+    # and guard cell (single-user's workload), and only rejects where another must be timed.
+    assert look_after(1, learned, screened=True) is Look.FULL
+    for role in ("decisive", "guard"):
+        cell = WorkloadCell(request_class="short", concurrency=4, role=role)  # type: ignore[arg-type]
+        wider = learned.model_copy(update={"workload": [*learned.workload, cell]})
+        assert look_after(1, wider, screened=True) is Look.REJECTIONS, role
+        assert (
+            look_after(1, wider) is Look.FULL and look_after(2, wider, screened=True) is Look.FULL
+        )
     for seed in range(3):
         starts, stopped = _one_candidate(FAST, learned=False, seed=seed)
         assert starts >= 2 and stopped.startswith(f"qualified after {starts} start(s)"), stopped
