@@ -26,7 +26,8 @@ from mcp_infra.core.stats import start_levels
 from mcp_infra.state import evidence
 from mcp_infra.state.store import CorruptFile, Home, read_optional
 
-MAX_CYCLES = 10
+MAX_CYCLES = 10  # cycles that give history (two quiet baseline starts or more)
+MAX_SCANNED = 50  # newest sealed cycles read to find them: freezing a plan stays quick
 MAX_AGE = timedelta(days=30)
 MAX_DF = 30  # history never outweighs a long cycle entirely
 HEADLINE = ("short", 1)
@@ -60,11 +61,13 @@ def learned_spread(
 ) -> LearnedSpread | None:
     """The pooled within-cycle spread of the baseline's per-start level (one short request at
     a time) over the quiet starts of this home's newest comparable sealed cycles, or None with
-    fewer than 2 degrees of freedom of history."""
+    fewer than 2 degrees of freedom of history. A cycle decided on one start a side
+    (``min_starts: 1``) has no spread of its own and neither counts nor hides the older
+    cycles that do."""
     sets: list[list[float]] = []
     used: list[str] = []
-    for summary in evidence.list_cycles(home)[:MAX_CYCLES]:
-        if now - summary.ended_at > MAX_AGE:
+    for summary in evidence.list_cycles(home)[:MAX_SCANNED]:
+        if now - summary.ended_at > MAX_AGE or len(used) >= MAX_CYCLES:
             break
         files = home.bundle_files(summary.cycle_id)
         try:

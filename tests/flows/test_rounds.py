@@ -269,6 +269,41 @@ def test_a_learned_spread_is_read_from_this_homes_sealed_baseline_starts(
     assert learned_spread(home, plan.protocol, now + timedelta(days=60)) is None  # too old
 
 
+def test_cycles_decided_on_one_start_a_side_neither_count_nor_hide_history(
+    shipped_home: ShippedHome,
+) -> None:
+    """A cycle decided after its first round (``min_starts: 1``) has one baseline start and no
+    spread of its own: eleven such newer cycles leave the older one's history in use, as long
+    as it is within the 30 days."""
+    from mcp_infra.contracts import CandidateRun
+    from mcp_infra.state.spread import MAX_CYCLES, learned_spread
+    from mcp_infra.state.store import write_model
+
+    home, files, plan, now = shipped_home
+    before = learned_spread(home, plan.protocol, now)
+    assert before is not None
+    summary = read_model(files.summary, CycleSummary)
+    run = read_model(files.run(BASELINE_ID), CandidateRun)
+    for i in range(MAX_CYCLES + 1):
+        cid = f"{files.root.name[:-2]}{i:02d}"
+        shutil.copytree(files.root, home.evidence / cid)
+        later = timedelta(minutes=i + 1)
+        newer = summary.model_copy(
+            update={
+                "cycle_id": cid,
+                "started_at": summary.started_at + later,
+                "ended_at": summary.ended_at + later,
+            }
+        )
+        copy = home.bundle_files(cid)
+        write_model(copy.summary, newer)
+        one = [s for s in run.samples if s.start == 0]
+        write_model(copy.run(BASELINE_ID), run.model_copy(update={"samples": one}))
+    after = learned_spread(home, plan.protocol, now + timedelta(minutes=20))
+    assert after == before
+    assert learned_spread(home, plan.protocol, now + timedelta(days=31)) is None
+
+
 def test_a_learned_spread_leaves_out_the_starts_another_process_slowed(
     shipped_home: ShippedHome,
 ) -> None:
