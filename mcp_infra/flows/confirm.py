@@ -73,8 +73,17 @@ def heldout_protocol(protocol: MeasureProtocol) -> MeasureProtocol:
     repeats = protocol.heldout_repeats or min(
         50, max(6, 2 * protocol.repeats * protocol.min_starts)
     )
+    # One start a side is one look: the full confidence, never an early look's stricter level
+    # (``intervals.look_level``), whatever the selection's minimum of starts.
     return protocol.model_copy(
-        update={"workload": cells, "quality_suite": None, "drift_check": False, "repeats": repeats}
+        update={
+            "workload": cells,
+            "quality_suite": None,
+            "drift_check": False,
+            "repeats": repeats,
+            "min_starts": 1,
+            "max_starts": 1,
+        }
     )
 
 

@@ -198,6 +198,22 @@ def test_the_projection_is_deterministic_and_a_null_plan_never_qualifies() -> No
     assert 0 < first.minutes <= 120 + 15  # the budget, and at most one last step past it
 
 
+def test_the_held_out_check_is_one_look_at_the_full_confidence() -> None:
+    """One start a side is a single look whatever the selection's minimum: with single-user's
+    ``min_starts: 1`` it was judged as the first of 13 looks (99.7% instead of 95% in a real
+    demo home, where it left a 1.61x winner inconclusive)."""
+    from mcp_infra.core.intervals import look_level
+    from mcp_infra.flows.confirm import heldout_protocol
+
+    for name in ("single-user", "default", "demo"):
+        protocol = load_policy(name).protocol
+        held = heldout_protocol(protocol)
+        level = look_level(held.confidence, 1, held.min_starts, held.max_starts)
+        assert level == protocol.confidence, name
+        most = min(50, max(6, 2 * protocol.repeats * protocol.min_starts))
+        assert held.repeats == (protocol.heldout_repeats or most)
+
+
 def test_guard_cells_are_measured_in_the_first_start_and_reported_cells_shorten_with_history() -> (
     None
 ):
