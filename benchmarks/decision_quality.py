@@ -14,7 +14,7 @@ Two protocols run on the same draws:
   qualified or rejected stops, an inconclusive one gets another start while rounds remain
   (``max_starts``); with a learned spread and a futility stop, the rounds before
   ``min_starts`` are judged for rejections only, and a first look on one start a side waits
-  for a second start without a learned spread (``rounds.look_after``);
+  for a second start without a learned spread (``core.earlystop.may_decide``);
 * a fixed protocol of the same maximum size: ``max_starts`` starts each, one decision
   (``min_starts == max_starts``, so a single look).
 
@@ -64,9 +64,9 @@ from mcp_infra.contracts import (
     RoundRecord,
     Sample,
 )
+from mcp_infra.core.earlystop import MayDecide, may_decide
 from mcp_infra.core.screening import screen
 from mcp_infra.core.selector import select
-from mcp_infra.flows.rounds import Look, look_after
 
 BASELINE = "baseline"
 CANDIDATE = "sim:candidate"
@@ -214,13 +214,13 @@ def simulate(args: tuple[Setup, float, int]) -> tuple[Outcome, Outcome]:
     if setup.screening and _screened(base_starts[0], cand_starts[0], setup, staged):
         early = Outcome("rejected", False, 1, 2 * per_start, screened=True)
     for n in range(1, setup.max_starts + 1) if early is None else ():
-        look = look_after(n, staged)  # rounds.run_rounds's rule
-        if look is Look.NONE and n < setup.max_starts:
+        look = may_decide(n, staged)  # rounds.run_rounds's rule
+        if look is MayDecide.NOTHING and n < setup.max_starts:
             continue
         base = [s for st in base_starts[:n] for s in st]
         cand = [s for st in cand_starts[:n] for s in st]
         decision, low, high = _decide(base, cand, setup, staged)
-        if look is Look.REJECTIONS and decision != Decision.REJECTED:
+        if look is MayDecide.REJECTIONS and decision != Decision.REJECTED:
             continue  # before min_starts a look only rejects
         if decision != Decision.INCONCLUSIVE or n == setup.max_starts:
             early = Outcome(decision, low <= true_speedup <= high, n, 2 * n * per_start)

@@ -14,11 +14,11 @@ check is the final call's); a candidate it qualifies or rejects stops, and anoth
 only while a decision is open (``next_round``). A failed gate stops a candidate after any round.
 Where a learned start-to-start spread gives the first start an interval and the protocol has a
 futility stop, the rounds before ``min_starts`` are judged too, for rejections only
-(``early_rejections``): stopping a candidate that cannot qualify never makes a false
+(``core.earlystop``): stopping a candidate that cannot qualify never makes a false
 qualification likelier, and it saves a whole round of starts on a plan that holds no gain. A
-policy with ``min_starts: 1`` decides on one start a side where history gives it an interval, and
-waits for a second start where none does (``look_after``); a look on history alone judges quiet
-starts only (``busy_so_far``).
+policy with ``min_starts: 1`` decides on one start a side where history gives it an interval,
+and waits for a second start where none does (``earlystop.may_decide``); a look on history
+alone judges quiet starts only (``busy_so_far``).
 
 A plan of many candidates (``core.screening.screens``) makes its first round a screening round:
 each candidate's start times the headline cell alone, and after the round
@@ -58,6 +58,7 @@ from mcp_infra.contracts import (
     Semantics,
     Verdict,
 )
+from mcp_infra.core.earlystop import MayDecide, history_alone, may_decide
 from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.gating import failed_gates
 from mcp_infra.core.machine import busy_starts
@@ -67,7 +68,6 @@ from mcp_infra.core.screening import (
     decide,
     gate_stop,
     screen,
-    screen_cell,
     screening_words,
     screens,
 )
@@ -560,8 +560,8 @@ def run_rounds(
             open_ = _screen_round(bench, base_run, items, open_)
         else:
             open_ = _drop_failed_gates(bench, base_run, items, open_, rounds_done)
-        look = look_after(rounds_done, protocol, screened=bench.screened)
-        if open_ and look is not Look.NONE:
+        look = may_decide(rounds_done, protocol, screened=bench.screened)
+        if open_ and look is not MayDecide.NOTHING:
             alone = history_alone(rounds_done, protocol)
             held = busy_so_far(bench, base_run, items, open_) if alone else []
             still = _judge_round(
@@ -571,7 +571,7 @@ def run_rounds(
                 [name for name in open_ if name not in held],
                 rounds_done,
                 last_round_s,
-                rejections_only=look is Look.REJECTIONS,
+                rejections_only=look is MayDecide.REJECTIONS,
                 held=held,
             )
             open_ = [name for name in open_ if name in still or name in held]
@@ -653,56 +653,6 @@ def _screen_round(
         survivors=survivors,
     )
     return survivors
-
-
-def early_rejections(protocol: MeasureProtocol) -> bool:
-    """Whether the rounds before ``min_starts`` are judged for rejections: only where a learned
-    spread gives one start an interval and the protocol stops futile candidates."""
-    return protocol.learned_spread is not None and protocol.futility_confidence is not None
-
-
-class Look(Enum):
-    """What the look after a round may decide: nothing, rejections only, or anything."""
-
-    NONE = "none"
-    REJECTIONS = "rejections"
-    FULL = "full"
-
-
-def look_after(rounds_done: int, protocol: MeasureProtocol, *, screened: bool = False) -> Look:
-    """What the look after ``rounds_done`` rounds may decide. Before ``min_starts``: rejections
-    where ``early_rejections``, else nothing. From ``min_starts`` on: anything, except on one
-    start a side without a learned spread (a policy with ``min_starts: 1``): that side's
-    interval would rest on the assumed spread alone, a guess about this machine, so the first
-    look then waits for a second start. With history, one start a side decides (the learned
-    spread with its degrees of freedom is its interval; the same alpha spending over the looks
-    from the first start on keeps the error rate, docs/statistics.md), and ``busy_so_far``
-    holds back a busy start as before ``min_starts``. In a ``screened`` plan the screening
-    round times the headline cell alone: a look after it may qualify only where that is every
-    decisive and guard cell of the workload (a gate start times none of them)."""
-    if rounds_done < protocol.min_starts:
-        return Look.REJECTIONS if early_rejections(protocol) else Look.NONE
-    if rounds_done < 2 and protocol.learned_spread is None:
-        return Look.NONE
-    if screened and rounds_done == SCREEN_ROUND + 1 and not _screen_times_all(protocol):
-        return Look.REJECTIONS if early_rejections(protocol) else Look.NONE
-    return Look.FULL
-
-
-def _screen_times_all(protocol: MeasureProtocol) -> bool:
-    """Whether a screening start times every decisive and guard cell: the headline is all."""
-    head = screen_cell(protocol)
-    return all(
-        (c.request_class, c.concurrency) == (head.request_class, head.concurrency)
-        for c in protocol.workload
-        if c.role in ("decisive", "guard")
-    )
-
-
-def history_alone(rounds_done: int, protocol: MeasureProtocol) -> bool:
-    """Whether a look rests on history alone: before ``min_starts``, or on one start a side,
-    where no spread of the cycle's own stands beside the learned one."""
-    return rounds_done < max(2, protocol.min_starts)
 
 
 def busy_so_far(

@@ -26,6 +26,7 @@ from mcp_infra.contracts import (
     TargetProfile,
     WorkloadCell,
 )
+from mcp_infra.core.earlystop import MayDecide, may_decide
 from mcp_infra.core.fidelity import TOP_LOGPROBS
 from mcp_infra.core.intervals import Spread, pooled_variance
 from mcp_infra.flows.confirm import drift_protocol
@@ -35,10 +36,8 @@ from mcp_infra.flows.rounds import (
     SELECTION,
     Bench,
     GateTiming,
-    Look,
     Slot,
     Tally,
-    look_after,
     run_rounds,
     start_spec,
 )
@@ -97,25 +96,26 @@ def test_a_clear_winner_stops_at_the_minimum_with_the_drift_check_on() -> None:
 def test_without_history_one_start_a_side_is_never_judged() -> None:
     """``min_starts: 1`` without a learned spread: one start's interval would rest on the
     assumed 5% spread, a guess about this machine, so the first look waits for a second start
-    (``look_after``); with history the same winner is decided on its first start."""
+    (``may_decide``); with history the same winner is decided on its first start."""
     protocol = load_policy("single-user").protocol
     learned = protocol.model_copy(update={"learned_spread": LearnedSpread(sd=0.055, df=8)})
-    assert [look_after(n, protocol) for n in (1, 2)] == [Look.NONE, Look.FULL]
-    assert [look_after(n, learned) for n in (1, 2)] == [Look.FULL, Look.FULL]
+    assert [may_decide(n, protocol) for n in (1, 2)] == [MayDecide.NOTHING, MayDecide.ANYTHING]
+    assert [may_decide(n, learned) for n in (1, 2)] == [MayDecide.ANYTHING, MayDecide.ANYTHING]
     two = learned.model_copy(update={"min_starts": 2})
-    assert [look_after(n, two) for n in (1, 2)] == [Look.REJECTIONS, Look.FULL]
+    assert [may_decide(n, two) for n in (1, 2)] == [MayDecide.REJECTIONS, MayDecide.ANYTHING]
     no_futility = two.model_copy(update={"futility_confidence": None})
-    assert look_after(1, no_futility) is Look.NONE
+    assert may_decide(1, no_futility) is MayDecide.NOTHING
     assert _rounds("single-user", drift=True, learned=False) >= 2
     # A screening round times the headline alone: it qualifies where that is every decisive
     # and guard cell (single-user's workload), and only rejects where another must be timed.
-    assert look_after(1, learned, screened=True) is Look.FULL
+    assert may_decide(1, learned, screened=True) is MayDecide.ANYTHING
     for role in ("decisive", "guard"):
         cell = WorkloadCell(request_class="short", concurrency=4, role=role)  # type: ignore[arg-type]
         wider = learned.model_copy(update={"workload": [*learned.workload, cell]})
-        assert look_after(1, wider, screened=True) is Look.REJECTIONS, role
+        assert may_decide(1, wider, screened=True) is MayDecide.REJECTIONS, role
         assert (
-            look_after(1, wider) is Look.FULL and look_after(2, wider, screened=True) is Look.FULL
+            may_decide(1, wider) is MayDecide.ANYTHING
+            and may_decide(2, wider, screened=True) is MayDecide.ANYTHING
         )
     for seed in range(3):
         starts, stopped = _one_candidate(FAST, learned=False, seed=seed)
