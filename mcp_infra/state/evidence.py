@@ -260,6 +260,8 @@ def list_cycles(home: Home) -> list[CycleSummary]:
     if not home.evidence.is_dir():
         return out
     for path in sorted(home.evidence.glob("*/summary.json")):
+        if path.parent.name.startswith("."):  # a bundle being sealed (``seal``'s hidden folder)
+            continue
         try:
             out.append(read_model(path, CycleSummary))
         except CorruptFile:

@@ -32,7 +32,12 @@ def injection(marker: Path) -> str:
 
 
 def sealed_for(home: Home, plan_id: str) -> CycleSummary | None:
+    """The plan's sealed cycle, once its bundle is in place: pathlib's ``*`` also matches the
+    hidden folder a bundle is written in (``.{cycle_id}.tmp``, renamed when complete), whose
+    summary and manifest exist a moment before the rename."""
     for path in sorted(home.evidence.glob("*/summary.json")):
+        if path.parent.name.startswith("."):
+            continue
         summary = read_model(path, CycleSummary)
         if summary.plan_id == plan_id and (path.parent / "MANIFEST.json").exists():
             return summary
