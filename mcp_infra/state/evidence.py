@@ -98,7 +98,7 @@ def bundle_path(home: Home, ref: str) -> Path:
 
 def _nearest_cycles(home: Home, ref: str) -> str:
     try:
-        names = [p.name for p in home.evidence.iterdir() if (p / CycleFiles.MANIFEST).exists()]
+        names = [p.name for p in home.bundle_dirs() if (p / CycleFiles.MANIFEST).exists()]
     except OSError:
         return ""
     if not names:
@@ -257,10 +257,9 @@ def verify_command(home: Home | None, ref: str, bundle: Path | None = None) -> s
 
 def list_cycles(home: Home) -> list[CycleSummary]:
     out: list[CycleSummary] = []
-    if not home.evidence.is_dir():
-        return out
-    for path in sorted(home.evidence.glob("*/summary.json")):
-        if path.parent.name.startswith("."):  # a bundle being sealed (``seal``'s hidden folder)
+    for bundle in home.bundle_dirs():
+        path = CycleFiles(bundle).summary
+        if not path.is_file():
             continue
         try:
             out.append(read_model(path, CycleSummary))

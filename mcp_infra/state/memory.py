@@ -292,13 +292,12 @@ def cycles(home: Home) -> list[CycleMemory]:
             except CorruptFile:
                 continue
             seen[memo.cycle_id] = memo
-    if home.evidence.is_dir():
-        for bundle in sorted(home.evidence.glob("*/MANIFEST.json")):
-            cycle_id = bundle.parent.name
-            if cycle_id not in seen:
-                found = from_bundle(home, cycle_id)
-                if found is not None:
-                    seen[cycle_id] = found
+    for bundle in home.bundle_dirs():
+        cycle_id = bundle.name
+        if (bundle / CycleFiles.MANIFEST).exists() and cycle_id not in seen:
+            found = from_bundle(home, cycle_id)
+            if found is not None:
+                seen[cycle_id] = found
     return sorted(
         seen.values(),
         key=lambda m: (min((o.sealed_at for o in m.outcomes), default=m.recorded_at), m.cycle_id),

@@ -393,6 +393,16 @@ class Home:
     def bundle_files(self, cycle_id: str) -> CycleFiles:
         return CycleFiles(self.evidence / cycle_id)
 
+    def bundle_dirs(self) -> list[Path]:
+        """The evidence folder's bundle folders, by name, never the hidden one a bundle is
+        written in (``state.evidence.seal`` renames ``.{cycle_id}.tmp`` into place when it is
+        complete; pathlib's ``*`` would match it)."""
+        if not self.evidence.is_dir():
+            return []
+        return sorted(
+            p for p in self.evidence.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
     def journal(self, cycle_id: str) -> Path:
         return self.cycle_files(cycle_id).journal
 

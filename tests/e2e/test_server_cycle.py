@@ -19,7 +19,7 @@ from mcp_infra.contracts import CycleSummary, FrozenPlan
 from mcp_infra.demo.homes import ONE_START, write_test_policy
 from mcp_infra.procs.service import ensure_serving
 from mcp_infra.state.context import load_config
-from mcp_infra.state.evidence import verify
+from mcp_infra.state.evidence import list_cycles, verify
 from mcp_infra.state.store import Home, read_model
 from tests.helpers.mcp_clients import audit, serve_processes, stdio_client, wait_for
 
@@ -32,14 +32,10 @@ def injection(marker: Path) -> str:
 
 
 def sealed_for(home: Home, plan_id: str) -> CycleSummary | None:
-    """The plan's sealed cycle, once its bundle is in place: pathlib's ``*`` also matches the
-    hidden folder a bundle is written in (``.{cycle_id}.tmp``, renamed when complete), whose
-    summary and manifest exist a moment before the rename."""
-    for path in sorted(home.evidence.glob("*/summary.json")):
-        if path.parent.name.startswith("."):
-            continue
-        summary = read_model(path, CycleSummary)
-        if summary.plan_id == plan_id and (path.parent / "MANIFEST.json").exists():
+    """The plan's sealed cycle, once its bundle is in place (``list_cycles`` never reads the
+    hidden folder a bundle is written in, whose summary and manifest exist before the rename)."""
+    for summary in list_cycles(home):
+        if summary.plan_id == plan_id and home.bundle_files(summary.cycle_id).manifest.exists():
             return summary
     return None
 
