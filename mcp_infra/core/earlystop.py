@@ -13,6 +13,7 @@ from enum import Enum
 
 from mcp_infra.contracts import MeasureProtocol
 from mcp_infra.core.screening import SCREEN_ROUND, screen_cell
+from mcp_infra.core.workload import cell_key
 
 
 class MayDecide(Enum):
@@ -53,12 +54,8 @@ def may_decide(rounds_done: int, protocol: MeasureProtocol, *, screened: bool = 
 
 def _screen_times_all(protocol: MeasureProtocol) -> bool:
     """Whether a screening start times every decisive and guard cell: the headline is all."""
-    head = screen_cell(protocol)
-    return all(
-        (c.request_class, c.concurrency) == (head.request_class, head.concurrency)
-        for c in protocol.workload
-        if c.role in ("decisive", "guard")
-    )
+    head = cell_key(screen_cell(protocol))
+    return all(cell_key(c) == head for c in protocol.workload if c.role in ("decisive", "guard"))
 
 
 def history_alone(rounds_done: int, protocol: MeasureProtocol) -> bool:

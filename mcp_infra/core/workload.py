@@ -41,6 +41,13 @@ def request_class_of(prompt_class: str) -> str:
     return "long_prefill" if prompt_class == "long_context" else "short"
 
 
+def timed_length(protocol: MeasureProtocol) -> int:
+    """The cap on a timed answer's length: ``max_tokens``, or ``timed_max_tokens`` where it is
+    shorter (decode speed needs enough tokens to be measured, not the whole answer; the greedy
+    passes still ask the full budget for the equality gate)."""
+    return min(protocol.max_tokens, protocol.timed_max_tokens or protocol.max_tokens)
+
+
 def cell_key(cell: WorkloadCell | Sample) -> tuple[str, int]:
     return (cell.request_class, cell.concurrency)
 

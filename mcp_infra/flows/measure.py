@@ -60,7 +60,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.screening import screen_cell
 from mcp_infra.core.stats import SEED, derive_seed
 from mcp_infra.core.suites import Suite, SuitePrompt
-from mcp_infra.core.workload import cell_figures, request_class_of
+from mcp_infra.core.workload import cell_figures, request_class_of, timed_length
 from mcp_infra.procs import bench, usage
 from mcp_infra.procs.runtime import (
     MemorySampler,
@@ -244,12 +244,9 @@ class Batch(NamedTuple):
 
 
 def timed_tokens(prompt: SuitePrompt, protocol: MeasureProtocol) -> int:
-    """A timed request's answer length: the prompt's budget, capped by ``timed_max_tokens``
-    where the protocol sets one (decode speed needs enough tokens to be measured, not the whole
-    answer; the greedy passes still ask the full budget for the equality gate)."""
-    budget = prompt.token_budget(protocol.max_tokens)
-    cap = protocol.timed_max_tokens
-    return min(budget, cap) if cap else budget
+    """A timed request's answer length: the prompt's budget under the protocol's timed cap
+    (``core.workload.timed_length``)."""
+    return prompt.token_budget(timed_length(protocol))
 
 
 def greedy_passes(recipe: Recipe, *, baseline: bool = False) -> int:

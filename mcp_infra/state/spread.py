@@ -23,6 +23,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.intervals import pooled_spread
 from mcp_infra.core.machine import BUSY_CPU_FRACTION, busy_starts
 from mcp_infra.core.stats import start_levels
+from mcp_infra.core.workload import timed_length
 from mcp_infra.state import evidence
 from mcp_infra.state.store import CorruptFile, Home, read_optional
 
@@ -31,12 +32,6 @@ MAX_SCANNED = 50  # newest sealed cycles read to find them: freezing a plan stay
 MAX_AGE = timedelta(days=30)
 MAX_DF = 30  # history never outweighs a long cycle entirely
 HEADLINE = ("short", 1)
-
-
-def timed_length(protocol: MeasureProtocol) -> int:
-    """The cap on a timed answer's length (``measure.timed_tokens``: a prompt's own budget,
-    under ``max_tokens`` and ``timed_max_tokens``)."""
-    return min(protocol.max_tokens, protocol.timed_max_tokens or protocol.max_tokens)
 
 
 def comparable(old: MeasureProtocol, new: MeasureProtocol) -> bool:
