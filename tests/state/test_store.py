@@ -127,3 +127,20 @@ def test_a_journal_line_without_room_is_cut_off_not_left_torn(tmp_path: Path) ->
     home.append_event(event("third"))
     events, problems = home.read_journal("c-1")
     assert [e.message for e in events] == ["first", "third"] and problems == []
+
+
+def test_a_bundle_being_sealed_is_not_listed(tmp_path: Path) -> None:
+    """``seal`` writes a bundle in a hidden folder and renames it when complete; pathlib's ``*``
+    matches that folder too, so a cycle could be listed (twice, or before its bundle is in
+    place) while it is sealed."""
+    import shutil
+
+    from mcp_infra.state.evidence import list_cycles
+    from tests.helpers.paths import SHIPPED
+
+    home = Home(tmp_path / "home").ensure()
+    shipped = SHIPPED[0]
+    shutil.copytree(shipped, home.evidence / shipped.name)
+    shutil.copytree(shipped, home.evidence / f".{shipped.name}.tmp")
+    assert [s.cycle_id for s in list_cycles(home)] == [shipped.name]
+    assert home.bundle_dirs() == [home.evidence / shipped.name]
