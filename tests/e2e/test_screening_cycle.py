@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mcp_infra.contracts import BASELINE_ID, CandidateRun, Decision, JournalStep, Verdict
-from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, PROMOTING_PROTOCOL, write_test_policy
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, write_test_policy
 from mcp_infra.flows import api as app
 from mcp_infra.flows.supervisor import supervise
 from mcp_infra.procs.service import ensure_serving
@@ -24,7 +24,7 @@ from mcp_infra.state.store import Home, read_journal_file, read_model, write_mod
 pytestmark = pytest.mark.slow
 
 CACHE = "demo-tiny:draft-k4-cache"
-STARTS = PROMOTING_PROTOCOL["max_starts"]  # timed starts per configuration (min = max)
+STARTS = 3  # timed starts per configuration (min = max)
 CONTRARY = "demo-contrary:k16"
 
 
@@ -71,7 +71,7 @@ def contrary_manifest(folder: Path) -> dict:
 def test_a_plan_of_four_is_screened_then_decided(
     home: Home, demo_models: dict[str, Path], tmp_path: Path
 ) -> None:
-    # The lean test protocol (24-token answers) with the promoting one's three starts and 60%
+    # The lean test protocol (24-token answers) with three starts and the promoting one's 60%
     # confidence (PROMOTE_ANY_GAIN): a drafter (1.2x-2x here) qualifies on speed and takes its
     # gates even where a loaded machine narrows its gain (two starts at 96% left every drafter
     # open in one full suite run). One server CPU, as the demo, so one start's speed is not the
@@ -83,6 +83,7 @@ def test_a_plan_of_four_is_screened_then_decided(
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
     data["service"] = {**data.get("service", {}), "quiet_cpu_fraction": 1.0, "quiet_wait_s": 0}
+    data["protocol"].update({"min_starts": STARTS, "max_starts": STARTS})  # screen, then decide
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     config = load_config(home)
     write_model(home.config, config.model_copy(update={"server_cpus": 1}))
