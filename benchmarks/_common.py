@@ -24,9 +24,11 @@ SMOKE_HELP = (
 )
 # What a smoke run's cycles measure on top of the lean `test` policy (mcp_infra.demo.homes): the
 # fewest starts, requests and tokens a cycle accepts, so that it goes through every state
-# quickly (one start per configuration: a smoke proves the script runs, not what it measures).
+# quickly (one start per configuration and one timed request per held-out prompt: a smoke proves
+# the script runs, not what it measures).
 SMOKE_PROTOCOL: dict[str, object] = {
     "repeats": 1,
+    "heldout_repeats": 1,
     "warmup": 0,
     "max_tokens": 8,
     "bootstrap_resamples": 100,

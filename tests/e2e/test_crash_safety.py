@@ -68,8 +68,11 @@ MATRIX = [
 @pytest.fixture
 def fast_home(tmp_path: Path, demo_models: dict[str, Path]):
     # The rows past SELECT need a winner: the policy promotes any measured gain, so reaching them
-    # does not depend on how much faster the drafter runs on a loaded machine.
-    home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
+    # does not depend on how much faster the drafter runs on a loaded machine. 12-token answers,
+    # as the stdio cycle's promotion (tests/e2e/test_cycle.py): what is killed here is the cycle.
+    home = make_home(
+        tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **{**FAST, "max_tokens": 12}
+    )
     yield home
     stop_home(home)
 
