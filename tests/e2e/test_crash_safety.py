@@ -28,6 +28,7 @@ from mcp_infra.state.context import load_config, service_record
 from mcp_infra.state.store import Home
 from tests.helpers.faultkit import (
     FAST,
+    WINNING,
     candidate_records,
     disk_full_at,
     inspect,
@@ -68,11 +69,8 @@ MATRIX = [
 @pytest.fixture
 def fast_home(tmp_path: Path, demo_models: dict[str, Path]):
     # The rows past SELECT need a winner: the policy promotes any measured gain, so reaching them
-    # does not depend on how much faster the drafter runs on a loaded machine. 12-token answers,
-    # as the stdio cycle's promotion (tests/e2e/test_cycle.py): what is killed here is the cycle.
-    home = make_home(
-        tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **{**FAST, "max_tokens": 12}
-    )
+    # does not depend on how much faster the drafter runs on a loaded machine.
+    home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **WINNING)
     yield home
     stop_home(home)
 

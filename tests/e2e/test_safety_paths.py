@@ -24,7 +24,7 @@ from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence
 from mcp_infra.state.context import active_recipe, service_record
 from mcp_infra.state.store import Home, read_model
-from tests.helpers.faultkit import FAST, inspect, queue_plan, start_live, until_not_kept
+from tests.helpers.faultkit import FAST, WINNING, inspect, queue_plan, start_live, until_not_kept
 from tests.helpers.journal import on_journal
 
 BASELINE, WINNER = "demo-tiny:target", "demo-tiny:draft-k4"
@@ -74,7 +74,7 @@ def to_promotion(home: Home, fault: Callable[[], None]) -> tuple[CycleSummary, l
 def test_a_winner_that_cannot_start_on_the_stable_port_is_rolled_back(
     tmp_path: Path, demo_models: dict[str, Path]
 ) -> None:
-    home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
+    home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **WINNING)
     own_models(home, demo_models, "draft")
     start_live(home)
 
@@ -101,7 +101,7 @@ def test_a_promotion_that_fails_online_verification_is_rolled_back(
 ) -> None:
     """The target's weights change on disk between measurement and promotion (the final norm
     negated: every logit flips sign), so the stable port's greedy output is not the measured one."""
-    home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **FAST)
+    home = make_home(tmp_path / "home", demo_models, thresholds=PROMOTE_ANY_GAIN, **WINNING)
     own_models(home, demo_models, "target")
     start_live(home)  # the live baseline holds the original weights in memory
 
