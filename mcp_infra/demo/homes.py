@@ -54,13 +54,14 @@ def exclusive_fraction() -> float:
 
 
 # The least a whole cycle measures: one fresh start per configuration and one timed request per
-# prompt, selection and held-out alike, for tests of what happens around the measuring
-# (progress, status, sealing), not of what it decides.
+# prompt, selection and held-out alike, of 12-token answers, for tests of what happens around the
+# measuring (progress, status, sealing), not of what it decides.
 ONE_START: dict[str, object] = {
     "min_starts": 1,
     "max_starts": 1,
     "repeats": 1,
     "heldout_repeats": 1,
+    "max_tokens": 12,
 }
 # Who needs a winner gets it by policy, not by this machine's speed: any gain qualifies, judged
 # over one fresh start a side at 60% confidence (the assumed 5% start-to-start spread in the

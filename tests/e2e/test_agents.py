@@ -57,7 +57,7 @@ async def test_ten_agents_propose_at_once_while_a_cycle_runs(
     Its first run found two agents told the same queue position (a plan frozen first and
     queued second sorts before the other); proposals now queue one at a time (the test of
     that interleaving is below)."""
-    write_test_policy(home, **ONE_START, max_tokens=8)
+    write_test_policy(home, **{**ONE_START, "max_tokens": 8})
     start_live(home)
     running = queue_plan(home)
     proc = supervisor(home, pause_at=PAUSE)
@@ -109,7 +109,7 @@ def test_a_plan_proposed_as_the_supervisor_finds_its_queue_empty_is_run(
     file removals, so no client hits it on purpose from outside: the home's ``queued`` is
     wrapped to propose exactly then (the proposal itself is the real one). The supervisor
     looks at the queue again once its lock is released, and runs the plan."""
-    write_test_policy(home, **ONE_START, max_tokens=8)
+    write_test_policy(home, **{**ONE_START, "max_tokens": 8})
     start_live(home)
     late: list[str] = []
     proposing: list[bool] = []

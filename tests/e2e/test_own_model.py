@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mcp_infra.contracts import CycleCost, Knobs, PlanCost, Recipe, ServiceConfig
-from mcp_infra.demo.homes import stop_home, two_free_ports, write_test_policy
+from mcp_infra.demo.homes import ONE_START, stop_home, two_free_ports, write_test_policy
 from mcp_infra.flows.status import cost_sidecar
 from mcp_infra.procs.runtime import ServerStartError
 from mcp_infra.procs.service import start_backend
@@ -42,7 +42,9 @@ def test_init_registry_and_a_cycle_on_a_model_the_project_did_not_build(
     tmp_path: Path, own: dict[str, Path], spawn: Spawn
 ) -> None:
     home = Home(tmp_path / "home")
-    write_test_policy(home)  # the lean demo policy, as the home's own `test`
+    # The lean demo policy, as the home's own `test`, one start a side: what is asserted is the
+    # sealed bundle's proof of the build, whatever the cycle decides.
+    write_test_policy(home, **ONE_START)
     port, scratch = two_free_ports()
     done = spawn.mcp_infra(
         home,
