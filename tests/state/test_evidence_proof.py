@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mcp_infra.contracts import (
     CandidateRun,
@@ -31,7 +30,7 @@ from mcp_infra.contracts import (
 from mcp_infra.core.digest import sha256_bytes
 from mcp_infra.core.sanitize import plan_content_hash
 from mcp_infra.core.selector import DECISION_METHOD
-from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, TEST_POLICY, make_home, stop_home
+from mcp_infra.demo.homes import PROMOTE_ANY_GAIN, make_home, stop_home
 from mcp_infra.faces import cli
 from mcp_infra.flows.supervisor import supervise
 from mcp_infra.state import evidence, sealing, signing
@@ -56,17 +55,16 @@ def sealed_home(
     # rule (its tolerance below the minimum speedup) cannot hold under a bar below zero: the
     # drift re-measure on real servers is tested by the A/A cycle in
     # tests/e2e/test_measure_cycle.py, the rule itself in tests/core/test_decisions.py.
-    home = make_home(
-        tmp_path_factory.mktemp("proof") / "home", demo_models, thresholds=PROMOTE_ANY_GAIN
-    )
-    # The lossy candidate is judged by the agreement measure alone: the demo models' gibberish
-    # passes no quality task, and the quality suite's 35 answers a side were two thirds of this
-    # fixture's time. Sealed quality gates are recomputed on the synthetic bundles below
+    # The lossy candidate is judged by the agreement measure alone (no quality suite): the demo
+    # models' gibberish passes no quality task, and the suite's 35 answers a side were two thirds
+    # of this fixture's time. Sealed quality gates are recomputed on the synthetic bundles below
     # (`cheap_seal` of a kv8 plan, whose policy names the suite).
-    policy = home.user_policy / f"{TEST_POLICY}.yaml"
-    data = yaml.safe_load(policy.read_text())
-    data["protocol"].pop("quality_suite")
-    policy.write_text(yaml.safe_dump(data, sort_keys=False))
+    home = make_home(
+        tmp_path_factory.mktemp("proof") / "home",
+        demo_models,
+        thresholds=PROMOTE_ANY_GAIN,
+        quality_suite=None,
+    )
     try:
         # One more cycle if a try keeps the baseline all the same (the drafter's estimate at or
         # under 1.000x in a slow spell of this machine); a third refusal fails the fixture.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mcp_infra.contracts import CycleState, Event, Recipe
+from mcp_infra.state.evidence import list_cycles
 from mcp_infra.state.store import (
     CorruptFile,
     Home,
@@ -23,6 +25,7 @@ from mcp_infra.state.store import (
     write_bytes_atomic,
     write_model,
 )
+from tests.helpers.paths import SHIPPED
 
 RECIPE = Recipe(candidate_id="demo-tiny:target", template="mlx_lm_server", model_path="/m")
 
@@ -133,11 +136,6 @@ def test_a_bundle_being_sealed_is_not_listed(tmp_path: Path) -> None:
     """``seal`` writes a bundle in a hidden folder and renames it when complete; pathlib's ``*``
     matches that folder too, so a cycle could be listed (twice, or before its bundle is in
     place) while it is sealed."""
-    import shutil
-
-    from mcp_infra.state.evidence import list_cycles
-    from tests.helpers.paths import SHIPPED
-
     home = Home(tmp_path / "home").ensure()
     shipped = SHIPPED[0]
     shutil.copytree(shipped, home.evidence / shipped.name)
