@@ -2,9 +2,10 @@
 
 `mcp-infra demo` prepares one home on fixed ports under the demo policy (`demo.run.prepare`).
 The benchmarks and the test suite need many at once, each on free ports, and cycles short enough
-for a 2-core machine: the `test` policy written here is the demo policy with fewer repeats and
-tokens. It is real configuration that the code loads like any user's own policy. This lives in
-the package (not in tests/) so a benchmark runs from a plain `pip install`.
+for a 2-core machine: the `test` policy written here is the demo policy with fewer repeats,
+tokens and prompts (the `test-speed` suite: two of demo-speed's short prompts, one held-out).
+It is real configuration that the code loads like any user's own policy. This lives in the
+package (not in tests/) so a benchmark runs from a plain `pip install`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from mcp_infra.state.store import CorruptFile, Home, read_model, write_model
 
 TEST_POLICY = "test"
 
-# Lean on purpose (a 2-core machine): two starts per configuration and one request at a time;
-# whoever measures the workload cells or more starts sets their own protocol.
+# Lean on purpose (a 2-core machine): two starts per configuration, one request at a time, two
+# short prompts and one held-out (each start's requests are most of a test cycle's time);
+# whoever measures the workload cells, more starts or demo-speed's prompts sets their own.
 LEAN_PROTOCOL: dict[str, object] = {
+    "suite": "test-speed",
     "repeats": 2,
     "warmup": 1,
     "max_tokens": 24,
@@ -64,11 +67,13 @@ ONE_START: dict[str, object] = {
     "max_tokens": 12,
 }
 # Who needs a winner gets it by policy, not by this machine's speed: any gain qualifies, judged
-# over one fresh start a side at 60% confidence (the assumed 5% start-to-start spread in the
-# interval and the noise floor), one timed request per prompt. The held-out check confirms it
-# in one more start a side. One start can swing below the baseline's on a loaded machine: who
-# needs the promotion runs the cycle again when it kept the baseline.
+# on the test suite's two prompts over one fresh start a side at 60% confidence (the assumed 5%
+# start-to-start spread in the interval and the noise floor), one timed request per prompt. The
+# held-out check confirms it on its held-out prompt in one more start a side. One start can swing
+# below the baseline's on a loaded machine: who needs the promotion runs the cycle again when it
+# kept the baseline.
 PROMOTING_PROTOCOL: dict[str, object] = {
+    "suite": "test-speed",
     "min_starts": 1,
     "max_starts": 1,
     "confidence": 0.6,
