@@ -83,7 +83,13 @@ def test_a_plan_of_four_is_screened_then_decided(
     path = home.user_policy / "test.yaml"
     data = yaml.safe_load(path.read_text())
     data["service"] = {**data.get("service", {}), "quiet_cpu_fraction": 1.0, "quiet_wait_s": 0}
-    data["protocol"].update({"min_starts": STARTS, "max_starts": STARTS})  # screen, then decide
+    # Screen, then decide, on demo-speed's four short prompts: the rule drops a clear loser on
+    # what one start measured, and the test homes' two prompts can leave it short of that.
+    data["protocol"].update({"suite": "demo-speed", "min_starts": STARTS, "max_starts": STARTS})
+    # Any gain qualifies (1.0x), not any speed above half the baseline's: the contrary drafter
+    # serves 0.2x-0.5x, and once measured 0.47x in its screening start against the baseline's
+    # slow first one, an interval that reached the 0.5x of PROMOTE_ANY_GAIN.
+    data["thresholds"]["min_speedup_pct"]["default"] = 0.0
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     config = load_config(home)
     write_model(home.config, config.model_copy(update={"server_cpus": 1}))

@@ -270,9 +270,10 @@ def test_the_real_cycle_promoted_and_its_bundle_verifies(sealed_home: tuple[Home
         "sample_arithmetic",
     }
     names = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()}
+    suite = read_model(bundle / "plan.json", FrozenPlan).protocol.suite
     assert {
         "inputs/policy.yaml",
-        "inputs/suites/demo-speed.yaml",
+        f"inputs/suites/{suite}.yaml",
         "online.json",
         "cost.json",
         "SIGNATURE.dsse.json",
