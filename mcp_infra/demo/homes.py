@@ -67,13 +67,11 @@ ONE_START: dict[str, object] = {
     "max_tokens": 12,
 }
 # Who needs a winner gets it by policy, not by this machine's speed: any gain qualifies, judged
-# on the test suite's two prompts over one fresh start a side at 60% confidence (the assumed 5%
-# start-to-start spread in the interval and the noise floor), one timed request per prompt. The
-# held-out check confirms it on its held-out prompt in one more start a side. One start can swing
-# below the baseline's on a loaded machine: who needs the promotion runs the cycle again when it
-# kept the baseline.
+# over one fresh start a side at 60% confidence (the assumed 5% start-to-start spread in the
+# interval and the noise floor), one timed request per prompt. The held-out check confirms it
+# in one more start a side. One start can swing below the baseline's on a loaded machine: who
+# needs the promotion runs the cycle again when it kept the baseline.
 PROMOTING_PROTOCOL: dict[str, object] = {
-    "suite": "test-speed",
     "min_starts": 1,
     "max_starts": 1,
     "confidence": 0.6,
